@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs everything moeserve needs on a fresh Debian 12 machine, then configures and builds it into build/.
+# Safe to run again: it installs only what is missing and rebuilds incrementally.
+#   BUILD_DIR=...   build directory (default build)
+#   BUILD_TYPE=...  CMake build type (default Release)
+#   CMAKE_ARGS=...  extra arguments for the CMake configure step
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libboost-dev
+          libboost-system-dev libssl-dev libthrift-dev libsnappy-dev libzstd-dev googletest libgtest-dev libgmock-dev
+          libbenchmark-dev)
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build_dir=${BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir"

@@ -1,0 +1,12 @@
+// Each subcommand registers itself on the application; its options are bound to a struct that lives as long
+// as the app, and its callback runs the command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace moeserve::cli {
+
+void register_make_tiny(CLI::App& app);
+void register_generate(CLI::App& app);
+
+}  // namespace moeserve::cli

@@ -1,0 +1,26 @@
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moeserve: serve and benchmark GPT-OSS mixture-of-experts models the way MLPerf Inference defines it"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moeserve 0.1.0");
+  moeserve::cli::register_make_tiny(app);
+  moeserve::cli::register_generate(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const moeserve::Error& e) {
+    fmt::print(stderr, "moeserve: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "moeserve: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,51 @@
+#include <fmt/core.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "model/make_tiny.h"
+
+namespace moeserve::cli {
+
+void register_make_tiny(CLI::App& app) {
+  struct Args {
+    TinyModelOptions options;
+    std::string out;
+    std::string layout = "hf";
+    std::string experts_format = "mxfp4";
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("make-tiny", "write a deterministic GPT-OSS checkpoint with random weights");
+  auto& o = args->options;
+  cmd->add_option("--out", args->out, "output directory")->required();
+  cmd->add_option("--seed", o.seed, "random seed")->capture_default_str();
+  cmd->add_option("--layers", o.layers, "layers (even: sliding, odd: full attention)")->capture_default_str();
+  cmd->add_option("--hidden", o.hidden, "hidden size (multiple of 32)")->capture_default_str();
+  cmd->add_option("--heads", o.heads, "query heads")->capture_default_str();
+  cmd->add_option("--kv-heads", o.kv_heads, "key/value heads")->capture_default_str();
+  cmd->add_option("--head-dim", o.head_dim, "head dimension")->capture_default_str();
+  cmd->add_option("--experts", o.experts, "experts per layer")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "experts per token")->capture_default_str();
+  cmd->add_option("--intermediate", o.intermediate, "expert intermediate size (multiple of 32)")->capture_default_str();
+  cmd->add_option("--vocab", o.vocab, "vocabulary size")->capture_default_str();
+  cmd->add_option("--window", o.window, "sliding window")->capture_default_str();
+  cmd->add_option("--shards", o.shards, "number of safetensors files (more than 1 writes an index)")
+      ->capture_default_str();
+  cmd->add_option("--layout", args->layout, "hf (Hugging Face) or original (OpenAI)")
+      ->check(CLI::IsMember({"hf", "original"}))
+      ->capture_default_str();
+  cmd->add_option("--experts-format", args->experts_format,
+                  "mxfp4, or dense (bf16 in Hugging Face's dequantised layout)")
+      ->check(CLI::IsMember({"mxfp4", "dense"}))
+      ->capture_default_str();
+  cmd->add_option("--shape", o.shape, "full-size dimensions with random weights")
+      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
+  cmd->callback([args] {
+    args->options.layout = args->layout == "hf" ? CheckpointLayout::huggingface : CheckpointLayout::original;
+    args->options.expert_format = args->experts_format == "mxfp4" ? ExpertFormat::mxfp4 : ExpertFormat::dense;
+    make_tiny_checkpoint(args->options, args->out);
+    fmt::print("wrote {}\n", args->out);
+  });
+}
+
+}  // namespace moeserve::cli

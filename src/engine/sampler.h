@@ -1,0 +1,22 @@
+// Token sampling from one row of logits (see SamplingParams for the rules).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "engine/sampling_params.h"
+
+namespace moeserve {
+
+// Fails naming the bad field when params are out of range (negative temperature, top_p outside (0, 1], ...).
+void validate_sampling_params(const SamplingParams& params);
+
+int32_t argmax(std::span<const float> logits);
+
+// The uniform draw in [0, 1) for a sequence's sample_index-th token.
+double sampling_uniform(uint64_t seed, uint64_t sample_index);
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index);
+
+}  // namespace moeserve

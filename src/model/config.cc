@@ -1,0 +1,304 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+
+#include "util/error.h"
+#include "util/files.h"
+
+namespace moeserve {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T required(const json& j, const char* key, const std::string& where) {
+  MOESERVE_CHECK(j.contains(key), "{}: missing \"{}\"", where, key);
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    fail("{}: \"{}\" has the wrong type ({})", where, key, j.at(key).dump());
+  }
+}
+
+template <typename T>
+T optional(const json& j, const char* key, T fallback, const std::string& where) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  return required<T>(j, key, where);
+}
+
+std::vector<AttentionKind> alternating_layer_types(int num_layers) {
+  // Sliding on even layers (0, 2, ...), full on odd ones: gpt_oss/torch and HF's default layer_types.
+  std::vector<AttentionKind> types;
+  for (int i = 0; i < num_layers; ++i) types.push_back(i % 2 == 0 ? AttentionKind::sliding : AttentionKind::full);
+  return types;
+}
+
+void parse_rope_parameters(const json& rope, RopeConfig& out, const std::string& where) {
+  std::string type = optional<std::string>(rope, "rope_type", optional<std::string>(rope, "type", "yarn", where),
+                                           where);
+  MOESERVE_CHECK(type == "yarn", "{}: rope_type \"{}\" is not supported (GPT-OSS uses yarn)", where, type);
+  out.factor = optional<double>(rope, "factor", out.factor, where);
+  out.beta_fast = optional<double>(rope, "beta_fast", out.beta_fast, where);
+  out.beta_slow = optional<double>(rope, "beta_slow", out.beta_slow, where);
+  out.original_max_position =
+      optional<int64_t>(rope, "original_max_position_embeddings", out.original_max_position, where);
+  out.truncate = optional<bool>(rope, "truncate", true, where);
+  out.attention_factor = optional<double>(rope, "attention_factor", 0.0, where);
+  out.theta = optional<double>(rope, "rope_theta", out.theta, where);
+}
+
+}  // namespace
+
+float ModelConfig::attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+
+double ModelConfig::rope_concentration() const {
+  if (rope.attention_factor > 0) return rope.attention_factor;
+  return rope.factor > 1.0 ? 0.1 * std::log(rope.factor) + 1.0 : 1.0;
+}
+
+void ModelConfig::validate(const std::string& where) const {
+  MOESERVE_CHECK(num_layers > 0, "{}: num_hidden_layers must be positive", where);
+  MOESERVE_CHECK(hidden_size > 0 && hidden_size % 32 == 0,
+                 "{}: hidden_size {} must be a positive multiple of 32 (MXFP4 blocks)", where, hidden_size);
+  MOESERVE_CHECK(intermediate_size > 0 && intermediate_size % 32 == 0,
+                 "{}: intermediate_size {} must be a positive multiple of 32 (MXFP4 blocks)", where,
+                 intermediate_size);
+  MOESERVE_CHECK(num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0,
+                 "{}: num_attention_heads {} must be a positive multiple of num_key_value_heads {}", where,
+                 num_heads, num_kv_heads);
+  MOESERVE_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim {} must be positive and even", where, head_dim);
+  MOESERVE_CHECK(num_experts > 0 && experts_per_token > 0 && experts_per_token <= num_experts,
+                 "{}: experts_per_token {} must be in 1..num_experts {}", where, experts_per_token, num_experts);
+  MOESERVE_CHECK(vocab_size > 0, "{}: vocab_size must be positive", where);
+  MOESERVE_CHECK(sliding_window > 0, "{}: sliding_window must be positive", where);
+  MOESERVE_CHECK(static_cast<int>(layer_types.size()) == num_layers,
+                 "{}: layer_types has {} entries for {} layers", where, layer_types.size(), num_layers);
+  MOESERVE_CHECK(rope.theta > 1 && rope.factor >= 1 && rope.beta_fast > rope.beta_slow && rope.beta_slow > 0,
+                 "{}: invalid YaRN parameters", where);
+  MOESERVE_CHECK(rms_norm_eps > 0, "{}: rms_norm_eps must be positive", where);
+  MOESERVE_CHECK(swiglu_limit > 0, "{}: swiglu_limit must be positive", where);
+  MOESERVE_CHECK(max_position_embeddings > 0, "{}: max_position_embeddings must be positive", where);
+}
+
+ModelConfig parse_hf_config(const json& j, const std::string& where) {
+  MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
+  std::string model_type = required<std::string>(j, "model_type", where);
+  MOESERVE_CHECK(model_type == "gpt_oss", "{}: unknown model_type \"{}\" (moeserve serves gpt_oss)", where,
+                 model_type);
+  ModelConfig c;
+  c.layout = CheckpointLayout::huggingface;
+  c.num_layers = required<int>(j, "num_hidden_layers", where);
+  c.hidden_size = required<int>(j, "hidden_size", where);
+  c.num_heads = required<int>(j, "num_attention_heads", where);
+  c.num_kv_heads = required<int>(j, "num_key_value_heads", where);
+  c.head_dim = optional<int>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, where);
+  c.num_experts = required<int>(j, "num_local_experts", where);
+  c.experts_per_token =
+      optional<int>(j, "num_experts_per_tok", optional<int>(j, "experts_per_token", 0, where), where);
+  c.intermediate_size = required<int>(j, "intermediate_size", where);
+  c.vocab_size = required<int>(j, "vocab_size", where);
+  c.sliding_window = required<int>(j, "sliding_window", where);
+  c.rms_norm_eps = optional<double>(j, "rms_norm_eps", 1e-5, where);
+  c.swiglu_limit = optional<float>(j, "swiglu_limit", 7.0f, where);
+  c.swiglu_alpha = optional<float>(j, "swiglu_alpha", 1.702f, where);
+  c.rope.theta = optional<double>(j, "rope_theta", c.rope.theta, where);
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    parse_rope_parameters(j["rope_scaling"], c.rope, where + " rope_scaling");
+  else if (j.contains("rope_parameters") && !j["rope_parameters"].is_null())
+    parse_rope_parameters(j["rope_parameters"], c.rope, where + " rope_parameters");
+  else
+    fail("{}: neither rope_scaling nor rope_parameters is given", where);
+  c.max_position_embeddings = optional<int64_t>(
+      j, "max_position_embeddings", static_cast<int64_t>(c.rope.original_max_position * c.rope.factor), where);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    MOESERVE_CHECK(j["layer_types"].is_array(), "{}: layer_types is not an array", where);
+    for (auto& t : j["layer_types"]) {
+      std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+      if (s == "sliding_attention")
+        c.layer_types.push_back(AttentionKind::sliding);
+      else if (s == "full_attention")
+        c.layer_types.push_back(AttentionKind::full);
+      else
+        fail("{}: unknown layer type {}", where, s);
+    }
+  } else {
+    c.layer_types = alternating_layer_types(c.num_layers);
+  }
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    std::string method = optional<std::string>(j["quantization_config"], "quant_method", "", where);
+    MOESERVE_CHECK(method == "mxfp4", "{}: quantization method \"{}\" is not supported (mxfp4 or none)", where,
+                   method);
+  }
+  if (j.contains("eos_token_id")) {
+    auto& eos = j["eos_token_id"];
+    if (eos.is_array())
+      c.eos_token_ids = eos.get<std::vector<int32_t>>();
+    else if (eos.is_number_integer())
+      c.eos_token_ids = {eos.get<int32_t>()};
+  }
+  c.source = j;
+  c.validate(where);
+  return c;
+}
+
+ModelConfig parse_original_config(const json& j, const std::string& where) {
+  MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
+  ModelConfig c;
+  c.layout = CheckpointLayout::original;
+  c.num_layers = required<int>(j, "num_hidden_layers", where);
+  c.hidden_size = required<int>(j, "hidden_size", where);
+  c.num_heads = required<int>(j, "num_attention_heads", where);
+  c.num_kv_heads = required<int>(j, "num_key_value_heads", where);
+  c.head_dim = required<int>(j, "head_dim", where);
+  c.num_experts = required<int>(j, "num_experts", where);
+  c.experts_per_token = required<int>(j, "experts_per_token", where);
+  c.intermediate_size = required<int>(j, "intermediate_size", where);
+  c.vocab_size = required<int>(j, "vocab_size", where);
+  c.sliding_window = required<int>(j, "sliding_window", where);
+  c.swiglu_limit = required<float>(j, "swiglu_limit", where);
+  c.rope.theta = required<double>(j, "rope_theta", where);
+  c.rope.factor = required<double>(j, "rope_scaling_factor", where);
+  c.rope.beta_slow = required<double>(j, "rope_ntk_alpha", where);
+  c.rope.beta_fast = required<double>(j, "rope_ntk_beta", where);
+  c.rope.original_max_position = required<int64_t>(j, "initial_context_length", where);
+  c.rope.truncate = false;  // gpt_oss/torch/model.py never rounds the correction range
+  c.max_position_embeddings = static_cast<int64_t>(c.rope.original_max_position * c.rope.factor);
+  c.layer_types = alternating_layer_types(c.num_layers);
+  c.source = j;
+  c.validate(where);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  MOESERVE_CHECK(fs::is_directory(dir), "model directory {} does not exist", dir);
+  std::string path = (fs::path(dir) / "config.json").string();
+  MOESERVE_CHECK(file_exists(path), "{} has no config.json", dir);
+  json j = read_json_file(path);
+  MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", path);
+  ModelConfig config;
+  if (j.contains("model_type")) {
+    config = parse_hf_config(j, path);
+  } else if (j.contains("num_experts") && j.contains("experts_per_token")) {
+    config = parse_original_config(j, path);
+  } else {
+    fail("{}: neither a Hugging Face config (model_type) nor an OpenAI original config (num_experts)", path);
+  }
+  std::string generation_path = (fs::path(dir) / "generation_config.json").string();
+  if (file_exists(generation_path)) {
+    json g = read_json_file(generation_path);
+    if (g.contains("eos_token_id")) {
+      if (g["eos_token_id"].is_array())
+        config.eos_token_ids = g["eos_token_id"].get<std::vector<int32_t>>();
+      else if (g["eos_token_id"].is_number_integer())
+        config.eos_token_ids = {g["eos_token_id"].get<int32_t>()};
+    }
+  }
+  return config;
+}
+
+namespace {
+json layer_types_json(const ModelConfig& c) {
+  json types = json::array();
+  for (auto t : c.layer_types) types.push_back(t == AttentionKind::sliding ? "sliding_attention" : "full_attention");
+  return types;
+}
+}  // namespace
+
+json to_hf_config_json(const ModelConfig& c) {
+  // Key for key the shape of openai/gpt-oss-20b's config.json.
+  return json{{"architectures", {"GptOssForCausalLM"}},
+              {"attention_bias", true},
+              {"attention_dropout", 0.0},
+              {"eos_token_id", 200002},
+              {"experts_per_token", c.experts_per_token},
+              {"head_dim", c.head_dim},
+              {"hidden_act", "silu"},
+              {"hidden_size", c.hidden_size},
+              {"initial_context_length", c.rope.original_max_position},
+              {"initializer_range", 0.02},
+              {"intermediate_size", c.intermediate_size},
+              {"layer_types", layer_types_json(c)},
+              {"max_position_embeddings", c.max_position_embeddings},
+              {"model_type", "gpt_oss"},
+              {"num_attention_heads", c.num_heads},
+              {"num_experts_per_tok", c.experts_per_token},
+              {"num_hidden_layers", c.num_layers},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"num_local_experts", c.num_experts},
+              {"output_router_logits", false},
+              {"pad_token_id", 199999},
+              {"quantization_config",
+               {{"modules_to_not_convert",
+                 {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+                {"quant_method", "mxfp4"}}},
+              {"rms_norm_eps", c.rms_norm_eps},
+              {"rope_scaling",
+               {{"beta_fast", c.rope.beta_fast},
+                {"beta_slow", c.rope.beta_slow},
+                {"factor", c.rope.factor},
+                {"original_max_position_embeddings", c.rope.original_max_position},
+                {"rope_type", "yarn"},
+                {"truncate", c.rope.truncate}}},
+              {"rope_theta", c.rope.theta},
+              {"router_aux_loss_coef", 0.9},
+              {"sliding_window", c.sliding_window},
+              {"swiglu_limit", c.swiglu_limit},
+              {"tie_word_embeddings", false},
+              {"use_cache", true},
+              {"vocab_size", c.vocab_size}};
+}
+
+json to_original_config_json(const ModelConfig& c) {
+  return json{{"num_hidden_layers", c.num_layers},
+              {"num_experts", c.num_experts},
+              {"experts_per_token", c.experts_per_token},
+              {"vocab_size", c.vocab_size},
+              {"hidden_size", c.hidden_size},
+              {"intermediate_size", c.intermediate_size},
+              {"swiglu_limit", c.swiglu_limit},
+              {"head_dim", c.head_dim},
+              {"num_attention_heads", c.num_heads},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"sliding_window", c.sliding_window},
+              {"initial_context_length", c.rope.original_max_position},
+              {"rope_theta", c.rope.theta},
+              {"rope_scaling_factor", c.rope.factor},
+              {"rope_ntk_alpha", c.rope.beta_slow},
+              {"rope_ntk_beta", c.rope.beta_fast}};
+}
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
+  // transformers _compute_yarn_parameters / gpt_oss RotaryEmbedding._compute_concentration_and_inv_freq.
+  const int dim = c.head_dim;
+  const int half = dim / 2;
+  const double base = c.rope.theta;
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(c.rope.original_max_position) / (rotations * 2 * std::numbers::pi)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(c.rope.beta_fast);
+  double high = correction_dim(c.rope.beta_slow);
+  if (c.rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // avoid a division by zero, as transformers does
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i) {
+    // transformers computes base ** (2i/dim) in float32; so do we, for the same rounding.
+    float pos_freq = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(dim));
+    float extrapolation = 1.0f / pos_freq;
+    float interpolation = 1.0f / (static_cast<float>(c.rope.factor) * pos_freq);
+    float ramp = std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
+    float extrapolation_weight = 1.0f - ramp;
+    inv_freq[i] = interpolation * (1.0f - extrapolation_weight) + extrapolation * extrapolation_weight;
+  }
+  return inv_freq;
+}
+
+}  // namespace moeserve

@@ -1,0 +1,54 @@
+// The CPU reference runner: the whole GPT-OSS forward in fp32 over a paged fp32 KV cache, multithreaded.
+// It is the numerical reference for the CUDA runner and is itself proven against transformers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "runner/cpu/ops.h"
+#include "runner/runner.h"
+#include "util/thread_pool.h"
+
+namespace moeserve {
+
+class CpuRunner : public ModelRunner {
+ public:
+  // threads == 0: one per hardware thread.
+  CpuRunner(std::shared_ptr<const Checkpoint> checkpoint, size_t threads = 0);
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return checkpoint_->config(); }
+  size_t kv_block_bytes(int block_size) const override;
+  void allocate_kv_cache(const KvCacheLayout& layout) override;
+  const KvCacheLayout& kv_cache_layout() const override { return layout_; }
+  void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+
+  // How often the SwiGLU clamp was reached (the tiny model is built so that it is).
+  const cpu::SwigluCounters& swiglu_counters() const { return swiglu_counters_; }
+
+ private:
+  struct TokenInfo {
+    int32_t sequence;
+    int32_t position;
+  };
+
+  void attention_layer(int layer, const ForwardBatch& batch, const std::vector<TokenInfo>& tokens);
+  void moe_layer(int layer, int64_t T);
+  float* kv_slot(int layer, const SequenceStep& step, int32_t position, int kv);
+
+  std::shared_ptr<const Checkpoint> checkpoint_;
+  ThreadPool pool_;
+  KvGroups groups_;
+  std::vector<float> inv_freq_;
+  KvCacheLayout layout_;
+  int max_layers_per_group_ = 0;
+  std::vector<float> kv_cache_;
+  cpu::SwigluCounters swiglu_counters_;
+
+  // Activations of the step in flight, [T, width].
+  std::vector<float> x_, normed_, q_, k_, v_, attn_, proj_;
+  std::vector<int32_t> positions_;
+};
+
+}  // namespace moeserve

@@ -1,0 +1,22 @@
+#include "runner/runner.h"
+
+#include <algorithm>
+
+namespace moeserve {
+
+KvGroups kv_groups_of(const ModelConfig& config) {
+  KvGroups groups;
+  for (AttentionKind kind : config.layer_types) {
+    auto it = std::find(groups.kind_of_group.begin(), groups.kind_of_group.end(), kind);
+    int g = static_cast<int>(it - groups.kind_of_group.begin());
+    if (it == groups.kind_of_group.end()) {
+      groups.kind_of_group.push_back(kind);
+      groups.layers_in_group.push_back(0);
+    }
+    groups.group_of_layer.push_back(g);
+    groups.slot_of_layer.push_back(groups.layers_in_group[g]++);
+  }
+  return groups;
+}
+
+}  // namespace moeserve

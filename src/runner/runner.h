@@ -1,0 +1,78 @@
+// The model runner interface: one forward step over a batch of sequences, each contributing a run of new tokens
+// (a prefill chunk, one decode token, or draft tokens to verify) at known positions, reading and writing a paged
+// KV cache through per-sequence block tables. The CPU reference runner and the CUDA runner implement it; the
+// scheduler, the server and the speculative decoder know a runner only through it.
+//
+// Paged KV: the cache is a pool of fixed-size blocks of `block_size` token slots. Layers are split into KV groups
+// by attention kind (GPT-OSS: sliding-window layers and full layers), and every group has its own block table per
+// sequence, so the sliding group can give back blocks its window no longer sees (-1 in the table) while the full
+// group keeps them all. A physical block holds K and V of `block_size` tokens for every layer of one group.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "model/config.h"
+
+namespace moeserve {
+
+struct KvCacheLayout {
+  int block_size = 16;     // token slots per block
+  int64_t num_blocks = 0;  // blocks in the pool, shared by all groups
+};
+
+// The KV groups of a model: group_of_layer[i] is layer i's group; layers_in_group[g] counts them.
+struct KvGroups {
+  std::vector<int> group_of_layer;
+  std::vector<int> slot_of_layer;  // index of the layer inside its group's block storage
+  std::vector<int> layers_in_group;
+  std::vector<AttentionKind> kind_of_group;
+  int num_groups() const { return static_cast<int>(layers_in_group.size()); }
+};
+KvGroups kv_groups_of(const ModelConfig& config);
+
+// One sequence's share of a step.
+struct SequenceStep {
+  std::span<const int32_t> tokens;  // the new tokens; their KV is written by this step
+  int32_t start_position = 0;       // position of tokens[0]; KV for positions [0, start_position) is in the cache
+  // block_tables[g][i]: the physical block holding positions [i * block_size, (i + 1) * block_size) for KV group g.
+  // Must cover every position up to start_position + tokens.size(); blocks outside a sliding window may be -1.
+  std::vector<std::span<const int32_t>> block_tables;
+  int32_t num_logits = 1;  // logits rows for the last num_logits tokens (0 for a prefill chunk that is not the last)
+  const SamplingParams* sampling = nullptr;  // when set, one token is sampled from every logits row
+  uint64_t sample_index = 0;                 // sampling stream position of the first row (tokens generated so far)
+};
+
+struct ForwardBatch {
+  std::vector<SequenceStep> sequences;
+  bool return_logits = true;
+  std::vector<int> capture_layers;  // residual stream after these layers is returned for every token
+};
+
+struct ForwardOutput {
+  std::vector<float> logits;     // [rows, vocab] when return_logits; rows in sequence order
+  std::vector<int32_t> sampled;  // [rows] for sequences with sampling set (-1 for rows of the others)
+  std::vector<std::vector<float>> captured;  // [capture_layers.size()][tokens, hidden]
+  int64_t rows = 0;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+
+  // Bytes one KV block takes; the engine divides its memory budget by this.
+  virtual size_t kv_block_bytes(int block_size) const = 0;
+  // (Re)allocates the KV pool; contents are undefined until written by forward().
+  virtual void allocate_kv_cache(const KvCacheLayout& layout) = 0;
+  virtual const KvCacheLayout& kv_cache_layout() const = 0;
+
+  virtual void forward(const ForwardBatch& batch, ForwardOutput& output) = 0;
+};
+
+}  // namespace moeserve

@@ -1,0 +1,64 @@
+#include "util/files.h"
+
+#include <openssl/evp.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace moeserve {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MOESERVE_CHECK(in.good(), "cannot open {}: {}", path, std::strerror(errno));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  MOESERVE_CHECK(!in.bad(), "cannot read {}", path);
+  return buffer.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::string text = read_text_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{} is not valid JSON: {}", path, e.what());
+  }
+}
+
+void write_file(const std::string& path, std::span<const uint8_t> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  MOESERVE_CHECK(out.good(), "cannot create {}: {}", path, std::strerror(errno));
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  MOESERVE_CHECK(out.good(), "cannot write {}: {}", path, std::strerror(errno));
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  write_file(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+bool file_exists(const std::string& path) { return std::filesystem::is_regular_file(path); }
+
+std::string sha256_hex(std::span<const uint8_t> bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  MOESERVE_CHECK(EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) == 1,
+                 "SHA-256 failed");
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+std::string sha256_file(const std::string& path) {
+  MappedFile file(path);
+  return sha256_hex(file.bytes());
+}
+
+}  // namespace moeserve
