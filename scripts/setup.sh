@@ -26,6 +26,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 build_dir=${BUILD_DIR:-build}
+
+# The reference tokenizer (npm package tiktoken) for the tokenizer's exactness test and benchmark, and
+# o200k_base's ranks converted from it into the build directory, where Tokenizer::o200k_harmony() finds them.
+[ -d tools/node/node_modules/tiktoken ] || (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
+ranks="$build_dir/o200k_base.tiktoken"
+if [ ! -f "$ranks" ]; then
+  mkdir -p "$build_dir"
+  node tools/node/convert_o200k.mjs "$ranks" >/dev/null
+fi
+echo "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d  $ranks" | sha256sum --check --quiet
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir"

@@ -1,0 +1,65 @@
+#include "tokenizer/rank_table.h"
+
+#include <bit>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace moeserve {
+namespace {
+
+inline uint64_t mix(uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  return x;
+}
+
+}  // namespace
+
+uint64_t RankTable::hash(std::string_view bytes) {
+  uint64_t h = 0x9e3779b97f4a7c15ull * (bytes.size() + 1);
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  while (n >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    h = mix(h ^ word) + 0x632be59bd9b4e019ull;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p, n);
+  return mix(h ^ tail);
+}
+
+RankTable::RankTable(const std::vector<std::string>& tokens) {
+  size_t total = 0;
+  for (const auto& t : tokens) total += t.size();
+  MOESERVE_CHECK(total < UINT32_MAX, "rank table: {} bytes of tokens is too many", total);
+  arena_.reserve(total);
+  offsets_.reserve(tokens.size() + 1);
+  offsets_.push_back(0);
+  for (const auto& t : tokens) {
+    arena_ += t;
+    offsets_.push_back(static_cast<uint32_t>(arena_.size()));
+  }
+  const size_t capacity = std::bit_ceil(tokens.size() * 2 + 16);
+  slots_.assign(capacity, Slot{});
+  mask_ = capacity - 1;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const uint64_t h = hash(tokens[r]);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1u;
+    size_t slot = h & mask_;
+    while (slots_[slot].tag != 0) {
+      MOESERVE_CHECK(!(slots_[slot].tag == tag && token(static_cast<TokenId>(slots_[slot].rank)) == tokens[r]),
+                     "rank table: token of rank {} repeats rank {}", r, slots_[slot].rank);
+      slot = (slot + 1) & mask_;
+    }
+    slots_[slot] = {tag, static_cast<uint32_t>(r)};
+  }
+}
+
+}  // namespace moeserve

@@ -1,0 +1,51 @@
+// The mergeable ranks of a byte-level BPE: token bytes <-> rank (the rank is the token id). One open-addressing
+// hash table over a single byte arena; the BPE merge loop looks a byte range up in it several times per piece.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moeserve {
+
+using TokenId = int32_t;
+
+class RankTable {
+ public:
+  static constexpr TokenId kNoRank = INT32_MAX;
+
+  RankTable() = default;
+  // tokens[r] is the byte string of rank r; every string must be distinct and non-empty (checked by loaders).
+  explicit RankTable(const std::vector<std::string>& tokens);
+
+  // The rank of these exact bytes, or kNoRank.
+  TokenId find(std::string_view bytes) const {
+    const uint64_t h = hash(bytes);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1u;  // 0 marks an empty slot
+    for (size_t slot = h & mask_;; slot = (slot + 1) & mask_) {
+      const Slot& s = slots_[slot];
+      if (s.tag == 0) return kNoRank;
+      if (s.tag == tag && token(static_cast<TokenId>(s.rank)) == bytes) return static_cast<TokenId>(s.rank);
+    }
+  }
+
+  std::string_view token(TokenId rank) const {
+    return {arena_.data() + offsets_[rank], offsets_[rank + 1] - offsets_[rank]};
+  }
+  size_t size() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }
+
+  static uint64_t hash(std::string_view bytes);
+
+ private:
+  struct Slot {
+    uint32_t tag = 0;
+    uint32_t rank = 0;
+  };
+  std::string arena_;
+  std::vector<uint32_t> offsets_;  // token r is arena_[offsets_[r], offsets_[r + 1])
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+}  // namespace moeserve

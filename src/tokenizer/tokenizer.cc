@@ -1,0 +1,166 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer_files.h"
+#include "tokenizer/utf8.h"
+#include "util/error.h"
+#include "util/files.h"
+
+#ifndef MOESERVE_O200K_RANKS_DEFAULT
+#define MOESERVE_O200K_RANKS_DEFAULT ""
+#endif
+
+namespace moeserve {
+namespace {
+
+void check_utf8(std::string_view text) {
+  const size_t bad = find_invalid_utf8(text);
+  MOESERVE_CHECK(bad == std::string_view::npos, "text is not valid UTF-8: ill-formed byte 0x{:02X} at byte offset {}",
+                 static_cast<uint8_t>(text[bad]), bad);
+}
+
+}  // namespace
+
+bool AllowedSpecial::allows(TokenId id) const {
+  return all_ || std::find(ids_.begin(), ids_.end(), id) != ids_.end();
+}
+
+Tokenizer::Tokenizer(TokenizerFileContents contents)
+    : ranks_(contents.mergeable),
+      pretokenizer_(std::make_unique<Pretokenizer>(contents.pattern)) {
+  MOESERVE_CHECK(ranks_.size() == static_cast<size_t>(o200k::kMergeableTokens),
+                 "o200k_harmony needs {} mergeable ranks, the tokenizer file has {}", o200k::kMergeableTokens,
+                 ranks_.size());
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    MOESERVE_CHECK(ranks_.find(std::string_view(&byte, 1)) != RankTable::kNoRank,
+                   "the tokenizer's ranks lack the single byte 0x{:02X}, which byte-level BPE needs", b);
+  }
+  for (TokenId id = o200k::kFirstSpecial; id <= o200k::kLastSpecial; ++id) {
+    special_names_.push_back(o200k::special_token_name(id));
+  }
+  for (const auto& [id, name] : contents.special_names) {
+    MOESERVE_CHECK(is_special(id), "special token {} has id {}, outside o200k_harmony's {}..{}", name, id,
+                   o200k::kFirstSpecial, o200k::kLastSpecial);
+    std::string& harmony_name = special_names_[id - o200k::kFirstSpecial];
+    // Harmony's named tokens carry the format; a file may rename only reserved slots (Hugging Face's GPT-OSS
+    // tokenizer names 200018 <|endofprompt|>).
+    MOESERVE_CHECK(name == harmony_name || harmony_name.starts_with("<|reserved_"),
+                   "special token {} is {} in the tokenizer file but {} in o200k_harmony", id, name, harmony_name);
+    harmony_name = name;
+  }
+  for (size_t i = 0; i < special_names_.size(); ++i) {
+    const auto [it, inserted] =
+        special_ids_.emplace(special_names_[i], static_cast<TokenId>(o200k::kFirstSpecial + i));
+    MOESERVE_CHECK(inserted, "special token name {} is used twice", special_names_[i]);
+  }
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
+  if (path.ends_with(".json")) return std::make_unique<Tokenizer>(read_hf_tokenizer_json(path));
+  TokenizerFileContents contents;
+  contents.mergeable = read_tiktoken_ranks(path);
+  return std::make_unique<Tokenizer>(std::move(contents));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_model_dir(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "o200k_base.tiktoken"}) {
+    const std::string path = dir + "/" + name;
+    if (file_exists(path)) return from_file(path);
+  }
+  fail("{} has no tokenizer: expected tokenizer.json or o200k_base.tiktoken", dir);
+}
+
+std::string Tokenizer::default_ranks_path() {
+  const char* env = std::getenv("MOESERVE_O200K_RANKS");
+  return env != nullptr && *env != '\0' ? env : MOESERVE_O200K_RANKS_DEFAULT;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::o200k_harmony() {
+  const std::string path = default_ranks_path();
+  MOESERVE_CHECK(!path.empty() && file_exists(path),
+                 "o200k_base ranks not found at \"{}\": run scripts/setup.sh, or set MOESERVE_O200K_RANKS", path);
+  return from_file(path);
+}
+
+void Tokenizer::encode_checked_into(std::string_view text, std::vector<TokenId>& out) const {
+  pretokenizer_->split(text, [&](std::string_view piece) {
+    const TokenId whole = ranks_.find(piece);
+    if (whole != RankTable::kNoRank) {
+      out.push_back(whole);
+    } else {
+      byte_pair_encode(ranks_, piece, out);
+    }
+  });
+}
+
+void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<TokenId>& out) const {
+  check_utf8(text);
+  encode_checked_into(text, out);
+}
+
+std::vector<TokenId> Tokenizer::encode_ordinary(std::string_view text) const {
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3);
+  encode_ordinary_into(text, out);
+  return out;
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, const AllowedSpecial& allowed) const {
+  check_utf8(text);
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3);
+  size_t ordinary_start = 0;
+  size_t search = 0;
+  // Special tokens are "<|name|>" with no "|>" inside, so each candidate ends at the first "|>" after "<|".
+  while (true) {
+    const size_t open = text.find("<|", search);
+    if (open == std::string_view::npos) break;
+    const size_t close = text.find("|>", open + 2);
+    if (close == std::string_view::npos) break;
+    const auto it = special_ids_.find(text.substr(open, close + 2 - open));
+    if (it == special_ids_.end()) {
+      search = open + 1;
+      continue;
+    }
+    MOESERVE_CHECK(allowed.allows(it->second), "special token {} at byte offset {} is not allowed in this text",
+                   it->first, open);
+    encode_checked_into(text.substr(ordinary_start, open - ordinary_start), out);
+    out.push_back(it->second);
+    ordinary_start = search = close + 2;
+  }
+  encode_checked_into(text.substr(ordinary_start), out);
+  return out;
+}
+
+std::string_view Tokenizer::token_bytes(TokenId id) const {
+  if (id >= 0 && id < o200k::kMergeableTokens) return ranks_.token(id);
+  MOESERVE_CHECK(is_special(id), "token id {} is not in o200k_harmony (0..{})", id, o200k::kLastSpecial);
+  return special_names_[id - o200k::kFirstSpecial];
+}
+
+std::string Tokenizer::decode_bytes(std::span<const TokenId> ids) const {
+  std::string out;
+  for (TokenId id : ids) out += token_bytes(id);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids) const { return utf8_lossy(decode_bytes(ids)); }
+
+std::string Tokenizer::decode_utf8(std::span<const TokenId> ids) const {
+  std::string bytes = decode_bytes(ids);
+  const size_t bad = find_invalid_utf8(bytes);
+  MOESERVE_CHECK(bad == std::string::npos, "tokens decode to invalid UTF-8 (ill-formed byte at offset {})", bad);
+  return bytes;
+}
+
+std::optional<TokenId> Tokenizer::special_id(std::string_view name) const {
+  const auto it = special_ids_.find(name);
+  if (it == special_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace moeserve

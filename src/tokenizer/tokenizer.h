@@ -1,0 +1,90 @@
+// The o200k_harmony tokenizer: encode text to token ids and decode ids to text, exactly as tiktoken does.
+//
+// Input text must be valid UTF-8: encode rejects anything else with an Error naming the byte offset of the first
+// ill-formed byte (tiktoken's callers hand it Unicode strings, so ill-formed input never reaches it; refusing it
+// here keeps a malformed request from silently becoming different text). Decoding may produce ill-formed UTF-8
+// when ids split a character: decode_bytes returns the raw bytes, decode replaces ill-formed parts by U+FFFD,
+// decode_utf8 rejects them, and IncrementalDecoder (incremental_decoder.h) streams without splitting characters.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/o200k.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/rank_table.h"
+
+namespace moeserve {
+
+// What a tokenizer file provides.
+struct TokenizerFileContents {
+  std::vector<std::string> mergeable;  // token bytes by rank
+  std::string pattern{o200k::kPattern};
+  // Special tokens the file names (tokenizer.json's added_tokens); the rest keep harmony's names.
+  std::vector<std::pair<TokenId, std::string>> special_names;
+};
+
+// Which special tokens encode() may produce from their text.
+class AllowedSpecial {
+ public:
+  static AllowedSpecial all() { return AllowedSpecial(true); }
+  static AllowedSpecial none() { return AllowedSpecial(false); }
+  AllowedSpecial& add(TokenId id) {
+    ids_.push_back(id);
+    return *this;
+  }
+  bool allows(TokenId id) const;
+
+ private:
+  explicit AllowedSpecial(bool all) : all_(all) {}
+  bool all_;
+  std::vector<TokenId> ids_;
+};
+
+class Tokenizer {
+ public:
+  explicit Tokenizer(TokenizerFileContents contents);
+
+  // A tokenizer file: tokenizer.json (Hugging Face) when the name ends in .json, else a tiktoken rank file.
+  static std::unique_ptr<Tokenizer> from_file(const std::string& path);
+  // A model directory: its tokenizer.json, as GPT-OSS checkpoints ship it, else its o200k_base.tiktoken.
+  static std::unique_ptr<Tokenizer> from_model_dir(const std::string& dir);
+  // The o200k_base ranks that scripts/setup.sh converts (MOESERVE_O200K_RANKS overrides the path).
+  static std::unique_ptr<Tokenizer> o200k_harmony();
+  static std::string default_ranks_path();
+
+  // All text is ordinary: special-token text is encoded as the characters it is made of.
+  std::vector<TokenId> encode_ordinary(std::string_view text) const;
+  void encode_ordinary_into(std::string_view text, std::vector<TokenId>& out) const;
+  // Special-token text becomes its special token where allowed; elsewhere it is an error (as tiktoken's
+  // default disallowed_special="all" is), naming the token and its byte offset.
+  std::vector<TokenId> encode(std::string_view text, const AllowedSpecial& allowed) const;
+
+  // The bytes of one token (special tokens: their name). Errors for ids outside 0..o200k::kLastSpecial.
+  std::string_view token_bytes(TokenId id) const;
+  std::string decode_bytes(std::span<const TokenId> ids) const;
+  std::string decode(std::span<const TokenId> ids) const;       // ill-formed UTF-8 replaced by U+FFFD
+  std::string decode_utf8(std::span<const TokenId> ids) const;  // ill-formed UTF-8 is an error
+
+  bool is_special(TokenId id) const { return id >= o200k::kFirstSpecial && id <= o200k::kLastSpecial; }
+  std::optional<TokenId> special_id(std::string_view name) const;
+
+  const RankTable& ranks() const { return ranks_; }
+  const std::string& pattern() const { return pretokenizer_->pattern(); }
+
+ private:
+  void encode_checked_into(std::string_view text, std::vector<TokenId>& out) const;
+
+  RankTable ranks_;
+  std::unique_ptr<Pretokenizer> pretokenizer_;
+  std::vector<std::string> special_names_;  // index id - o200k::kFirstSpecial
+  std::unordered_map<std::string_view, TokenId> special_ids_;
+};
+
+}  // namespace moeserve

@@ -1,0 +1,63 @@
+// Token ids against the reference: the npm package tiktoken (OpenAI's tiktoken compiled to WASM), run with node
+// on the generated corpus. scripts/setup.sh installs node and the package; their absence fails this test.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "test_util.h"
+#include "tokenizer/corpus.h"
+#include "tokenizer/tokenizer.h"
+#include "util/files.h"
+
+namespace moeserve {
+namespace {
+
+std::vector<TokenId> read_ids(const std::string& path) {
+  const std::string bytes = read_text_file(path);
+  std::vector<TokenId> ids(bytes.size() / 4);
+  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
+  return ids;
+}
+
+TEST(TokenizerExactness, MatchesTiktokenOnTheCorpus) {
+  const std::string corpus = testing::make_tokenizer_corpus(testing::tokenizer_corpus_seed(MOESERVE_SOURCE_DIR),
+                                                            1200 * 1000);
+  ASSERT_GE(corpus.size(), 1u << 20);
+  for (const char* must : {"\u200D", "\t\t\t", "     ", "\n\n\n", "0123", "'LL", "中", "ع", "न", "👋"}) {
+    ASSERT_NE(corpus.find(must), std::string::npos) << "the corpus lacks " << must;
+  }
+  const std::string dir = testing::temp_dir("exactness");
+  write_text_file(dir + "/corpus.txt", corpus);
+
+  const testing::CommandResult node =
+      testing::run_command(std::string("node ") + MOESERVE_SOURCE_DIR + "/tools/node/tiktoken_encode.mjs " + dir +
+                           "/corpus.txt " + dir + "/tiktoken.ids");
+  ASSERT_EQ(node.exit_code, 0) << "node with the npm package tiktoken is needed (scripts/setup.sh installs it):\n"
+                               << node.output;
+  const std::vector<TokenId> expected = read_ids(dir + "/tiktoken.ids");
+
+  const auto tokenizer = Tokenizer::o200k_harmony();
+  const std::vector<TokenId> actual = tokenizer->encode_ordinary(corpus);
+  size_t first_difference = 0;
+  while (first_difference < std::min(expected.size(), actual.size()) &&
+         expected[first_difference] == actual[first_difference]) {
+    ++first_difference;
+  }
+  if (first_difference < std::max(expected.size(), actual.size())) {
+    const size_t from = first_difference >= 5 ? first_difference - 5 : 0;
+    auto context = [&](const std::vector<TokenId>& ids) {
+      const size_t to = std::min(ids.size(), first_difference + 5);
+      std::string ids_text;
+      for (size_t i = from; i < to; ++i) ids_text += std::to_string(ids[i]) + " ";
+      return ids_text + "= \"" + tokenizer->decode(std::span(ids).subspan(from, to - from)) + "\"";
+    };
+    FAIL() << "first difference at token " << first_difference << " of " << expected.size() << " (ours "
+           << actual.size() << ")\n tiktoken: " << context(expected) << "\n ours:     " << context(actual);
+  }
+  EXPECT_EQ(actual.size(), expected.size());
+  EXPECT_EQ(tokenizer->decode_utf8(actual), corpus);
+}
+
+}  // namespace
+}  // namespace moeserve
