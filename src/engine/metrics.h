@@ -1,0 +1,66 @@
+// Engine metrics: a snapshot the server's /metrics and the benchmark both read. Histograms use fixed bucket
+// bounds (seconds) and export cumulative counts as Prometheus does.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace moeserve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+
+  const std::vector<double>& upper_bounds() const { return bounds_; }
+  const std::vector<uint64_t>& counts() const { return counts_; }  // per bucket, the last is +Inf
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// Bucket bounds for latencies from a millisecond to a few minutes.
+std::vector<double> latency_buckets_seconds();
+
+struct EngineMetrics {
+  // Now.
+  size_t running = 0;
+  size_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_in_use = 0;
+  double kv_usage() const { return kv_blocks_total ? static_cast<double>(kv_blocks_in_use) / kv_blocks_total : 0.0; }
+  // Since start.
+  uint64_t steps = 0;
+  uint64_t prompt_tokens_computed = 0;
+  uint64_t generated_tokens = 0;
+  uint64_t prefix_queried_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  double prefix_hit_rate() const {
+    return prefix_queried_tokens ? static_cast<double>(prefix_hit_tokens) / prefix_queried_tokens : 0.0;
+  }
+  uint64_t preemptions = 0;
+  std::map<FinishReason, uint64_t> finished;
+  double busy_seconds = 0;  // time spent in steps
+  // Last step.
+  int last_step_tokens = 0;
+  double last_step_seconds = 0;
+
+  Histogram ttft{latency_buckets_seconds()};
+  Histogram tpot{latency_buckets_seconds()};
+  Histogram queue_time{latency_buckets_seconds()};
+  Histogram e2e_latency{latency_buckets_seconds()};
+  Histogram step_time{latency_buckets_seconds()};
+  Histogram tokens_per_step{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
+};
+
+}  // namespace moeserve

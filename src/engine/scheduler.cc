@@ -1,0 +1,115 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace moeserve {
+
+SchedulingPolicy parse_scheduling_policy(const std::string& name) {
+  if (name == "fcfs") return SchedulingPolicy::fcfs;
+  if (name == "slo") return SchedulingPolicy::slo;
+  fail("unknown scheduling policy \"{}\" (fcfs or slo)", name);
+}
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost)
+    : config_(config), kv_(kv), cost_(cost) {
+  MOESERVE_CHECK(config_.max_num_seqs > 0 && config_.max_batched_tokens > 0,
+                 "max_num_seqs and max_batched_tokens must be positive");
+}
+
+bool Scheduler::before(const Sequence* a, const Sequence* b) const {
+  if (config_.policy == SchedulingPolicy::slo) {
+    auto da = a->deadline(config_.ttft_target_seconds), db = b->deadline(config_.ttft_target_seconds);
+    if (da != db) return da < db;
+  }
+  if (a->spec.priority != b->spec.priority) return a->spec.priority < b->spec.priority;
+  if (a->timing.arrival != b->timing.arrival) return a->timing.arrival < b->timing.arrival;
+  return a->id < b->id;
+}
+
+void Scheduler::add(Sequence* seq) {
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* w) { return before(seq, w); });
+  waiting_.insert(pos, seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+}
+
+int Scheduler::token_budget() const {
+  if (config_.policy == SchedulingPolicy::fcfs) return config_.max_batched_tokens;
+  const StepCost& c = cost_.cost();
+  const int decoders = static_cast<int>(std::count_if(running_.begin(), running_.end(),
+                                                      [](const Sequence* s) { return s->num_uncomputed() == 1; }));
+  const double left = config_.tpot_target_seconds - c.predict(decoders, 0);
+  int prefill = c.per_prefill_token_seconds > 0 ? static_cast<int>(left / c.per_prefill_token_seconds) : 1 << 30;
+  prefill = std::max(prefill, config_.min_prefill_tokens);
+  return std::min(config_.max_batched_tokens, decoders + prefill);
+}
+
+bool Scheduler::can_admit_decoder() const {
+  if (static_cast<int>(running_.size()) >= config_.max_num_seqs) return false;
+  if (config_.policy == SchedulingPolicy::fcfs || running_.empty()) return true;
+  // One more decoding sequence must still leave a decode-only step under the TPOT target.
+  return cost_.cost().predict(static_cast<int>(running_.size()) + 1, 0) <= config_.tpot_target_seconds;
+}
+
+void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
+  kv_.release(*seq);
+  seq->status = SequenceStatus::waiting;
+  ++seq->timing.preemptions;
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  out.preempted.push_back(seq);
+  add(seq);
+}
+
+SchedulerOutput Scheduler::schedule(TimePoint now) {
+  SchedulerOutput out;
+  int budget = token_budget();
+  std::sort(running_.begin(), running_.end(), [&](const Sequence* a, const Sequence* b) { return before(a, b); });
+
+  // Running sequences first, in order; when KV runs out, the last in order is preempted (possibly this one). The
+  // victim is never one already scheduled in this step: those come before the current sequence.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const int n = std::min(seq->num_uncomputed(), budget);
+    if (kv_.allocate(*seq, n)) {
+      const bool samples = seq->num_computed + n == static_cast<int>(seq->tokens.size());
+      out.chunks.push_back({seq, n, samples});
+      (samples && n == 1 ? out.decode_tokens : out.prefill_tokens) += n;
+      budget -= n;
+      ++i;
+      continue;
+    }
+    preempt(running_.back(), out);  // frees its blocks; if it was seq, the loop moves on naturally
+  }
+
+  // Then admissions from the waiting queue, in order, while budget, sequence slots and KV allow; none in a step
+  // that had to preempt (the pool is short, and a victim would come straight back).
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 && can_admit_decoder()) {
+    Sequence* seq = waiting_.front();
+    const bool fresh = seq->block_tables.empty();
+    if (fresh) {
+      const int hit = kv_.match_prefix(*seq);
+      if (!seq->timing.first_scheduled) seq->timing.cached_prompt_tokens = hit;
+    }
+    const int n = std::min(seq->num_uncomputed(), budget);
+    if (!kv_.allocate(*seq, n)) {
+      if (fresh) kv_.release(*seq);
+      break;
+    }
+    waiting_.pop_front();
+    seq->status = SequenceStatus::running;
+    if (!seq->timing.first_scheduled) seq->timing.first_scheduled = now;
+    running_.push_back(seq);
+    const bool samples = seq->num_computed + n == static_cast<int>(seq->tokens.size());
+    out.chunks.push_back({seq, n, samples});
+    (samples && n == 1 ? out.decode_tokens : out.prefill_tokens) += n;
+    budget -= n;
+  }
+  return out;
+}
+
+}  // namespace moeserve

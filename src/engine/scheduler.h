@@ -1,0 +1,73 @@
+// Which sequences run in the next step and with how many tokens: continuous batching with chunked prefill under a
+// token budget, admission from the waiting queue, and preemption by recomputation when the KV pool runs out.
+//
+// Policies:
+//  - fcfs: waiting requests in (priority, arrival) order; a fixed token budget per step (max_batched_tokens).
+//  - slo:  given p99 targets for TTFT and TPOT, sizes every step so its predicted time (StepCostModel) stays
+//          under the TPOT target: all running decodes, plus as many prefill tokens as the remaining time allows;
+//          admits waiting requests earliest deadline first (arrival + TTFT target, or the request's own deadline)
+//          and stops admitting when one more decoding sequence would push a decode-only step over the target.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "engine/kv_manager.h"
+#include "engine/sequence.h"
+#include "engine/step_cost.h"
+
+namespace moeserve {
+
+enum class SchedulingPolicy { fcfs, slo };
+SchedulingPolicy parse_scheduling_policy(const std::string& name);
+
+struct SchedulerConfig {
+  SchedulingPolicy policy = SchedulingPolicy::fcfs;
+  int max_num_seqs = 256;           // sequences running at once
+  int max_batched_tokens = 2048;    // tokens per step (decode tokens plus prefill chunks)
+  double ttft_target_seconds = 3.0;   // slo policy: p99 TTFT target (MLPerf gpt-oss-120b Server: 3 s)
+  double tpot_target_seconds = 0.080;  // slo policy: p99 TPOT target (MLPerf gpt-oss-120b Server: 80 ms)
+  int min_prefill_tokens = 16;      // slo policy: prefill progress guaranteed per step while requests wait
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int num_tokens;  // tokens[seq->num_computed, + num_tokens) are computed this step
+  bool samples;    // this chunk reaches the end of seq's tokens, so a new token is sampled
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;  // sent back to waiting, KV given back (recomputed later)
+  int decode_tokens = 0;
+  int prefill_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost);
+
+  const SchedulerConfig& config() const { return config_; }
+  void add(Sequence* seq);     // to the waiting queue
+  void remove(Sequence* seq);  // from wherever it is (finished or cancelled); the caller releases its KV
+  SchedulerOutput schedule(TimePoint now);
+
+  size_t num_running() const { return running_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  const std::vector<Sequence*>& running() const { return running_; }
+
+ private:
+  bool before(const Sequence* a, const Sequence* b) const;  // scheduling order
+  int token_budget() const;
+  bool can_admit_decoder() const;
+  void preempt(Sequence* seq, SchedulerOutput& out);
+
+  SchedulerConfig config_;
+  KvCacheManager& kv_;
+  const StepCostModel& cost_;
+  std::vector<Sequence*> running_;  // in scheduling order
+  std::deque<Sequence*> waiting_;
+};
+
+}  // namespace moeserve

@@ -1,0 +1,39 @@
+// A request inside the engine: its tokens, how many have KV in the cache, and its block tables per KV group.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace moeserve {
+
+enum class SequenceStatus { waiting, running, finished };
+
+struct Sequence {
+  uint64_t id = 0;
+  RequestSpec spec;
+  EventCallback on_event;
+  SequenceStatus status = SequenceStatus::waiting;
+
+  std::vector<int32_t> tokens;  // prompt followed by the generated tokens
+  int prompt_length = 0;
+  int num_computed = 0;  // tokens[0, num_computed) have KV in the cache
+  // block_tables[g][i]: block holding positions [i * block_size, (i + 1) * block_size) for KV group g; -1 where a
+  // sliding-window group has given the block back.
+  std::vector<std::vector<int32_t>> block_tables;
+  std::vector<uint64_t> full_block_hashes;  // hashes of tokens' full blocks, computed as they fill
+  int registered_blocks = 0;                // full blocks already offered to the prefix cache
+  bool cancel_requested = false;
+
+  RequestTiming timing;
+
+  int num_generated() const { return static_cast<int>(tokens.size()) - prompt_length; }
+  // Tokens whose KV still has to be computed before the next token can be sampled.
+  int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
+  // The deadline the SLO-aware policy orders by.
+  TimePoint deadline(double ttft_target_seconds) const;
+};
+
+}  // namespace moeserve
