@@ -22,7 +22,7 @@ def main():
     src = torch.randn(2 ** 30, device="cuda", dtype=torch.float32)  # 4 GiB
     dst = torch.empty_like(src)
     ms = median_ms(lambda: dst.copy_(src))
-    print(f"copy: {2 * src.numel() * 4 / ms / 1e9:.0f} GB/s (read+write, 4 GiB)")
+    print(f"copy: {2 * src.numel() * 4 / ms / 1e6:.0f} GB/s (read+write, 4 GiB)")
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)

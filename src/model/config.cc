@@ -200,6 +200,9 @@ ModelConfig load_model_config(const std::string& dir) {
 }
 
 namespace {
+// o200k_harmony's special ids exist only in the full vocabulary; small test vocabularies leave them unset.
+json special_token_or_null(const ModelConfig& c, int32_t id) { return id < c.vocab_size ? json(id) : json(nullptr); }
+
 json layer_types_json(const ModelConfig& c) {
   json types = json::array();
   for (auto t : c.layer_types) types.push_back(t == AttentionKind::sliding ? "sliding_attention" : "full_attention");
@@ -212,7 +215,7 @@ json to_hf_config_json(const ModelConfig& c) {
   return json{{"architectures", {"GptOssForCausalLM"}},
               {"attention_bias", true},
               {"attention_dropout", 0.0},
-              {"eos_token_id", 200002},
+              {"eos_token_id", special_token_or_null(c, 200002)},
               {"experts_per_token", c.experts_per_token},
               {"head_dim", c.head_dim},
               {"hidden_act", "silu"},
@@ -229,7 +232,7 @@ json to_hf_config_json(const ModelConfig& c) {
               {"num_key_value_heads", c.num_kv_heads},
               {"num_local_experts", c.num_experts},
               {"output_router_logits", false},
-              {"pad_token_id", 199999},
+              {"pad_token_id", special_token_or_null(c, 199999)},
               {"quantization_config",
                {{"modules_to_not_convert",
                  {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},

@@ -241,7 +241,8 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
   c.max_position_embeddings = 131072;
   c.rope = RopeConfig{};
   c.layout = o.layout;
-  c.eos_token_ids = {200002, 199999, 200012};
+  // <|return|>, <|endoftext|>, <|call|>: generation_config.json of openai/gpt-oss-20b (full vocabulary only).
+  if (c.vocab_size > 200012) c.eos_token_ids = {200002, 199999, 200012};
   for (int i = 0; i < c.num_layers; ++i) c.layer_types.push_back(i % 2 == 0 ? AttentionKind::sliding : AttentionKind::full);
   c.validate("make-tiny options");
   MOESERVE_CHECK(o.shards >= 1, "--shards must be at least 1");
@@ -262,10 +263,11 @@ void make_tiny_checkpoint(const TinyModelOptions& options, const std::string& ou
   nlohmann::json config_json = hf ? to_hf_config_json(config) : to_original_config_json(config);
   if (hf && options.expert_format == ExpertFormat::dense) config_json.erase("quantization_config");
   write_text_file((fs::path(out_dir) / "config.json").string(), config_json.dump(2) + "\n");
-  nlohmann::json generation = {{"bos_token_id", 199998},
-                               {"do_sample", true},
-                               {"eos_token_id", config.eos_token_ids},
-                               {"pad_token_id", 199999}};
+  nlohmann::json generation = {{"do_sample", true}, {"eos_token_id", config.eos_token_ids}};
+  if (config.vocab_size > 199999) {
+    generation["bos_token_id"] = 199998;
+    generation["pad_token_id"] = 199999;
+  }
   write_text_file((fs::path(out_dir) / "generation_config.json").string(), generation.dump(2) + "\n");
   if (!hf) {
     nlohmann::json dtypes(plan.original_dtypes);
