@@ -8,5 +8,8 @@ namespace moeserve::cli {
 
 void register_make_tiny(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_detokenize(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace moeserve::cli

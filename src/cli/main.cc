@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "moeserve 0.1.0");
   moeserve::cli::register_make_tiny(app);
   moeserve::cli::register_generate(app);
+  moeserve::cli::register_tokenize(app);
+  moeserve::cli::register_detokenize(app);
+  moeserve::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
