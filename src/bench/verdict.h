@@ -1,0 +1,35 @@
+// VALID or INVALID, and why: LoadGen's MinDurationMet, MinQueriesMet/MinSamplesMet, PerfConstraintsMet and
+// EarlyStopping (results.cc, 6.0.17), with LoadGen's recommendation texts, so that the summary's verdict lines
+// read exactly as LoadGen's would for the same measurements.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/early_stopping.h"
+#include "bench/latency_stats.h"
+
+namespace moeserve::bench {
+
+struct Verdict {
+  bool valid = false;
+  bool has_perf_constraints = false;  // Server only
+  bool perf_constraints_met = true;
+  bool min_duration_met = false;
+  bool min_queries_met = false;
+  bool early_stopping_met = true;
+  std::string perf_constraints_recommendation;
+  std::string min_duration_recommendation;
+  // Without token latencies, one early-stopping result; with them, TPOT's and TTFT's. As in LoadGen, TTFT is only
+  // evaluated when TPOT passes (its text stays empty otherwise).
+  EarlyStoppingResult early_stopping;
+  EarlyStoppingResult early_stopping_tpot;
+  EarlyStoppingResult early_stopping_ttft;
+
+  // Every reason the run is INVALID, one sentence each with the numbers (empty when VALID).
+  std::vector<std::string> reasons;
+};
+
+Verdict judge(const PerformanceSummary& summary, const EffectiveSettings& settings);
+
+}  // namespace moeserve::bench
