@@ -16,34 +16,29 @@ std::string one_line(std::string text) {
 }
 
 void judge_min_duration(const PerformanceSummary& s, const EffectiveSettings& settings, Verdict& v) {
-  const double min_duration = static_cast<double>(settings.min_duration_ms) / 1000.0;
+  // What each scenario measures its duration by, and LoadGen's recommendation when it falls short.
+  struct Rule {
+    double measured;
+    const char* measured_as;
+    const char* recommendation;
+  };
   const PerformanceResult& r = s.result;
-  switch (settings.scenario) {
-    case Scenario::offline:
-      v.min_duration_met = r.max_latency >= min_duration;
-      v.min_duration_recommendation =
-          "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query.";
-      if (!v.min_duration_met)
-        v.reasons.push_back(fmt::format("min duration not met: the run took {} (its longest latency), under {}",
-                                        seconds(r.max_latency), seconds(min_duration)));
-      break;
-    case Scenario::server:
-      v.min_duration_met = r.final_query_scheduled_time >= min_duration;
-      v.min_duration_recommendation = "Increase the target QPS so the loadgen pre-generates more queries.";
-      if (!v.min_duration_met)
-        v.reasons.push_back(fmt::format("min duration not met: the last query was scheduled at {}, under {}",
-                                        seconds(r.final_query_scheduled_time), seconds(min_duration)));
-      break;
-    case Scenario::single_stream:
-      v.min_duration_met = r.final_query_issued_time >= min_duration;
-      v.min_duration_recommendation =
-          "Decrease the expected latency so the loadgen pre-generates more queries.";
-      if (!v.min_duration_met)
-        v.reasons.push_back(fmt::format("min duration not met: the last query was issued at {}, under {}",
-                                        seconds(r.final_query_issued_time), seconds(min_duration)));
-      break;
-  }
-  if (v.min_duration_met) v.min_duration_recommendation.clear();
+  const Rule rule =
+      settings.scenario == Scenario::offline
+          ? Rule{r.max_latency, "the run took {} (its longest latency)",
+                 "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."}
+      : settings.scenario == Scenario::server
+          ? Rule{r.final_query_scheduled_time, "the last query was scheduled at {}",
+                 "Increase the target QPS so the loadgen pre-generates more queries."}
+          : Rule{r.final_query_issued_time, "the last query was issued at {}",
+                 "Decrease the expected latency so the loadgen pre-generates more queries."};
+  const double min_duration = static_cast<double>(settings.min_duration_ms) / 1000.0;
+  v.min_duration_met = rule.measured >= min_duration;
+  if (v.min_duration_met) return;
+  v.min_duration_recommendation = rule.recommendation;
+  v.reasons.push_back(fmt::format("min duration not met: {}, under {}",
+                                  fmt::format(fmt::runtime(rule.measured_as), seconds(rule.measured)),
+                                  seconds(min_duration)));
 }
 
 void judge_perf_constraints(const PerformanceSummary& s, const EffectiveSettings& settings, Verdict& v) {
