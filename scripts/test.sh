@@ -4,3 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+# The engine's randomised stress test runs again under AddressSanitizer and UBSan.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOESERVE_SANITIZE=ON -DMOESERVE_CUDA=OFF >/dev/null
+cmake --build build-asan --target engine_stress_test engine_kv_blocks_test
+build-asan/tests/engine/engine_stress_test
+build-asan/tests/engine/engine_kv_blocks_test

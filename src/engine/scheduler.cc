@@ -65,6 +65,14 @@ void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
   add(seq);
 }
 
+int Scheduler::allocate_chunk(Sequence& seq, int wanted) {
+  // A long prefill chunk needs blocks for all of itself in every group; when the pool cannot give that, a shorter
+  // chunk (down to one token) may still fit, which is cheaper than preempting anyone.
+  for (int n = wanted; n > 0; n /= 2)
+    if (kv_.allocate(seq, n)) return n;
+  return 0;
+}
+
 SchedulerOutput Scheduler::schedule(TimePoint now) {
   SchedulerOutput out;
   int budget = token_budget();
@@ -74,8 +82,8 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
   // victim is never one already scheduled in this step: those come before the current sequence.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int n = std::min(seq->num_uncomputed(), budget);
-    if (kv_.allocate(*seq, n)) {
+    const int n = allocate_chunk(*seq, std::min(seq->num_uncomputed(), budget));
+    if (n > 0) {
       const bool samples = seq->num_computed + n == static_cast<int>(seq->tokens.size());
       out.chunks.push_back({seq, n, samples});
       (samples && n == 1 ? out.decode_tokens : out.prefill_tokens) += n;
@@ -95,8 +103,8 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
       const int hit = kv_.match_prefix(*seq);
       if (!seq->timing.first_scheduled) seq->timing.cached_prompt_tokens = hit;
     }
-    const int n = std::min(seq->num_uncomputed(), budget);
-    if (!kv_.allocate(*seq, n)) {
+    const int n = allocate_chunk(*seq, std::min(seq->num_uncomputed(), budget));
+    if (n == 0) {
       if (fresh) kv_.release(*seq);
       break;
     }

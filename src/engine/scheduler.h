@@ -62,6 +62,8 @@ class Scheduler {
   int token_budget() const;
   bool can_admit_decoder() const;
   void preempt(Sequence* seq, SchedulerOutput& out);
+  // Allocates KV for the largest chunk of at most `wanted` tokens that fits (halving); 0 when none does.
+  int allocate_chunk(Sequence& seq, int wanted);
 
   SchedulerConfig config_;
   KvCacheManager& kv_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -25,6 +26,7 @@ inline std::map<uint64_t, Collected> run_requests(EngineCore& core, const std::v
   std::map<uint64_t, Collected> out;
   size_t added = 0;
   for (int step = 0; added < arrivals.size() || core.has_work(); ++step) {
+    if (step > 200000) throw std::runtime_error("engine made no progress in 200000 steps");
     for (size_t i = 0; i < arrivals.size(); ++i) {
       if (arrivals[i].step != step) continue;
       core.add_request(i, arrivals[i].spec, [&out](const RequestEvent& e) {
