@@ -1,0 +1,103 @@
+// A sandbox for running untrusted programs (model-written code): one process tree per run, limited, isolated
+// where the OS allows, and entirely gone when run() returns.
+//
+// Every run gets:
+//   - a fresh directory (mkdtemp under the temp root) holding the request's files, readable only, and a work/
+//     subdirectory that is the program's working directory and the one place it may write;
+//   - a cleared environment (PATH=/usr/bin:/bin, LANG=C.UTF-8, PYTHONDONTWRITEBYTECODE=1), stdin /dev/null,
+//     no file descriptors but stdout and stderr (pipes the caller reads);
+//   - rlimits on the program: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_CORE = 0,
+//     and no_new_privs;
+//   - a wall-clock deadline, after which the whole tree is killed.
+// Isolation, strongest first (isolation() says which this machine allows; each run uses the strongest):
+//   namespaces:      new user, PID, network, mount, IPC and UTS namespaces. The program runs as uid/gid 65534
+//                    (nobody when the evaluator is root, else the evaluator's own uid seen as 65534), so
+//                    RLIMIT_NPROC holds even for root and its capabilities are gone after exec; the network
+//                    namespace has no interface up (connect fails); every mount is read-only and work/ is a
+//                    fresh tmpfs of file_size_bytes; the PID namespace dies with its init, taking every
+//                    process in it along.
+//   root_namespaces: the same without a user namespace (the kernel refuses one but we are root): the program
+//                    drops to uid/gid 65534 itself.
+//   processes_only:  rlimits, a new session, and uid/gid 65534 when root; no network or filesystem isolation
+//                    beyond file permissions (a non-root evaluator's files are writable to the program).
+// In every mode a keeper process that is a child subreaper owns the tree: when the program ends, the caller
+// stops it, or the deadline passes, it kills every descendant, including ones that left the process group or
+// daemonised, and exits only when none is left. run() returns after the keeper is reaped, so nothing the
+// program started outlives the verdict. If the evaluator dies, the keeper sees its control pipe close and
+// does the same.
+//
+// Limits: memory is bounded per process (RLIMIT_AS), so a tree may use up to max_processes times that; no
+// cgroup limits are set. In processes_only mode RLIMIT_NPROC counts every process of uid 65534 on the machine,
+// and the program can write wherever uid 65534 (or a non-root evaluator) may, e.g. /tmp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moeserve::eval {
+
+enum class Isolation { namespaces, root_namespaces, processes_only };
+std::string_view isolation_name(Isolation isolation);
+
+struct SandboxLimits {
+  double wall_seconds = 10;                       // deadline for the whole run
+  double cpu_seconds = 10;                        // RLIMIT_CPU of the program (rounded up to whole seconds)
+  uint64_t memory_bytes = 4ull << 30;             // RLIMIT_AS, per process
+  uint64_t file_size_bytes = 64ull << 20;         // RLIMIT_FSIZE; also the size of the work/ tmpfs
+  int max_processes = 16;                         // RLIMIT_NPROC (threads count)
+  size_t max_stdout_bytes = 256ull << 20;         // stdout beyond this stops the run (output_limit)
+  size_t max_stderr_bytes = 64 << 10;             // stderr beyond this is read and dropped
+};
+
+struct SandboxFile {
+  std::string name;  // a plain file name, no directories
+  std::string content;
+};
+
+struct SandboxRequest {
+  std::vector<std::string> argv;  // argv[0] is an absolute path; relative arguments resolve in work/
+  std::vector<SandboxFile> files;  // written beside work/, readable by the program as ../name
+  SandboxLimits limits;
+};
+
+struct SandboxResult {
+  enum class End { exited, signaled, timed_out, stopped, output_limit, failed_to_start };
+  End end = End::failed_to_start;
+  int exit_code = -1;  // when exited
+  int signal = 0;      // when signaled
+  std::string stdout_text;  // what on_line did not take (all of it when no on_line is given)
+  std::string stderr_text;  // the first max_stderr_bytes
+  std::string setup_error;  // when failed_to_start: the step and errno
+  double wall_seconds = 0;
+  Isolation isolation = Isolation::processes_only;
+};
+std::string_view end_name(SandboxResult::End end);
+
+// Called with each complete stdout line (without "\n") as it arrives; returning false stops the run at once.
+using LineHandler = std::function<bool(std::string_view line)>;
+
+struct SandboxOptions {
+  std::string temp_root;  // default: the system temp directory
+  // The strongest isolation to try; tests force weaker modes to check that they too hold.
+  Isolation strongest = Isolation::namespaces;
+};
+
+class Sandbox {
+ public:
+  explicit Sandbox(SandboxOptions options = {});
+
+  // The isolation runs get on this machine (probed once, by starting a process in each mode).
+  Isolation isolation() const { return isolation_; }
+
+  // Thread-safe: runs may proceed in parallel from several threads.
+  SandboxResult run(const SandboxRequest& request, const LineHandler& on_line = {}) const;
+
+ private:
+  SandboxOptions options_;
+  Isolation isolation_;
+};
+
+}  // namespace moeserve::eval

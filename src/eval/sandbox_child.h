@@ -1,0 +1,58 @@
+// The processes a sandbox run forks (sandbox.h): the keeper, the namespace init and the program. They run between
+// fork and exec in a copy of a multi-threaded evaluator, so they use only system calls: no allocation, no locks,
+// no C++ library. Everything they need is prepared in a ChildPlan before the fork.
+//
+//   evaluator --fork--> keeper: new session, child subreaper; clones init with the namespaces of the isolation
+//                       mode, writes its uid/gid maps, then waits for init to end or for the control pipe to
+//                       close, and kills every descendant before it exits.
+//   init:               makes mounts private and read-only and mounts the work/ tmpfs (mount namespace), forks
+//                       the program, reaps until the program ends, reports its wait status and exits (which, as
+//                       PID 1 of a PID namespace, kills what is left in it).
+//   program:            rlimits, uid/gid 65534, no_new_privs, work/ as cwd, fds 0-2 only, execve.
+//
+// Records the three write on the report pipe: 'E' a setup step failed (stage, errno), 'X' execve failed (errno),
+// 'S' the program's wait status.
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstdint>
+
+namespace moeserve::eval::sandbox_detail {
+
+inline constexpr uint32_t kSandboxId = 65534;
+
+struct ReportRecord {
+  char kind;   // 'E', 'X' or 'S'
+  char stage;  // for 'E': the step (see stage_name in sandbox.cc)
+  int32_t value;  // errno, or the wait status
+};
+
+struct ChildPlan {
+  unsigned long clone_flags = 0;  // namespaces to create (0: none)
+  bool user_namespace = false;
+  bool mount_namespace = false;
+  bool drop_to_sandbox_id = false;  // setresuid/setresgid 65534 in the program
+  bool deny_setgroups = false;      // an unprivileged writer of gid_map must deny setgroups first
+  const char* work_dir = nullptr;
+  const char* tmpfs_options = nullptr;
+  const char* uid_map = nullptr;
+  const char* gid_map = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  rlim_t cpu_seconds = 1;
+  rlim_t memory_bytes = 0;
+  rlim_t file_size_bytes = 0;
+  rlim_t max_processes = 1;
+  // The evaluator's descriptors, moved to fixed numbers in the keeper.
+  int control_read = -1;  // closes when the evaluator wants the run ended (or dies)
+  int report_write = -1;
+  int stdout_write = -1;
+  int stderr_write = -1;
+};
+
+// Runs the keeper in a freshly forked child; never returns.
+[[noreturn]] void run_keeper(const ChildPlan& plan);
+
+}  // namespace moeserve::eval::sandbox_detail
