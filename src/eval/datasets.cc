@@ -4,34 +4,16 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <random>
 
+#include "eval/json_lines.h"
 #include "eval/python_text.h"
 #include "util/error.h"
 #include "util/files.h"
 
 namespace moeserve::eval {
 namespace {
-
-// Calls on_row(json, line number) for each non-blank line; errors name the file and line.
-template <typename OnRow>
-void for_each_json_line(const std::string& path, OnRow&& on_row) {
-  std::ifstream in(path);
-  MOESERVE_CHECK(in.good(), "cannot open {}: {}", path, std::strerror(errno));
-  std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
-    if (python_strip(line).empty()) continue;
-    try {
-      on_row(nlohmann::json::parse(line), number);
-    } catch (const std::exception& e) {
-      fail("{}:{}: {}", path, number, e.what());
-    }
-  }
-}
 
 std::string required_string(const nlohmann::json& row, std::initializer_list<const char*> names) {
   for (const char* name : names) {

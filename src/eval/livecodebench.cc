@@ -3,9 +3,8 @@
 #include <zlib.h>
 
 #include <array>
-#include <cstring>
-#include <fstream>
 
+#include "eval/json_lines.h"
 #include "util/error.h"
 
 namespace moeserve::eval {
@@ -82,18 +81,8 @@ LcbProblem parse_lcb_problem(const nlohmann::json& row) {
 }
 
 std::vector<LcbProblem> load_lcb_problems(const std::string& path) {
-  std::ifstream in(path);
-  MOESERVE_CHECK(in.good(), "cannot open {}: {}", path, std::strerror(errno));
   std::vector<LcbProblem> problems;
-  std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      problems.push_back(parse_lcb_problem(nlohmann::json::parse(line)));
-    } catch (const std::exception& e) {
-      fail("{}:{}: {}", path, number, e.what());
-    }
-  }
+  for_each_json_line(path, [&](const nlohmann::json& row, size_t) { problems.push_back(parse_lcb_problem(row)); });
   return problems;
 }
 

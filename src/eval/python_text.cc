@@ -1,5 +1,7 @@
 #include "eval/python_text.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 
 namespace moeserve::eval {
@@ -142,6 +144,12 @@ std::optional<long long> python_int(std::string_view text) {
   }
   if (!last_was_digit) return std::nullopt;
   return negative ? -static_cast<long long>(value) : static_cast<long long>(value);
+}
+
+std::string python_float_text(double value) {
+  std::string text = fmt::format("{}", value);
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+  return text;
 }
 
 std::string ascii_upper(std::string_view text) {

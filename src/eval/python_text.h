@@ -23,6 +23,8 @@ std::string ascii_lower(std::string_view text);
 // int() reads "\uff13\uff13" as 33) with single underscores between them. None when it is not one, or does not
 // fit in 64 bits.
 std::optional<long long> python_int(std::string_view text);
+// str(float) / repr(float): the shortest digits that read back the same, ".0" added to whole numbers.
+std::string python_float_text(double value);
 std::string ascii_upper(std::string_view text);
 
 }  // namespace moeserve::eval

@@ -1,0 +1,72 @@
+// Scoring outputs that already exist, as MLPerf's accuracy scripts score an mlperf_log_accuracy.json:
+//   gpt_oss (language/gpt-oss-120b/eval_mlperf_accuracy.py): every log record is scored (repeats of a qsl_idx
+//     included), its tokens decoded with special tokens kept; records whose qsl_idx is outside the reference are
+//     skipped with a warning; per dataset (lower-cased name) correct / total; the final score is
+//     sum(correct / repeats) / sum(total / repeats) * 100, printed as 'exact_match': X.XXX.
+//   deepseek_r1 (language/deepseek-r1/eval_accuracy.py process_mlperf_log_accuracy): a qsl_idx seen before is
+//     skipped; exact_match is the mean accuracy over the samples (0 or 100 each) and tokens_per_sample the
+//     mean number of output tokens, printed as {'exact_match': X, 'tokens_per_sample': Y, 'num-samples': N}.
+// The reference gives each qsl_idx its dataset and ground truth (the parquet's `dataset` and `ground_truth`
+// columns; for LiveCodeBench the ground truth is the question_id).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/accuracy_log.h"
+#include "eval/scoring.h"
+
+namespace moeserve::eval {
+
+struct ReferenceRow {
+  std::string dataset;
+  std::string ground_truth;
+};
+
+// JSON lines with "dataset" and "ground_truth", one per qsl_idx in order (e.g. written from the MLPerf parquet
+// with pandas: df[["dataset", "ground_truth"]].to_json(path, orient="records", lines=True)).
+std::vector<ReferenceRow> load_reference(const std::string& path);
+
+struct ModelOutput {
+  int64_t seq_id = 0;
+  int64_t qsl_idx = 0;
+  std::string text;
+  int64_t token_count = 0;
+};
+
+using Detokenizer = std::function<std::string(std::span<const int32_t>)>;
+
+// The log's records as outputs, by the rules above (duplicates and out-of-range qsl_idx); what was skipped is
+// added to warnings.
+std::vector<ModelOutput> outputs_from_log(const std::vector<AccuracyLogEntry>& entries, size_t reference_rows,
+                                          const Detokenizer& detokenize, Rules rules,
+                                          std::vector<std::string>& warnings);
+// JSON lines {qsl_idx, text, [seq_id], [token_count]}: outputs from elsewhere (another harness, a text log).
+std::vector<ModelOutput> load_outputs(const std::string& path);
+
+struct OfflineResult {
+  Rules rules = Rules::gpt_oss;
+  std::vector<ModelOutput> outputs;
+  std::vector<ReferenceRow> references;  // the reference row of each output
+  std::vector<ScoredSample> scores;      // of each output
+  std::vector<DatasetTally> tallies;     // by dataset name, sorted
+  double exact_match = 0;
+  double tokens_per_sample = 0;
+  std::vector<std::string> warnings;
+};
+
+OfflineResult score_outputs(std::vector<ModelOutput> outputs, const std::vector<ReferenceRow>& reference,
+                            const SampleScorer& scorer, Rules rules);
+
+// What the reference script prints, ending with the line the submission checker reads.
+std::string offline_report_text(const OfflineResult& result);
+// Summary and one record per sample (seq_id, qsl_idx, dataset, is_correct, extracted_answer, ground_truth,
+// evaluation_details, token_count), as eval_mlperf_accuracy.py --output-file writes.
+nlohmann::json offline_result_json(const OfflineResult& result);
+
+}  // namespace moeserve::eval
