@@ -218,7 +218,9 @@ TokenizerFileContents TokenizerJsonReader::finish() {
     const std::string name = content->second.get<std::string>();
     contents.special_names.emplace_back(static_cast<TokenId>(id->second.get<uint64_t>()), name);
   }
-  for (const auto& [id, key] : vocab_specials_) {
+  for (const auto& special : vocab_specials_) {
+    const uint64_t id = special.first;
+    const std::string& key = special.second;
     const bool added = std::any_of(contents.special_names.begin(), contents.special_names.end(),
                                    [&](const auto& s) { return static_cast<uint64_t>(s.first) == id; });
     MOESERVE_CHECK(added, "{}: vocab id {} ({}) is neither mergeable nor an added token", path_, id, json_quoted(key));

@@ -31,7 +31,7 @@ uint64_t RankTable::hash(std::string_view bytes) {
     n -= 8;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, p, n);
+  if (n > 0) std::memcpy(&tail, p, n);
   return mix(h ^ tail);
 }
 

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "tokenizer/bpe.h"
@@ -16,6 +17,23 @@
 namespace moeserve {
 namespace {
 
+// The BPE results of recent multi-token pieces, per thread (the tokenizer is shared between threads): words
+// repeat, and a hash look-up is cheaper than the merge loop. Cleared when it grows past kCachePieces, or when
+// another tokenizer uses the thread.
+struct PieceCache {
+  static constexpr size_t kCachePieces = 1 << 16;
+  static constexpr size_t kLongestPiece = 64;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return RankTable::hash(s); }
+  };
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> pieces;  // -> tokens
+  std::vector<TokenId> tokens;
+};
+thread_local PieceCache piece_cache;
+std::atomic<uint64_t> next_tokenizer_id{1};
+
 void check_utf8(std::string_view text) {
   const size_t bad = find_invalid_utf8(text);
   MOESERVE_CHECK(bad == std::string_view::npos, "text is not valid UTF-8: ill-formed byte 0x{:02X} at byte offset {}",
@@ -30,7 +48,8 @@ bool AllowedSpecial::allows(TokenId id) const {
 
 Tokenizer::Tokenizer(TokenizerFileContents contents)
     : ranks_(contents.mergeable),
-      pretokenizer_(std::make_unique<Pretokenizer>(contents.pattern)) {
+      pretokenizer_(std::make_unique<Pretokenizer>(contents.pattern)),
+      id_(next_tokenizer_id++) {
   MOESERVE_CHECK(ranks_.size() == static_cast<size_t>(o200k::kMergeableTokens),
                  "o200k_harmony needs {} mergeable ranks, the tokenizer file has {}", o200k::kMergeableTokens,
                  ranks_.size());
@@ -87,13 +106,36 @@ std::unique_ptr<Tokenizer> Tokenizer::o200k_harmony() {
 }
 
 void Tokenizer::encode_checked_into(std::string_view text, std::vector<TokenId>& out) const {
+  PieceCache& cache = piece_cache;
+  if (cache.owner != id_) {
+    cache.pieces.clear();
+    cache.tokens.clear();
+    cache.owner = id_;
+  }
   pretokenizer_->split(text, [&](std::string_view piece) {
     const TokenId whole = ranks_.find(piece);
     if (whole != RankTable::kNoRank) {
       out.push_back(whole);
-    } else {
-      byte_pair_encode(ranks_, piece, out);
+      return;
     }
+    if (piece.size() > PieceCache::kLongestPiece) {
+      byte_pair_encode(ranks_, piece, out);
+      return;
+    }
+    if (const auto hit = cache.pieces.find(piece); hit != cache.pieces.end()) {
+      const auto [first, count] = hit->second;
+      out.insert(out.end(), cache.tokens.begin() + first, cache.tokens.begin() + first + count);
+      return;
+    }
+    const size_t before = out.size();
+    byte_pair_encode(ranks_, piece, out);
+    if (cache.pieces.size() >= PieceCache::kCachePieces) {
+      cache.pieces.clear();
+      cache.tokens.clear();
+    }
+    cache.pieces.emplace(piece, std::pair(static_cast<uint32_t>(cache.tokens.size()),
+                                          static_cast<uint32_t>(out.size() - before)));
+    cache.tokens.insert(cache.tokens.end(), out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
   });
 }
 
