@@ -5,68 +5,42 @@
 #include <numeric>
 
 #include "model/mxfp4.h"
+#include "runner/cpu/dot.h"
 #include "util/bfloat16.h"
 
 namespace moeserve::cpu {
 namespace {
 
-void row_to_float(const Matrix& W, int64_t r, float* out) {
-  if (W.dtype == DType::F32) {
-    std::copy_n(reinterpret_cast<const float*>(W.row(r)), W.cols, out);
-    return;
-  }
-  const auto* src = reinterpret_cast<const uint16_t*>(W.row(r));
-#pragma omp simd
-  for (int64_t k = 0; k < W.cols; ++k) out[k] = bf16_to_float(src[k]);
+// Below this many tokens, weights are read in place (decode: bandwidth-bound); from it on, each block of rows is
+// converted to fp32 once and reused for every token (prefill). Both paths give the same bits (dot.h).
+constexpr int64_t kDirectTokens = 8;
+constexpr int64_t kRowBlock = 64;
+
+// y[t, n] = dot(x[t], row n) + bias[n] over rows [0, N), in parallel over row ranges.
+template <typename RowDot>
+void rows_times_tokens(ThreadPool& pool, int64_t T, int64_t N, const float* bias, float* y, RowDot row_dot) {
+  pool.parallel_for(N, 16, [&](size_t begin, size_t end) {
+    for (size_t n = begin; n < end; ++n)
+      for (int64_t t = 0; t < T; ++t) y[t * N + n] = row_dot(static_cast<int64_t>(n), t) + (bias ? bias[n] : 0.0f);
+  });
 }
 
-// Four dot products of one x row against four weight rows: x is read once for all four.
-inline void dot4(const float* x, const float* w, int64_t K, float* acc) {
-  const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
-  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-  for (int64_t k = 0; k < K; ++k) {
-    a0 += x[k] * w0[k];
-    a1 += x[k] * w1[k];
-    a2 += x[k] * w2[k];
-    a3 += x[k] * w3[k];
-  }
-  acc[0] = a0;
-  acc[1] = a1;
-  acc[2] = a2;
-  acc[3] = a3;
-}
-
-inline float dot(const float* x, const float* w, int64_t K) {
-  float a = 0;
-#pragma omp simd reduction(+ : a)
-  for (int64_t k = 0; k < K; ++k) a += x[k] * w[k];
-  return a;
-}
-
-// y[T, N] = x[T, K] rows(n)^T + bias, where fill_rows(n0, count, buffer) writes rows n0.. as floats.
-// Rows are converted once per block of kRowBlock and then dotted with every token, four rows at a time.
-template <typename FillRows>
-void blocked_linear(ThreadPool& pool, const float* x, int64_t T, int64_t N, int64_t K, const float* bias, float* y,
-                    FillRows fill_rows) {
-  constexpr int64_t kRowBlock = 64;
+// The prefill path: rows converted block by block into a thread-local buffer by fill(n0, rows, buffer), then
+// dotted with every token.
+template <typename FillRows, typename BufferDot>
+void blocked_rows_times_tokens(ThreadPool& pool, int64_t T, int64_t N, int64_t row_floats, const float* bias, float* y,
+                               FillRows fill, BufferDot buffer_dot) {
   const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
   pool.parallel_for(blocks, 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> w;
-    w.resize(kRowBlock * K);
+    thread_local std::vector<float> buffer;
+    buffer.resize(kRowBlock * row_floats);
     for (size_t b = b0; b < b1; ++b) {
       const int64_t n0 = static_cast<int64_t>(b) * kRowBlock;
       const int64_t rows = std::min(kRowBlock, N - n0);
-      fill_rows(n0, rows, w.data());
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * K;
-        float* yt = y + t * N + n0;
-        int64_t r = 0;
-        for (; r + 4 <= rows; r += 4) dot4(xt, w.data() + r * K, K, yt + r);
-        for (; r < rows; ++r) yt[r] = dot(xt, w.data() + r * K, K);
-        if (bias != nullptr)
-          for (int64_t j = 0; j < rows; ++j) yt[j] += bias[n0 + j];
-      }
+      fill(n0, rows, buffer.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          y[t * N + n0 + r] = buffer_dot(buffer.data() + r * row_floats, t) + (bias ? bias[n0 + r] : 0.0f);
     }
   });
 }
@@ -86,26 +60,71 @@ void rms_norm(const float* x, const float* scale, int64_t T, int64_t H, double e
 }
 
 void linear(ThreadPool& pool, const float* x, int64_t T, const Matrix& W, const float* bias, float* y) {
-  blocked_linear(pool, x, T, W.rows, W.cols, bias, y, [&](int64_t n0, int64_t rows, float* buffer) {
-    for (int64_t r = 0; r < rows; ++r) row_to_float(W, n0 + r, buffer + r * W.cols);
-  });
+  const int64_t K = W.cols;
+  if (T < kDirectTokens) {
+    if (W.dtype == DType::F32)
+      rows_times_tokens(pool, T, W.rows, bias, y, [&](int64_t n, int64_t t) {
+        return dot_f32(x + t * K, reinterpret_cast<const float*>(W.row(n)), K);
+      });
+    else
+      rows_times_tokens(pool, T, W.rows, bias, y, [&](int64_t n, int64_t t) {
+        return dot_bf16(x + t * K, reinterpret_cast<const uint16_t*>(W.row(n)), K);
+      });
+    return;
+  }
+  blocked_rows_times_tokens(
+      pool, T, W.rows, K, bias, y,
+      [&](int64_t n0, int64_t rows, float* buffer) {
+        for (int64_t r = 0; r < rows; ++r) {
+          if (W.dtype == DType::F32) {
+            std::copy_n(reinterpret_cast<const float*>(W.row(n0 + r)), K, buffer + r * K);
+          } else {
+            const auto* src = reinterpret_cast<const uint16_t*>(W.row(n0 + r));
+            for (int64_t k = 0; k < K; ++k) buffer[r * K + k] = bf16_to_float(src[k]);
+          }
+        }
+      },
+      [&](const float* row, int64_t t) { return dot_f32(x + t * K, row, K); });
 }
 
 void expert_linear(ThreadPool& pool, const float* x, int64_t T, const ExpertMatrix& W, int64_t expert, float* y) {
   const int64_t N = W.out_features, K = W.in_features;
   const float* bias = W.bias.data() + expert * N;
   if (W.format == ExpertFormat::mxfp4) {
-    const int64_t row_blocks = K / kMxfp4BlockSize;
-    blocked_linear(pool, x, T, N, K, bias, y, [&](int64_t n0, int64_t rows, float* buffer) {
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t row = expert * N + n0 + r;
-        mxfp4_dequantize_row(W.blocks + row * row_blocks * kMxfp4BlockBytes, W.scales + row * row_blocks, K,
-                             buffer + r * K);
+    // Activations split into even and odd elements once per call (the MXFP4 lane layout, dot.h).
+    std::vector<float> split(T * K);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K / 2; ++k) {
+        split[t * K + k] = x[t * K + 2 * k];
+        split[t * K + K / 2 + k] = x[t * K + 2 * k + 1];
       }
-    });
+    auto activation = [&](int64_t t) { return Mxfp4Activation{split.data() + t * K, split.data() + t * K + K / 2}; };
+    const int64_t row_blocks = K / kMxfp4BlockSize;
+    const uint8_t* blocks = W.blocks + expert * N * row_blocks * kMxfp4BlockBytes;
+    const uint8_t* scales = W.scales + expert * N * row_blocks;
+    if (T < kDirectTokens) {
+      rows_times_tokens(pool, T, N, bias, y, [&](int64_t n, int64_t t) {
+        return dot_mxfp4(activation(t), blocks + n * row_blocks * kMxfp4BlockBytes, scales + n * row_blocks, K);
+      });
+      return;
+    }
+    const int64_t row_floats = K + row_blocks;  // even, odd, scales
+    blocked_rows_times_tokens(
+        pool, T, N, row_floats, bias, y,
+        [&](int64_t n0, int64_t rows, float* buffer) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float* row = buffer + r * row_floats;
+            expand_mxfp4_row(blocks + (n0 + r) * row_blocks * kMxfp4BlockBytes, scales + (n0 + r) * row_blocks, K, row,
+                             row + K / 2, row + K);
+          }
+        },
+        [&](const float* row, int64_t t) {
+          return dot_mxfp4_expanded(activation(t), Mxfp4ExpandedRow{row, row + K / 2, row + K}, K);
+        });
     return;
   }
-  // Dense [E, in, out]: each output column is strided, so accumulate rows of W into a block of outputs.
+  // Dense [E, in, out]: output columns are strided in memory, so rows of W are accumulated into a block of outputs
+  // (a different summation order from the row-dot layouts; the order is still fixed per token).
   constexpr int64_t kColumnBlock = 256;
   const int64_t blocks = (N + kColumnBlock - 1) / kColumnBlock;
   pool.parallel_for(blocks, 1, [&](size_t b0, size_t b1) {
@@ -123,12 +142,10 @@ void expert_linear(ThreadPool& pool, const float* x, int64_t T, const ExpertMatr
             std::copy_n(reinterpret_cast<const float*>(W.dense.row(row)) + n0, cols, w.data());
           } else {
             const auto* src = reinterpret_cast<const uint16_t*>(W.dense.row(row)) + n0;
-#pragma omp simd
             for (int64_t j = 0; j < cols; ++j) w[j] = bf16_to_float(src[j]);
           }
           const float xk = x[t * K + k];
-#pragma omp simd
-          for (int64_t j = 0; j < cols; ++j) yt[j] += xk * w[j];
+          for (int64_t j = 0; j < cols; ++j) yt[j] = std::fma(xk, w[j], yt[j]);
         }
         for (int64_t j = 0; j < cols; ++j) yt[j] += bias[n0 + j];
       }
