@@ -5,6 +5,7 @@
 // here keeps a malformed request from silently becoming different text). Decoding may produce ill-formed UTF-8
 // when ids split a character: decode_bytes returns the raw bytes, decode replaces ill-formed parts by U+FFFD,
 // decode_utf8 rejects them, and IncrementalDecoder (incremental_decoder.h) streams without splitting characters.
+// A Tokenizer is immutable once built: threads may share one (the BPE piece cache is per thread).
 #pragma once
 
 #include <memory>
