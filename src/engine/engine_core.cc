@@ -9,13 +9,21 @@ namespace moeserve {
 namespace {
 
 int64_t kv_blocks_for(ModelRunner& runner, const EngineConfig& config) {
-  if (config.kv_cache_bytes > 0) {
-    const int64_t blocks = config.kv_cache_bytes / static_cast<int64_t>(runner.kv_block_bytes(config.block_size));
-    MOESERVE_CHECK(blocks > 0, "a KV budget of {} bytes holds no block of {} bytes", config.kv_cache_bytes,
+  int64_t bytes = config.kv_cache_bytes;
+  if (config.kv_cache_fraction > 0) {
+    MOESERVE_CHECK(config.kv_cache_fraction <= 1.0, "KV cache fraction {} must be in (0, 1]", config.kv_cache_fraction);
+    MOESERVE_CHECK(runner.device_memory_free() > 0,
+                   "the {} runner has no device memory to take a fraction of; give the KV budget in bytes",
+                   runner.name());
+    bytes = static_cast<int64_t>(config.kv_cache_fraction * static_cast<double>(runner.device_memory_free()));
+  }
+  if (bytes > 0) {
+    const int64_t blocks = bytes / static_cast<int64_t>(runner.kv_block_bytes(config.block_size));
+    MOESERVE_CHECK(blocks > 0, "a KV budget of {} bytes holds no block of {} bytes", bytes,
                    runner.kv_block_bytes(config.block_size));
     return blocks;
   }
-  MOESERVE_CHECK(config.num_kv_blocks > 0, "engine config needs kv_cache_bytes or num_kv_blocks");
+  MOESERVE_CHECK(config.num_kv_blocks > 0, "engine config needs a KV fraction, a byte budget or a block count");
   return config.num_kv_blocks;
 }
 

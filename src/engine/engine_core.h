@@ -20,7 +20,8 @@ namespace moeserve {
 
 struct EngineConfig {
   int block_size = 16;          // token slots per KV block
-  int64_t kv_cache_bytes = 0;   // memory budget for the KV pool; when 0, num_kv_blocks is used
+  double kv_cache_fraction = 0;  // KV pool = this fraction of the runner's free device memory (GPU runners)
+  int64_t kv_cache_bytes = 0;    // else a memory budget in bytes; when both are 0, num_kv_blocks is used
   int64_t num_kv_blocks = 0;
   bool prefix_caching = true;
   SchedulerConfig scheduler;

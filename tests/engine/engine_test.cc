@@ -281,3 +281,24 @@ TEST(Engine, ThreadedEngineStreamsCancelsFromOtherThreadsAndDrains) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+TEST(Engine, KvPoolIsSizedFromAByteBudget) {
+  auto runner = tiny_runner();
+  EngineConfig config;
+  config.block_size = 16;
+  config.kv_cache_bytes = 1 << 20;
+  EngineCore core(*runner, config);
+  // Tiny model: 2 layers per KV group x (K, V) x 16 tokens x 2 KV heads x 64 dims x 4 bytes = 32 KiB a block.
+  EXPECT_EQ(runner->kv_block_bytes(16), 32768u);
+  EXPECT_EQ(core.kv().pool().num_blocks(), 32);
+  EXPECT_NE(core.capacity_summary().find("holds at least 256 tokens"), std::string::npos) << core.capacity_summary();
+  EngineConfig fraction;
+  fraction.kv_cache_fraction = 0.5;
+  EXPECT_THROW(EngineCore(*runner, fraction), Error);  // the CPU runner has no device memory
+}
+
+}  // namespace
+}  // namespace moeserve
