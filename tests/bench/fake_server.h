@@ -1,0 +1,52 @@
+// A fake OpenAI / SGLang streaming server for the HTTP client's tests: it answers every completion request with a
+// known token sequence, one token per event, after controlled delays, over chunked transfer encoding, and records
+// the request bodies it received.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/stream_protocol.h"
+
+namespace moeserve::bench::testing {
+
+struct FakeServerOptions {
+  HttpApi api = HttpApi::openai;
+  std::chrono::milliseconds first_token_delay{0};  // from the request to the first event
+  std::chrono::milliseconds token_interval{0};     // between later events
+  bool send_token_ids = true;  // openai: "token_ids" in each chunk (vLLM's return_token_ids)
+  bool send_usage = true;      // openai: a final usage chunk
+  bool sglang_cumulative_ids = true;  // sglang: output_ids holds every id so far (else only the new one)
+  int status = 200;            // answer every completion with this status (an error body when not 200)
+};
+
+class FakeStreamingServer {
+ public:
+  explicit FakeStreamingServer(FakeServerOptions options);
+  ~FakeStreamingServer();
+
+  std::string url() const;
+  // The tokens it streams for a prompt: min(max_tokens, 4 + prompt[0] % 5) ids derived from the prompt.
+  static std::vector<int32_t> tokens_for(const std::vector<int32_t>& prompt, int max_tokens);
+  std::vector<nlohmann::json> requests() const;
+  // Connections accepted so far (keep-alive reuse keeps this below the request count).
+  int connections() const { return connections_.load(); }
+
+ private:
+  struct State;
+  void serve(int socket_fd);
+
+  FakeServerOptions options_;
+  std::shared_ptr<State> state_;
+  std::atomic<int> connections_{0};
+};
+
+}  // namespace moeserve::bench::testing

@@ -1,0 +1,296 @@
+// The HTTP system under test: stream decoding for both APIs, and whole bench runs against a fake streaming server
+// that sends known tokens after known delays, checking TTFT and TPOT measurement, accuracy-log round trips,
+// token counting without ids, errors, keep-alive reuse and many concurrent streams.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "bench/driver.h"
+#include "bench/sut_http.h"
+#include "eval/accuracy_log.h"
+#include "fake_server.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace moeserve::bench {
+namespace {
+
+using testing::FakeServerOptions;
+using testing::FakeStreamingServer;
+using namespace std::chrono_literals;
+
+// Feeds `text` to a decoder in pieces of `step` bytes.
+SampleOutput decode_in_pieces(HttpApi api, const std::string& text, size_t step, int* first_token_events = nullptr,
+                              std::optional<int32_t>* first_id = nullptr) {
+  StreamDecoder decoder(api);
+  for (size_t i = 0; i < text.size(); i += step) {
+    StreamDecoder::Update u = decoder.feed(std::string_view(text).substr(i, step));
+    if (u.first_token && first_token_events) ++*first_token_events;
+    if (u.first_token && first_id) *first_id = u.first_token_id;
+  }
+  return decoder.finish();
+}
+
+TEST(StreamDecoder, OpenAiTokenIdsSurviveAnySplit) {
+  const std::string stream =
+      "data: {\"choices\":[{\"text\":\"a\",\"token_ids\":[5],\"finish_reason\":null}]}\r\n\r\n"
+      ": keep-alive comment\n\n"
+      "data: {\"choices\":[{\"text\":\"bc\",\"token_ids\":[6,7],\"finish_reason\":\"length\"}]}\n\n"
+      "data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n"
+      "data: [DONE]\n\n";
+  for (size_t step : {1, 2, 7, 1000}) {
+    int events = 0;
+    std::optional<int32_t> first;
+    SampleOutput out = decode_in_pieces(HttpApi::openai, stream, step, &events, &first);
+    EXPECT_EQ(out.tokens, (std::vector<int32_t>{5, 6, 7})) << step;
+    EXPECT_EQ(out.token_count, 3);
+    EXPECT_TRUE(out.token_ids_known);
+    EXPECT_EQ(out.finish_reason, "length");
+    EXPECT_EQ(events, 1);
+    EXPECT_EQ(first, 5);
+  }
+}
+
+TEST(StreamDecoder, OpenAiTextOnlyCountsUsageElseChunks) {
+  const std::string text_only =
+      "data: {\"choices\":[{\"text\":\"ab\",\"finish_reason\":null}]}\n\n"
+      "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":null}]}\n\n"
+      "data: {\"choices\":[{\"text\":\"c\",\"finish_reason\":\"stop\"}]}\n\n";
+  SampleOutput with_usage =
+      decode_in_pieces(HttpApi::openai, text_only + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":4}}\n\n", 5);
+  EXPECT_FALSE(with_usage.token_ids_known);
+  EXPECT_EQ(with_usage.token_count, 4);
+  SampleOutput chunks_only = decode_in_pieces(HttpApi::openai, text_only + "data: [DONE]\n\n", 3);
+  EXPECT_EQ(chunks_only.token_count, 2);  // two chunks carried text
+  EXPECT_TRUE(chunks_only.tokens.empty());
+}
+
+TEST(StreamDecoder, SglangCumulativeAndIncrementalIds) {
+  const std::string cumulative =
+      "data: {\"text\":\"a\",\"output_ids\":[9],\"meta_info\":{\"completion_tokens\":1,\"finish_reason\":null}}\n\n"
+      "data: {\"text\":\"ab\",\"output_ids\":[9,8,7],\"meta_info\":{\"completion_tokens\":3,\"finish_reason\":null}}\n\n"
+      "data: {\"text\":\"abc\",\"output_ids\":[9,8,7,6],\"meta_info\":{\"completion_tokens\":4,"
+      "\"finish_reason\":{\"type\":\"stop\"}}}\n\ndata: [DONE]\n\n";
+  SampleOutput a = decode_in_pieces(HttpApi::sglang, cumulative, 11);
+  EXPECT_EQ(a.tokens, (std::vector<int32_t>{9, 8, 7, 6}));
+  EXPECT_EQ(a.finish_reason, "stop");
+  const std::string incremental =
+      "data: {\"output_ids\":[9],\"meta_info\":{\"completion_tokens\":1}}\n\n"
+      "data: {\"output_ids\":[8,7],\"meta_info\":{\"completion_tokens\":3}}\n\n";
+  EXPECT_EQ(decode_in_pieces(HttpApi::sglang, incremental, 4).tokens, (std::vector<int32_t>{9, 8, 7}));
+  const std::string no_ids = "data: {\"text\":\"x\",\"meta_info\":{\"completion_tokens\":5}}\n\n";
+  SampleOutput c = decode_in_pieces(HttpApi::sglang, no_ids, 100);
+  EXPECT_FALSE(c.token_ids_known);
+  EXPECT_EQ(c.token_count, 5);
+}
+
+TEST(StreamDecoder, ErrorEventsAndBadJsonFailTheSample) {
+  EXPECT_NE(decode_in_pieces(HttpApi::openai, "data: {\"error\":{\"message\":\"boom\"}}\n\n", 3).error.find("boom"),
+            std::string::npos);
+  EXPECT_NE(decode_in_pieces(HttpApi::openai, "data: {not json\n\n", 3).error.find("unreadable"), std::string::npos);
+}
+
+TEST(StreamProtocol, EndpointsAndRequestBodies) {
+  HttpEndpoint e = parse_endpoint("http://localhost:8000/api/");
+  EXPECT_EQ(e.host, "localhost");
+  EXPECT_EQ(e.port, "8000");
+  EXPECT_EQ(request_path(HttpApi::openai, e), "/api/v1/completions");
+  EXPECT_EQ(request_path(HttpApi::sglang, parse_endpoint("http://h")), "/generate");
+  EXPECT_THROW(parse_endpoint("https://h:1"), Error);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  SampleRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 10240;
+  r.sampling.temperature = 1.0f;
+  nlohmann::json openai = nlohmann::json::parse(request_body(HttpApi::openai, r, "m"));
+  EXPECT_EQ(openai["prompt"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(openai["max_tokens"], 10240);
+  EXPECT_EQ(openai["stream"], true);
+  EXPECT_EQ(openai["return_token_ids"], true);
+  EXPECT_FALSE(openai.contains("top_k"));
+  EXPECT_FALSE(openai.contains("ignore_eos"));
+  r.min_tokens = 10240;
+  nlohmann::json sglang = nlohmann::json::parse(request_body(HttpApi::sglang, r, ""));
+  EXPECT_EQ(sglang["input_ids"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(sglang["sampling_params"]["max_new_tokens"], 10240);
+  EXPECT_EQ(sglang["sampling_params"]["min_new_tokens"], 10240);
+  EXPECT_EQ(sglang["sampling_params"]["top_k"], -1);
+}
+
+// A dataset whose prompt i starts with token i, so the fake server's answer identifies it.
+Dataset numbered_dataset(int n) {
+  Dataset d;
+  d.format = "test";
+  d.path = "numbered";
+  for (int i = 0; i < n; ++i) d.samples.push_back({{i, 7, 7}, 0, "", ""});
+  return d;
+}
+
+BenchConfig config_for(Scenario scenario, TestMode mode, int samples, const std::string& label) {
+  TestSettings s;
+  s.scenario = scenario;
+  s.mode = mode;
+  s.server_target_qps = 40;
+  s.offline_expected_qps = 40;
+  s.min_duration_ms = 300;
+  s.min_query_count = static_cast<uint64_t>(samples);
+  s.sample_concatenate_permutation = true;
+  s.use_token_latencies = true;
+  s.server_ttft_latency = 3'000'000'000;
+  s.server_tpot_latency = 80'000'000;
+  s.single_stream_expected_latency_ns = 50'000'000;
+  s.qsl_rng_seed = 1;
+  s.sample_index_rng_seed = 2;
+  s.schedule_rng_seed = 3;
+  BenchConfig c;
+  c.settings = effective_settings(s, static_cast<uint64_t>(samples), static_cast<uint64_t>(samples));
+  c.max_output_tokens = 64;
+  c.output_dir = moeserve::testing::temp_dir(label);
+  c.loadgen_version = "test";
+  return c;
+}
+
+RunResult run_against(const FakeServerOptions& server_options, const BenchConfig& config, int samples,
+                      std::vector<nlohmann::json>* requests = nullptr, int* connections = nullptr) {
+  FakeStreamingServer server(server_options);
+  HttpSutOptions o;
+  o.endpoint = server.url();
+  o.api = server_options.api;
+  HttpSut sut(o);
+  RunResult result = run_benchmark(sut, numbered_dataset(samples), config);
+  if (requests) *requests = server.requests();
+  if (connections) *connections = server.connections();
+  return result;
+}
+
+TEST(HttpSut, ServerRunMeasuresTtftAndTpotFromTheStream) {
+  FakeServerOptions server;
+  server.first_token_delay = 60ms;
+  server.token_interval = 20ms;
+  const BenchConfig config = config_for(Scenario::server, TestMode::performance_only, 8, "http-server");
+  std::vector<nlohmann::json> requests;
+  RunResult r = run_against(server, config, 8, &requests);
+  ASSERT_TRUE(r.summary.has_value());
+  EXPECT_TRUE(r.errors.empty()) << r.errors.front();
+  ASSERT_GE(r.samples.size(), 16u);  // min_query_count 8, padded by equal issue and min_duration 0.3 s at 40/s
+  for (const SampleRecord& s : r.samples) {
+    ASSERT_TRUE(s.completed && s.first_token_at);
+    const double ttft = std::chrono::duration<double>(*s.first_token_at - s.scheduled).count();
+    const double latency = std::chrono::duration<double>(s.completed_at - s.scheduled).count();
+    const auto expected = FakeStreamingServer::tokens_for({static_cast<int32_t>(s.qsl_idx)}, 64);
+    EXPECT_EQ(s.token_count, static_cast<int64_t>(expected.size()));
+    // The server waits 60 ms, then 20 ms per token; the client adds connection and scheduling overhead only.
+    EXPECT_GE(ttft, 0.060);
+    EXPECT_LT(ttft, 0.060 + 0.25);
+    const double tpot = (latency - ttft) / static_cast<double>(s.token_count - 1);
+    EXPECT_GE(tpot, 0.019);
+    EXPECT_LT(tpot, 0.020 + 0.03);
+  }
+  EXPECT_GE(r.summary->first_token.at_target, 60'000'000);
+  EXPECT_EQ(requests.size(), r.samples.size());
+  EXPECT_EQ(requests.front()["max_tokens"], 64);
+  EXPECT_EQ(requests.front()["model"], "fake-model");  // learnt from /v1/models
+  EXPECT_NE(r.summary_text.find("Result is : "), std::string::npos);
+  EXPECT_NE(r.summary_text.find("TTFT Early Stopping Result:"), std::string::npos);
+}
+
+// Reads mlperf_log_accuracy.json as MLPerf's evaluation scripts do.
+nlohmann::json read_accuracy_log(const std::string& dir) {
+  return read_json_file((std::filesystem::path(dir) / "mlperf_log_accuracy.json").string());
+}
+
+TEST(HttpSut, AccuracyLogDecodesToTheStreamedTokens) {
+  for (Scenario scenario : {Scenario::offline, Scenario::server}) {
+    FakeServerOptions server;
+    const BenchConfig config = config_for(scenario, TestMode::accuracy_only, 12, "http-accuracy");
+    RunResult r = run_against(server, config, 12);
+    EXPECT_TRUE(r.errors.empty());
+    const nlohmann::json log = read_accuracy_log(config.output_dir);
+    ASSERT_EQ(log.size(), 12u);
+    std::set<int64_t> seen;
+    for (const auto& entry : log) {
+      const auto qsl_idx = entry["qsl_idx"].get<int32_t>();
+      seen.insert(qsl_idx);
+      const std::vector<int32_t> expected = FakeStreamingServer::tokens_for({qsl_idx}, 64);
+      EXPECT_EQ(eval::hex_to_int32(entry["data"].get<std::string>()), expected);
+      EXPECT_EQ(entry["token_count"], expected.size());
+      if (scenario == Scenario::server) {
+        EXPECT_EQ(eval::hex_to_int32(entry["token_data"].get<std::string>()), std::vector<int32_t>{expected.front()});
+      } else {
+        EXPECT_FALSE(entry.contains("token_data"));
+      }
+    }
+    EXPECT_EQ(seen.size(), 12u);  // every sample exactly once
+  }
+}
+
+TEST(HttpSut, SglangApiEndToEnd) {
+  for (bool cumulative : {true, false}) {
+    FakeServerOptions server;
+    server.api = HttpApi::sglang;
+    server.sglang_cumulative_ids = cumulative;
+    const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 6, "http-sglang");
+    RunResult r = run_against(server, config, 6);
+    EXPECT_TRUE(r.errors.empty());
+    for (const auto& entry : read_accuracy_log(config.output_dir))
+      EXPECT_EQ(eval::hex_to_int32(entry["data"].get<std::string>()), FakeStreamingServer::tokens_for({entry["qsl_idx"].get<int32_t>()}, 64));
+  }
+}
+
+TEST(HttpSut, TextOnlyServerIsCountedAndReported) {
+  FakeServerOptions server;
+  server.send_token_ids = false;
+  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 4, "http-text");
+  RunResult r = run_against(server, config, 4);
+  for (const SampleRecord& s : r.samples) {
+    EXPECT_FALSE(s.token_ids_known);
+    EXPECT_EQ(s.token_count, static_cast<int64_t>(FakeStreamingServer::tokens_for({static_cast<int32_t>(s.qsl_idx)}, 64).size()));
+  }
+  // Accuracy mode needs ids: each sample is an error in the detail log.
+  EXPECT_EQ(r.errors.size(), 4u);
+  EXPECT_NE(r.summary_text.find("4 ERRORS encountered"), std::string::npos);
+}
+
+TEST(HttpSut, HttpErrorsFailTheSamples) {
+  FakeServerOptions server;
+  server.status = 500;
+  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 3, "http-500");
+  RunResult r = run_against(server, config, 3);
+  ASSERT_FALSE(r.errors.empty());
+  EXPECT_NE(r.errors.front().find("HTTP 500"), std::string::npos) << r.errors.front() << " / " << r.errors.back();
+}
+
+TEST(HttpSut, SingleStreamReusesKeepAliveConnections) {
+  FakeServerOptions server;
+  BenchConfig config = config_for(Scenario::single_stream, TestMode::accuracy_only, 10, "http-keepalive");
+  int connections = 0;
+  std::vector<nlohmann::json> requests;
+  RunResult r = run_against(server, config, 10, &requests, &connections);
+  EXPECT_EQ(requests.size(), 10u);
+  EXPECT_LE(connections, 2);  // one for /v1/models, one reused for every sample
+}
+
+TEST(HttpSut, HoldsHundredsOfConcurrentStreams) {
+  FakeServerOptions server;
+  server.first_token_delay = 300ms;
+  server.token_interval = 10ms;
+  const int n = 300;
+  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, n, "http-many");
+  const auto begin = std::chrono::steady_clock::now();
+  RunResult r = run_against(server, config, n);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_TRUE(r.errors.empty());
+  EXPECT_EQ(r.samples.size(), static_cast<size_t>(n));
+  // Serially this would take n * 0.3 s; concurrently about 0.35 s plus setup.
+  EXPECT_LT(seconds, 15.0);
+  // All samples were in flight together: every first token came within the first seconds of the run.
+  size_t overlapping = 0;
+  for (const SampleRecord& s : r.samples) overlapping += *s.first_token_at - r.start < 5s;
+  EXPECT_EQ(overlapping, static_cast<size_t>(n));
+}
+
+}  // namespace
+}  // namespace moeserve::bench
