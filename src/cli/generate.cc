@@ -5,9 +5,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/runner_args.h"
 #include "engine/generate.h"
-#include "model/checkpoint.h"
-#include "runner/cpu/cpu_runner.h"
 #include "util/error.h"
 
 namespace moeserve::cli {
@@ -37,16 +36,15 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
 
 void register_generate(CLI::App& app) {
   struct Args {
-    std::string model;
+    RunnerArgs runner;
     std::string tokens;
     GenerateOptions options;
-    size_t threads = 0;
     bool ignore_eos = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "generate tokens from a prompt of token ids");
   auto& o = args->options;
-  cmd->add_option("--model", args->model, "model directory")->required();
+  add_runner_options(cmd, args->runner);
   cmd->add_option("--tokens", args->tokens, "prompt token ids, comma-separated")->required();
   cmd->add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("--temperature", o.sampling.temperature, "0 is greedy")->capture_default_str();
@@ -54,13 +52,12 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", o.sampling.top_p)->capture_default_str();
   cmd->add_option("--min-p", o.sampling.min_p)->capture_default_str();
   cmd->add_option("--seed", o.sampling.seed)->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's end-of-sequence tokens");
   cmd->callback([args] {
-    auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args->model));
-    CpuRunner runner(checkpoint, args->threads);
+    OpenedRunner opened = open_runner(args->runner);
+    ModelRunner& runner = *opened.runner;
     GenerateOptions options = args->options;
-    if (!args->ignore_eos) options.stop_tokens = checkpoint->config().eos_token_ids;
+    if (!args->ignore_eos) options.stop_tokens = runner.config().eos_token_ids;
     std::vector<int32_t> prompt = parse_token_list(args->tokens);
     GenerateResult result = generate_sequence(runner, prompt, options);
     fmt::print("{}\n", fmt::join(result.tokens, ","));

@@ -1,0 +1,332 @@
+// Times the CUDA runner on a synthetic full-size model (random weights of gpt-oss-20b / gpt-oss-120b's shapes,
+// made on the GPU) and sets each figure beside its roofline, from ceilings measured in the same run:
+//   decode (batch B, context C): one token per sequence per step, CUDA graphs, KV filled with random values;
+//     roofline = bytes one step must read (dense weights, the experts the batch touches, KV, unembedding) over
+//     the measured device-to-device copy bandwidth;
+//   prefill (N prompts of L tokens in one step): roofline = the step's FLOPs (projections, the four experts of
+//     every token, causal attention, the logits row) over the measured bf16 matrix-product rate;
+//   offline (--offline N): N requests submitted at once to the engine (scheduler, paged KV, prefix cache) on
+//     this runner, prompts of 2,500..7,500 random tokens (mean 5,000), outputs of 625..1,875 tokens (mean
+//     1,250, no stop tokens); output tokens/s over the wall time until the last finishes.
+// Every step is timed end to end on the host (metadata upload, graph launch, sampled tokens back).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "engine/engine.h"
+#include "runner/cuda/blas.h"
+#include "runner/cuda/cuda_runner.h"
+#include "util/error.h"
+
+namespace moeserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct Ceilings {
+  double copy_bytes_per_s = 0;  // bytes read + written
+  double bf16_flops_per_s = 0;
+};
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  const size_t bytes = size_t{4} << 30;
+  cuda::DeviceBuffer a(bytes), b(bytes);
+  cuda::launch_fill_bytes(nullptr, a.as<uint8_t>(), bytes, 1);
+  cudaEvent_t start, stop;
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&start));
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&stop));
+  auto time_ms = [&](auto&& body, int reps) {
+    body();
+    MOESERVE_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < reps; ++i) body();
+    MOESERVE_CUDA_CHECK(cudaEventRecord(stop));
+    MOESERVE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms / reps;
+  };
+  const float copy_ms = time_ms([&] { MOESERVE_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice)); }, 10);
+  c.copy_bytes_per_s = 2.0 * bytes / (copy_ms * 1e-3);
+  const int64_t n = 8192;
+  cuda::DeviceBuffer x(n * n * 2), w(n * n * 2), y(n * n * 4);
+  cuda::launch_fill_uniform(nullptr, cuda::Precision::bf16, x.get(), n * n, 2, 0.0f, 1.0f);
+  cuda::launch_fill_uniform(nullptr, cuda::Precision::bf16, w.get(), n * n, 3, 0.0f, 1.0f);
+  cuda::Blas blas;
+  const float mm_ms = time_ms([&] { blas.linear(nullptr, cuda::Precision::bf16, x.get(), n, w.get(), n, n, nullptr, y.as<float>()); }, 10);
+  c.bf16_flops_per_s = 2.0 * n * n * n / (mm_ms * 1e-3);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return c;
+}
+
+// Bytes a decode step must read: every dense weight, each expert the batch touches once (uniform routing:
+// E (1 - (1 - k/E)^B) per layer), each sequence's visible keys and values, and the unembedding.
+double decode_bytes(const ModelConfig& c, int batch, int context) {
+  const double H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size,
+               k = c.experts_per_token;
+  const double dense = ((Q + 2 * KV) * H + H * Q + E * H) * 2;
+  const double expert = (2 * I * H + H * I) * 17.0 / 32.0 + (2 * I + H) * 4;  // MXFP4 blocks + scales, fp32 bias
+  const double touched = E * (1.0 - std::pow(1.0 - k / E, batch));
+  double total = c.vocab_size * H * 2;
+  for (AttentionKind kind : c.layer_types) {
+    const double keys = kind == AttentionKind::sliding ? std::min(context, c.sliding_window) : context;
+    total += dense + touched * expert + batch * keys * KV * 2 * 2;
+  }
+  return total;
+}
+
+// FLOPs of a prefill step of `prompts` prompts of `length` tokens with one logits row each.
+double prefill_flops(const ModelConfig& c, int prompts, int length) {
+  const double H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size,
+               k = c.experts_per_token, T = static_cast<double>(prompts) * length;
+  double total = prompts * 2.0 * c.vocab_size * H;
+  for (AttentionKind kind : c.layer_types) {
+    total += T * 2 * ((Q + 2 * KV) * H + H * Q + E * H + k * 3 * I * H);
+    // q.k and p.v over the keys each query sees.
+    double keys = 0;
+    for (int p = 0; p < length; ++p) keys += kind == AttentionKind::sliding ? std::min(p + 1, c.sliding_window) : p + 1;
+    total += prompts * keys * 4.0 * c.num_heads * c.head_dim;
+  }
+  return total;
+}
+
+struct Row {
+  std::string what;
+  double tokens_per_s, roofline_tokens_per_s, step_ms;
+  std::string note;
+};
+
+Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps) {
+  const ModelConfig& c = runner.config();
+  const int block_size = 16, groups = kv_groups_of(c).num_groups();
+  const int blocks_each = (context + steps + 2 + block_size - 1) / block_size;
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(batch) * groups * blocks_each});
+  runner.fill_kv_cache_random(17);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch) * groups);
+  for (size_t i = 0; i < tables.size(); ++i) {
+    tables[i].resize(blocks_each);
+    std::iota(tables[i].begin(), tables[i].end(), static_cast<int32_t>(i * blocks_each));
+  }
+  std::vector<int32_t> tokens(batch);
+  for (int s = 0; s < batch; ++s) tokens[s] = (s * 7919 + 13) % c.vocab_size;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  ForwardOutput out;
+  auto step = [&](int position) {
+    ForwardBatch b;
+    b.return_logits = false;
+    for (int s = 0; s < batch; ++s) {
+      SequenceStep seq;
+      seq.tokens = std::span(tokens).subspan(s, 1);
+      seq.start_position = position;
+      for (int g = 0; g < groups; ++g) seq.block_tables.emplace_back(tables[static_cast<size_t>(s) * groups + g]);
+      seq.num_logits = 1;
+      seq.sampling = &greedy;
+      b.sequences.push_back(std::move(seq));
+    }
+    runner.forward(b, out);
+    std::copy(out.sampled.begin(), out.sampled.end(), tokens.begin());
+  };
+  step(context);  // captures the graph
+  step(context + 1);
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) step(context + 2 + i);
+  const double per_step = seconds_since(start) / steps;
+  Row row;
+  row.what = fmt::format("decode batch {} @ {}", batch, context);
+  row.step_ms = per_step * 1e3;
+  row.tokens_per_s = batch / per_step;
+  row.note = "moe " + runner.moe_path_name(batch);
+  return row;
+}
+
+Row time_prefill(cuda::CudaRunner& runner, int prompts, int length) {
+  const ModelConfig& c = runner.config();
+  const int block_size = 16, groups = kv_groups_of(c).num_groups();
+  const int blocks_each = (length + block_size - 1) / block_size;
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(prompts) * groups * blocks_each});
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(prompts) * groups), ids(prompts);
+  for (size_t i = 0; i < tables.size(); ++i) {
+    tables[i].resize(blocks_each);
+    std::iota(tables[i].begin(), tables[i].end(), static_cast<int32_t>(i * blocks_each));
+  }
+  for (int s = 0; s < prompts; ++s) {
+    ids[s].resize(length);
+    for (int i = 0; i < length; ++i) ids[s][i] = static_cast<int32_t>((1000003LL * (i + 1) + 7919 * s) % c.vocab_size);
+  }
+  ForwardBatch b;
+  for (int s = 0; s < prompts; ++s) {
+    SequenceStep seq;
+    seq.tokens = ids[s];
+    for (int g = 0; g < groups; ++g) seq.block_tables.emplace_back(tables[static_cast<size_t>(s) * groups + g]);
+    seq.num_logits = 1;
+    b.sequences.push_back(std::move(seq));
+  }
+  ForwardOutput out;
+  runner.forward(b, out);  // plans, buffers
+  std::vector<double> times;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    runner.forward(b, out);
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  bool finite = true;
+  for (float v : out.logits) finite = finite && std::isfinite(v);
+  MOESERVE_CHECK(finite, "prefill {} x {}: non-finite logits", prompts, length);
+  Row row;
+  row.what = fmt::format("prefill {} x {}", prompts, length);
+  row.step_ms = times[1] * 1e3;
+  row.tokens_per_s = static_cast<double>(prompts) * length / times[1];
+  row.note = "moe " + runner.moe_path_name(prompts * length);
+  return row;
+}
+
+struct OfflineResult {
+  double seconds = 0;
+  int64_t input_tokens = 0, output_tokens = 0;
+  std::string capacity;
+};
+
+OfflineResult time_offline(std::shared_ptr<ModelRunner> runner, int requests) {
+  size_t free_bytes = 0, total_bytes = 0;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  EngineConfig config;
+  // What the weights leave, less room for a step's activations and logits.
+  config.kv_cache_bytes = static_cast<int64_t>(free_bytes) - (int64_t{8} << 30);
+  config.scheduler.max_num_seqs = 256;
+  config.scheduler.max_batched_tokens = 8192;
+  std::mt19937 rng(12345);
+  std::vector<RequestSpec> specs(requests);
+  OfflineResult result;
+  for (auto& spec : specs) {
+    spec.prompt.resize(std::uniform_int_distribution<int>(2500, 7500)(rng));
+    for (auto& t : spec.prompt) t = std::uniform_int_distribution<int32_t>(0, 199997)(rng);
+    spec.max_tokens = std::uniform_int_distribution<int>(625, 1875)(rng);
+    spec.sampling.temperature = 0.0f;
+    result.input_tokens += static_cast<int64_t>(spec.prompt.size());
+  }
+  Engine engine(std::move(runner), config);
+  result.capacity = engine.capacity_summary();
+  std::mutex mutex;
+  std::condition_variable done;
+  int finished = 0;
+  const auto start = Clock::now();
+  for (auto& spec : specs)
+    engine.submit(std::move(spec), [&](const RequestEvent& e) {
+      std::lock_guard lock(mutex);
+      result.output_tokens += static_cast<int64_t>(e.tokens.size());
+      if (e.finish != FinishReason::none && ++finished == requests) done.notify_all();
+    });
+  std::unique_lock lock(mutex);
+  done.wait(lock, [&] { return finished == requests; });
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"CUDA runner benchmark on synthetic full-size GPT-OSS models"};
+  std::string shape = "gpt-oss-120b", json_path;
+  std::vector<int> batches = {1, 8, 64, 256};
+  std::vector<std::string> prefills = {"1x8192", "16x1024"};
+  int context = 2048, steps = 20, offline = 0;
+  app.add_option("--synthetic", shape)->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
+  app.add_option("--decode-batches", batches)->delimiter(',')->capture_default_str();
+  app.add_option("--context", context)->capture_default_str();
+  app.add_option("--decode-steps", steps)->capture_default_str();
+  app.add_option("--prefill", prefills, "PROMPTSxLENGTH")->delimiter(',')->capture_default_str();
+  app.add_option("--offline", offline, "requests for the engine's Offline figure (0: skip)")->capture_default_str();
+  app.add_option("--json", json_path, "write the figures here");
+  CLI11_PARSE(app, argc, argv);
+
+  cudaDeviceProp prop{};
+  MOESERVE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const Ceilings ceilings = measure_ceilings();
+  fmt::print("{}: {} SMs; measured copy {:.2f} TB/s (read + write), bf16 matmul {:.0f} TFLOP/s\n", prop.name,
+             prop.multiProcessorCount, ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
+  auto made = Clock::now();
+  std::shared_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1);
+  auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
+  fmt::print("{}: weights {:.1f} GB on the device, made in {:.1f} s\n", shape, runner.weight_bytes() / 1e9,
+             seconds_since(made));
+  const ModelConfig& c = runner.config();
+
+  std::vector<Row> rows;
+  for (int b : batches) {
+    Row row = time_decode(runner, b, context, steps);
+    row.roofline_tokens_per_s = b / (decode_bytes(c, b, context) / ceilings.copy_bytes_per_s);
+    fmt::print("  {}: {:.1f} tok/s ({:.2f} ms/step)\n", row.what, row.tokens_per_s, row.step_ms);
+    rows.push_back(row);
+  }
+  for (const std::string& p : prefills) {
+    const auto x = p.find('x');
+    MOESERVE_CHECK(x != std::string::npos, "--prefill {}: PROMPTSxLENGTH", p);
+    const int prompts = std::stoi(p.substr(0, x)), length = std::stoi(p.substr(x + 1));
+    Row row = time_prefill(runner, prompts, length);
+    row.roofline_tokens_per_s =
+        static_cast<double>(prompts) * length / (prefill_flops(c, prompts, length) / ceilings.bf16_flops_per_s);
+    fmt::print("  {}: {:.0f} tok/s ({:.1f} ms)\n", row.what, row.tokens_per_s, row.step_ms);
+    rows.push_back(row);
+  }
+
+  if (offline > 0) {
+    const OfflineResult r = time_offline(owned, offline);
+    Row row;
+    row.what = fmt::format("offline {} requests", offline);
+    row.tokens_per_s = r.output_tokens / r.seconds;
+    row.step_ms = r.seconds * 1e3;
+    // Roofline: every output token needs one decode pass over the weights at the engine's batch (~256), the
+    // prompts one prefill; both at the rates modelled above.
+    const double decode_s = r.output_tokens * decode_bytes(c, 256, 5000 + 625) / 256 / ceilings.copy_bytes_per_s;
+    const double prefill_s = prefill_flops(c, 1, 5000) / 5000 * r.input_tokens / ceilings.bf16_flops_per_s;
+    row.roofline_tokens_per_s = r.output_tokens / (decode_s + prefill_s);
+    row.note = fmt::format("{} in / {} out tokens; {}", r.input_tokens, r.output_tokens, r.capacity);
+    fmt::print("  {}: {:.0f} output tok/s over {:.1f} s\n", row.what, row.tokens_per_s, r.seconds);
+    rows.push_back(row);
+  }
+
+  nlohmann::json json = {{"gpu", prop.name},
+                         {"model", shape},
+                         {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
+                         {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
+                         {"rows", nlohmann::json::array()}};
+  fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
+  for (const Row& r : rows) {
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.0f}% | {:.2f} | {} |\n", r.what, r.tokens_per_s, r.roofline_tokens_per_s,
+               100 * r.tokens_per_s / r.roofline_tokens_per_s, r.step_ms, r.note);
+    json["rows"].push_back({{"what", r.what},
+                            {"tokens_per_s", r.tokens_per_s},
+                            {"roofline_tokens_per_s", r.roofline_tokens_per_s},
+                            {"step_ms", r.step_ms},
+                            {"note", r.note}});
+  }
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    MOESERVE_CHECK(f != nullptr, "cannot write {}", json_path);
+    std::fputs(json.dump(2).c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moeserve
+
+int main(int argc, char** argv) {
+  try {
+    return moeserve::run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cuda_bench: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One run on an H200 host: check the CUDA runner, then time it. Stages (STAGES, in order):
+#   tests     every CUDA test: kernels against the CPU reference ops, the runner against the CPU runner
+#   bench20   cuda_bench on a synthetic gpt-oss-20b (decode batch 1/8/64/256 at 2k context, prefill 1x8k, 16x1k)
+#   bench120  the same on a synthetic gpt-oss-120b
+#   sanitize  compute-sanitizer memcheck and racecheck (SANITIZERS) over the kernel tests
+# Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
+# Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
+# development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
+# (error bounds, test verdicts, speed tables) is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/moeserve-cuda}
+mkdir -p "$OUT"
+BIN=${BIN:-build-cuda-static}
+TEST=$BIN/tests/runner/cuda/runner_cuda_test
+[ -x $BIN/cuda_bench ] || BUILD_CUDA=1 scripts/build_static.sh
+for dir in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib; do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
+done
+date -u +%FT%TZ | tee "$OUT/date.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
+  start=$(date +%s)
+  case $stage in
+    tests) timeout ${T_TESTS:-900} $TEST ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$OUT/tests.log" 2>&1 ;;
+    bench20) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-20b --json "$OUT/bench-20b.json" ${BENCH_ARGS:-} > "$OUT/bench-20b.log" 2>&1 ;;
+    bench120) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-120b --json "$OUT/bench-120b.json" ${BENCH_ARGS:-} > "$OUT/bench-120b.log" 2>&1 ;;
+    sanitize)
+      for tool in ${SANITIZERS:-memcheck racecheck}; do
+        timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
+          --gtest_filter="${SANITIZE_FILTER:-CudaKernels*:CudaAttention*:CudaMoe*}" > "$OUT/sanitize-$tool.log" 2>&1
+        echo "compute-sanitizer $tool: exit $?" >> "$OUT/sanitize.log"
+      done ;;
+  esac
+  echo "stage $stage: exit $?, $(( $(date +%s) - start )) s" | tee -a "$OUT/stages.log"
+done
+
+echo "==== summary"
+cat "$OUT/stages.log"
+[ -f "$OUT/tests.log" ] && grep -hE "error-bound|greedy|^\[  (FAILED|PASSED|SKIPPED) \]|Failure|error:" "$OUT/tests.log" | head -120
+[ -f "$OUT/sanitize.log" ] && cat "$OUT/sanitize.log" && grep -h "ERROR SUMMARY" "$OUT"/sanitize-*.log
+for f in "$OUT"/bench-*.log; do [ -f "$f" ] && grep -vE "^\s+(decode|prefill)" "$f"; done
+exit 0

@@ -1,0 +1,31 @@
+// The options that choose and open a model runner, shared by the subcommands that run a model:
+// --model DIR or --synthetic SHAPE, --device cpu|cuda, --precision (CUDA), --threads (CPU).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "model/checkpoint.h"
+#include "runner/runner.h"
+
+namespace moeserve::cli {
+
+struct RunnerArgs {
+  std::string model;
+  std::string synthetic;  // gpt-oss-20b or gpt-oss-120b: random weights made on the GPU
+  std::string device = "cpu";
+  std::string precision = "bf16";
+  size_t threads = 0;
+};
+
+void add_runner_options(CLI::App* command, RunnerArgs& args);
+
+struct OpenedRunner {
+  std::shared_ptr<const Checkpoint> checkpoint;  // null for a synthetic model
+  std::unique_ptr<ModelRunner> runner;
+};
+OpenedRunner open_runner(const RunnerArgs& args);
+
+}  // namespace moeserve::cli

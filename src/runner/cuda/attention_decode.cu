@@ -1,0 +1,212 @@
+// Attention of single query tokens over the paged KV cache, with sinks and sliding windows (flash-decoding).
+// Grid: (query token, KV head, key split). A block loads the q vectors of the KV head's query heads (GQA: every
+// key and value loaded is used by all of them), each warp walks its keys one per lane with an online softmax in
+// the log2 domain, the warps merge in shared memory and write a partial (max, sum, output) per split; the
+// combine kernel merges the splits and the sink: o = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink - m)).
+// Any query token works (a prefill chunk too), so this is also the fp32 path's attention.
+// head_dim must be 64 (lane l owns output dims 2l, 2l+1).
+// CPU reference: cpu::attend_one_head.
+#include <algorithm>
+#include <cmath>
+
+#include "runner/cuda/device_common.cuh"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kHeadDim = 64;
+constexpr int kWarps = 4;
+
+template <typename Elem>
+__device__ __forceinline__ void load_row(const Elem* src, float (&out)[kHeadDim]);
+
+template <>
+__device__ __forceinline__ void load_row<bf16>(const bf16* src, float (&out)[kHeadDim]) {
+  const uint4* v = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 8; ++i) {
+    const uint4 chunk = v[i];
+    const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      out[i * 8 + 2 * w] = __uint_as_float(words[w] << 16);
+      out[i * 8 + 2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+    }
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_row<float>(const float* src, float (&out)[kHeadDim]) {
+  const float4* v = reinterpret_cast<const float4*>(src);
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 4; ++i) {
+    const float4 chunk = v[i];
+    out[4 * i] = chunk.x;
+    out[4 * i + 1] = chunk.y;
+    out[4 * i + 2] = chunk.z;
+    out[4 * i + 3] = chunk.w;
+  }
+}
+
+__device__ __forceinline__ float2 load_pair(const bf16* src) {
+  const uint32_t word = *reinterpret_cast<const uint32_t*>(src);
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+__device__ __forceinline__ float2 load_pair(const float* src) { return *reinterpret_cast<const float2*>(src); }
+
+template <typename Elem, int kPerKv>
+__global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(AttentionParams p, StepView step, int splits,
+                                                                      float* partial) {
+  const int t = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int seq = step.token_seq[t];
+  const int position = step.positions[t];
+  const int lo = p.window > 0 ? max(0, position - p.window + 1) : 0;
+  const int keys = position - lo + 1;
+  const int chunk = (keys + splits - 1) / splits;
+  const int k0 = lo + split * chunk;
+  const int k1 = min(position + 1, k0 + chunk);
+
+  __shared__ float q_s[kPerKv][kHeadDim];
+  const float q_scale = p.scale * kLog2e;
+  const Elem* q = static_cast<const Elem*>(p.q) + (static_cast<int64_t>(t) * p.heads + kv_head * kPerKv) * kHeadDim;
+  for (int i = threadIdx.x; i < kPerKv * kHeadDim; i += blockDim.x) q_s[i / kHeadDim][i % kHeadDim] = to_float(q[i]) * q_scale;
+  __syncthreads();
+
+  float m[kPerKv], l[kPerKv], o[kPerKv][2];
+#pragma unroll
+  for (int h = 0; h < kPerKv; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+    o[h][0] = o[h][1] = 0.0f;
+  }
+  const Elem* cache = static_cast<const Elem*>(p.kv.base);
+  for (int base = k0 + warp * 32; base < k1; base += kWarps * 32) {
+    const int key = base + lane;
+    const int64_t k_offset = key < k1 ? kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key) : -1;
+    const bool valid = k_offset >= 0;
+    float s[kPerKv];
+    if (valid) {
+      float k_row[kHeadDim];
+      load_row(cache + k_offset, k_row);
+#pragma unroll
+      for (int h = 0; h < kPerKv; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int d = 0; d < kHeadDim; ++d) dot += q_s[h][d] * k_row[d];
+        s[h] = dot;
+      }
+    }
+    float prob[kPerKv];
+#pragma unroll
+    for (int h = 0; h < kPerKv; ++h) {
+      const float m_new = fmaxf(m[h], warp_max(valid ? s[h] : -INFINITY));
+      const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      prob[h] = valid ? exp2f(s[h] - m_new) : 0.0f;
+      l[h] = l[h] * alpha + warp_sum(prob[h]);
+      o[h][0] *= alpha;
+      o[h][1] *= alpha;
+      m[h] = m_new;
+    }
+    const int count = min(32, k1 - base);
+    for (int j = 0; j < count; ++j) {
+      const int64_t v_offset = kv_offset(p.kv, step, seq, p.group, p.slot, 1, kv_head, base + j);
+      if (v_offset < 0) continue;  // its probability is 0 (warp-uniform branch)
+      const float2 v = load_pair(cache + v_offset + 2 * lane);
+#pragma unroll
+      for (int h = 0; h < kPerKv; ++h) {
+        const float pj = __shfl_sync(0xffffffffu, prob[h], j);
+        o[h][0] += pj * v.x;
+        o[h][1] += pj * v.y;
+      }
+    }
+  }
+
+  __shared__ float m_s[kWarps][kPerKv], l_s[kWarps][kPerKv], o_s[kWarps][kPerKv][kHeadDim];
+#pragma unroll
+  for (int h = 0; h < kPerKv; ++h) {
+    if (lane == 0) {
+      m_s[warp][h] = m[h];
+      l_s[warp][h] = l[h];
+    }
+    o_s[warp][h][2 * lane] = o[h][0];
+    o_s[warp][h][2 * lane + 1] = o[h][1];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kPerKv * kHeadDim; i += blockDim.x) {
+    const int h = i / kHeadDim, d = i % kHeadDim;
+    float max_all = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, m_s[w][h]);
+    float sum = 0.0f, out = 0.0f;
+    if (max_all != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(m_s[w][h] - max_all);
+        sum += l_s[w][h] * f;
+        out += o_s[w][h][d] * f;
+      }
+    }
+    float* part = partial + ((static_cast<int64_t>(t) * p.heads + kv_head * kPerKv + h) * splits + split) * (kHeadDim + 2);
+    if (d == 0) {
+      part[0] = max_all;
+      part[1] = sum;
+    }
+    part[2 + d] = out;
+  }
+}
+
+template <typename Elem>
+__global__ void attention_combine_kernel(AttentionParams p, int splits, const float* partial) {
+  const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  const float* part = partial + (static_cast<int64_t>(t) * p.heads + head) * splits * (kHeadDim + 2);
+  const float sink = p.sinks[head] * kLog2e;
+  float max_all = sink;
+  for (int s = 0; s < splits; ++s) max_all = fmaxf(max_all, part[s * (kHeadDim + 2)]);
+  float sum = exp2f(sink - max_all), out = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* ps = part + s * (kHeadDim + 2);
+    const float f = exp2f(ps[0] - max_all);
+    sum += ps[1] * f;
+    out += ps[2 + d] * f;
+  }
+  static_cast<Elem*>(p.out)[(static_cast<int64_t>(t) * p.heads + head) * kHeadDim + d] = from_float<Elem>(out / sum);
+}
+
+template <typename Elem, int kPerKv>
+void launch_typed(cudaStream_t stream, const AttentionParams& p, const StepView& step, int splits, float* partial) {
+  const dim3 grid(step.num_tokens, p.kv_heads, splits);
+  attention_decode_kernel<Elem, kPerKv><<<grid, kWarps * 32, 0, stream>>>(p, step, splits, partial);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+  attention_combine_kernel<Elem><<<dim3(step.num_tokens, p.heads), kHeadDim, 0, stream>>>(p, splits, partial);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Elem>
+void launch_for_group_size(cudaStream_t stream, const AttentionParams& p, const StepView& step, int splits,
+                           float* partial) {
+  switch (p.heads / p.kv_heads) {
+    case 1: return launch_typed<Elem, 1>(stream, p, step, splits, partial);
+    case 2: return launch_typed<Elem, 2>(stream, p, step, splits, partial);
+    case 4: return launch_typed<Elem, 4>(stream, p, step, splits, partial);
+    case 8: return launch_typed<Elem, 8>(stream, p, step, splits, partial);
+    default: fail_cuda("attention_decode", "query heads per KV head must be 1, 2, 4 or 8", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+int attention_decode_splits(int T, int kv_heads, int multiprocessors) {
+  const int blocks = T * kv_heads;
+  return std::max(1, std::min(32, (2 * multiprocessors + blocks - 1) / blocks));
+}
+
+void launch_attention_decode(cudaStream_t stream, Precision type, const AttentionParams& params, const StepView& step,
+                             int splits, float* partial) {
+  if (step.num_tokens == 0) return;
+  if (params.head_dim != kHeadDim) fail_cuda("attention_decode", "head_dim must be 64", __FILE__, __LINE__);
+  if (type == Precision::bf16)
+    launch_for_group_size<bf16>(stream, params, step, splits, partial);
+  else
+    launch_for_group_size<float>(stream, params, step, splits, partial);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,19 @@
+// Error checks for CUDA runtime and cuBLASLt calls: a failed call becomes a moeserve::Error naming the call,
+// file and line. No fmt here, so that .cu files (compiled by nvcc) can include it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace moeserve::cuda {
+
+[[noreturn]] void fail_cuda(const char* call, const char* message, const char* file, int line);
+
+inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  if (status != cudaSuccess) fail_cuda(call, cudaGetErrorString(status), file, line);
+}
+
+}  // namespace moeserve::cuda
+
+#define MOESERVE_CUDA_CHECK(call) ::moeserve::cuda::check_cuda((call), #call, __FILE__, __LINE__)
+// After a kernel launch: reports a bad configuration (grid, shared memory) at the launch site.
+#define MOESERVE_CUDA_CHECK_LAUNCH() MOESERVE_CUDA_CHECK(cudaGetLastError())

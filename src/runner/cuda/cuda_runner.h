@@ -1,0 +1,90 @@
+// The CUDA runner: GPT-OSS's forward on one GPU, behind the same ModelRunner interface as the CPU reference.
+// A step is a fixed sequence of kernels (kernels.h) over device-resident activations and a paged KV cache;
+// decode steps (one token per sequence) are captured as CUDA graphs per batch-size bucket (1, 2, 4, ... 256,
+// padded with dummy sequences that write a spare KV block) and replayed with new metadata.
+//
+// Per layer: [residual add +] RMSNorm -> QKV (cuBLASLt) -> RoPE + KV write -> attention (prefill: flash tiles on
+// tensor cores; decode: split-key flash-decoding) -> output projection (cuBLASLt) -> residual add + RMSNorm ->
+// router (cuBLASLt) -> top-k -> grouping by expert -> MXFP4 expert GEMMs (SwiGLU fused into the first) -> the
+// weighted combine, fused into the next layer's residual add + RMSNorm.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "runner/cuda/blas.h"
+#include "runner/cuda/cuda_runner_factory.h"
+#include "runner/cuda/device_buffer.h"
+#include "runner/cuda/device_weights.h"
+#include "runner/cuda/moe_buffers.h"
+#include "runner/cuda/step_metadata.h"
+
+namespace moeserve::cuda {
+
+class CudaRunner : public ModelRunner {
+ public:
+  CudaRunner(ModelConfig config, DeviceWeights weights, Precision precision, const CudaRunnerOptions& options);
+  ~CudaRunner() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  size_t kv_block_bytes(int block_size) const override;
+  size_t device_memory_free() const override;
+  void allocate_kv_cache(const KvCacheLayout& layout) override;
+  const KvCacheLayout& kv_cache_layout() const override { return layout_; }
+  void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+
+  // For benchmarks: random KV contents, so that decode at a long context is timed without a prefill first.
+  void fill_kv_cache_random(uint64_t seed);
+  size_t weight_bytes() const { return weights_.bytes; }
+  Precision precision() const { return precision_; }
+  // The MoE kernel a step of `tokens` tokens uses, for reports.
+  std::string moe_path_name(int tokens) const;
+
+ private:
+  enum class MoePath { reference, decode_x1, decode_x2, prefill };
+  struct Plan {
+    int tokens = 0;
+    bool prefill_attention = false;
+    int splits = 1;
+    MoePath moe = MoePath::reference;
+  };
+  MoePath moe_path(int tokens) const;
+  Plan plan_for(const StepMetadata& meta) const;
+  void ensure_capacity(const StepMetadata& meta, const Plan& plan);
+  void upload(const StepMetadata& meta);
+  // Enqueues every kernel of a step; copies the residual stream after `capture_layers` into `captured`.
+  void enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
+               std::vector<std::vector<float>>* captured);
+  void run_moe(MoePath path, const MoeGemmParams& params);
+  void clear_graphs();
+
+  ModelConfig config_;
+  DeviceWeights weights_;
+  Precision precision_;
+  CudaRunnerOptions options_;
+  KvGroups groups_;
+  int max_layers_per_group_ = 0;
+  int multiprocessors_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Blas blas_;
+  DeviceBuffer inv_freq_;
+
+  KvCacheLayout layout_;
+  DeviceBuffer kv_;
+  int32_t padding_block_ = 0;  // the pool's spare block, written by graph padding
+
+  StepMetadata meta_;
+  DeviceBuffer meta_device_;
+  int32_t* staging_ = nullptr;  // pinned host copy of the metadata
+  size_t staging_bytes_ = 0;
+
+  // Activations of the step in flight (capacity grows; a reallocation drops the captured graphs).
+  DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
+      partial_, logits_in_, logits_, sampled_;
+  MoeBuffers moe_;
+
+  std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step
+};
+
+}  // namespace moeserve::cuda

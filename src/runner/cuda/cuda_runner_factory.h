@@ -1,0 +1,31 @@
+// Making a CUDA runner, from code that may be built without CUDA: without it, the factories fail with
+// "built without CUDA" and cuda_runner_available() is false.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/checkpoint.h"
+#include "runner/runner.h"
+
+namespace moeserve {
+
+struct CudaRunnerOptions {
+  int device = 0;
+  // "bf16" (the fast path: bf16 activations, KV cache and dense weights) or "f32" (the plain kernels, fp32
+  // throughout; matches the CPU runner to rounding).
+  std::string precision = "bf16";
+  bool cuda_graphs = true;  // capture decode steps per batch-size bucket
+};
+
+bool cuda_runner_available();  // built with CUDA and a device is present
+
+std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> checkpoint,
+                                              const CudaRunnerOptions& options = {});
+
+// Random weights of a real shape ("gpt-oss-20b" or "gpt-oss-120b"), made on the GPU.
+std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape, uint64_t seed,
+                                                        const CudaRunnerOptions& options = {});
+
+}  // namespace moeserve

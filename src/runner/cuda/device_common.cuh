@@ -1,0 +1,147 @@
+// Device helpers shared by the kernels: element conversions, warp reductions, paged-KV addressing, the
+// MXFP4 dequantiser and thin wrappers over the sm_80+ instructions used (mma.sync, ldmatrix, cp.async).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runner/cuda/cuda_check.h"
+#include "runner/cuda/kernels.h"
+
+namespace moeserve::cuda {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += partial[w];
+  return total;
+}
+
+// Element offset of K (which = 0) or V (which = 1) of `position` for one KV head, or -1 where the sequence's
+// block table has no block (a sliding-window block given back).
+__device__ __forceinline__ int64_t kv_offset(const KvView& kv, const StepView& step, int seq, int group, int slot,
+                                             int which, int head, int position) {
+  const int stride = *step.table_stride;
+  const int32_t* table = step.block_tables + (static_cast<int64_t>(seq) * step.num_groups + group) * stride;
+  const int block = table[position / kv.block_size];
+  if (block < 0) return -1;
+  return ((((static_cast<int64_t>(block) * kv.layers_per_block + slot) * 2 + which) * kv.kv_heads + head) *
+              kv.block_size +
+          position % kv.block_size) *
+         kv.head_dim;
+}
+
+// ---- MXFP4 ------------------------------------------------------------------------------------------------------
+// An e2m1 nibble placed at float bits 22..24 (magnitude) and 31 (sign) is the value times 2^-126 (subnormal for
+// the e2m1 subnormal 0.5, which fp32 multiplication keeps exact), so one multiplication by 2^(scale - 127 + 126)
+// gives value * 2^(scale - 127) exactly. The factor is a normal float for scale bytes 0..128 (load checks that).
+__device__ __forceinline__ float mxfp4_factor(uint32_t scale) { return __int_as_float((scale + 126u) << 23); }
+
+// The two values of one byte (low nibble first) times `factor`.
+__device__ __forceinline__ float2 mxfp4_pair(uint32_t byte, float factor) {
+  const float lo = __int_as_float(((byte & 0x7u) << 22) | ((byte & 0x8u) << 28));
+  const float hi = __int_as_float(((byte & 0x70u) << 18) | ((byte & 0x80u) << 24));
+  return make_float2(lo * factor, hi * factor);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// bf16 products of e2m1 values and powers of two are exact, so the packed pair equals the reference weights.
+__device__ __forceinline__ uint32_t mxfp4_pair_bf16x2(uint32_t byte, float factor) {
+  const float2 v = mxfp4_pair(byte, factor);
+  return pack_bf16x2(v.x, v.y);
+}
+
+// Byte i (0..15) of a 16-byte vector; i must be a compile-time constant after unrolling.
+__device__ __forceinline__ uint32_t byte_of(const uint4& v, int i) {
+  const uint32_t word = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+  return (word >> (8 * (i % 4))) & 0xffu;
+}
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// ---- tensor core and async copy wrappers --------------------------------------------------------------------------
+// d += a * b for a 16x16 (row) bf16 tile a and a 16x8 (col) bf16 tile b, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(shared_address(row)));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (then `source` is not read).
+__device__ __forceinline__ void cp_async_16(void* destination, const void* source, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
+               "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// 16-byte load through the read-only path (weights, never written during a step).
+__device__ __forceinline__ uint4 load_weights_16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
+  gate = fminf(gate, limit);
+  up = fminf(fmaxf(up, -limit), limit);
+  const float glu = gate / (1.0f + expf(-alpha * gate));
+  return glu * (up + 1.0f);
+}
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace moeserve::cuda

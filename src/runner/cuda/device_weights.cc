@@ -1,0 +1,166 @@
+#include "runner/cuda/device_weights.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "model/mxfp4.h"
+#include "util/bfloat16.h"
+#include "util/error.h"
+
+namespace moeserve::cuda {
+namespace {
+
+// Row-major matrices stacked by rows, converted to the device's dense type on the host.
+std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precision dense) {
+  int64_t rows = 0;
+  for (const Matrix* m : parts) rows += m->rows;
+  const int64_t cols = parts.front()->cols;
+  std::vector<uint8_t> out(rows * cols * element_bytes(dense));
+  int64_t row = 0;
+  for (const Matrix* m : parts) {
+    MOESERVE_CHECK(m->cols == cols, "fused matrix parts have {} and {} columns", m->cols, cols);
+    for (int64_t r = 0; r < m->rows; ++r, ++row) {
+      uint8_t* dst = out.data() + row * cols * element_bytes(dense);
+      if (dense == Precision::bf16 && m->dtype == DType::BF16) {
+        std::memcpy(dst, m->row(r), cols * 2);
+        continue;
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = m->at(r, c);
+        if (dense == Precision::bf16)
+          reinterpret_cast<uint16_t*>(dst)[c] = float_to_bf16(v);
+        else
+          reinterpret_cast<float*>(dst)[c] = v;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
+  std::vector<float> out;
+  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+// The power of two make-tiny uses for MXFP4 magnitudes (model/make_tiny.cc): outputs of standard deviation
+// `target` for unit-RMS inputs of dimension fan_in (e2m1 values drawn uniformly have an RMS of about 2.93).
+int mxfp4_exponent(int64_t fan_in, double target) {
+  return static_cast<int>(std::lround(std::log2(target / (std::sqrt(static_cast<double>(fan_in)) * 2.93))));
+}
+
+}  // namespace
+
+void* DeviceWeights::allocate(size_t n) {
+  buffers_.emplace_back(n);
+  bytes += n;
+  return buffers_.back().get();
+}
+
+DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dense) {
+  const ModelConfig& c = checkpoint.config();
+  const ModelWeights& w = checkpoint.weights();
+  MOESERVE_CHECK(checkpoint.expert_format() == ExpertFormat::mxfp4,
+                 "{}: the CUDA runner needs MXFP4 experts (this checkpoint stores them dense)", checkpoint.directory());
+  DeviceWeights d;
+  d.dense = dense;
+  auto put = [&](const void* host, size_t n) {
+    void* device = d.allocate(n);
+    MOESERVE_CUDA_CHECK(cudaMemcpy(device, host, n, cudaMemcpyHostToDevice));
+    return device;
+  };
+  auto put_floats = [&](const std::vector<float>& v) { return static_cast<const float*>(put(v.data(), v.size() * 4)); };
+  auto put_dense = [&](std::vector<const Matrix*> parts) {
+    std::vector<uint8_t> bytes = dense_rows(parts, dense);
+    return put(bytes.data(), bytes.size());
+  };
+  DeviceBuffer max_scale(sizeof(int32_t));
+  auto put_experts = [&](const ExpertMatrix& m, const std::string& name) {
+    const int64_t blocks = m.num_experts * m.out_features * m.in_features / kMxfp4BlockSize;
+    ExpertWeightsView e;
+    e.out_features = m.out_features;
+    e.in_features = m.in_features;
+    e.blocks = static_cast<const uint8_t*>(put(m.blocks, blocks * kMxfp4BlockBytes));
+    e.scales = static_cast<const uint8_t*>(put(m.scales, blocks));
+    e.bias = put_floats(m.bias);
+    launch_max_byte(nullptr, e.scales, blocks, max_scale.as<int32_t>());
+    const int32_t largest = to_host<int32_t>(max_scale.get(), 1)[0];
+    MOESERVE_CHECK(largest <= 128, "{}: {} has an MXFP4 scale of 2^{}; the CUDA dequantiser handles up to 2^1",
+                   checkpoint.directory(), name, largest - 127);
+    return e;
+  };
+
+  d.embedding = put_dense({&w.embedding});
+  d.unembedding = put_dense({&w.unembedding});
+  d.final_norm = put_floats(w.final_norm);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    DeviceLayer layer;
+    layer.attn_norm = put_floats(l.attn_norm);
+    layer.qkv = put_dense({&l.q, &l.k, &l.v});
+    layer.qkv_bias = put_floats(concat({&l.q_bias, &l.k_bias, &l.v_bias}));
+    layer.sinks = put_floats(l.sinks);
+    layer.o = put_dense({&l.o});
+    layer.o_bias = put_floats(l.o_bias);
+    layer.mlp_norm = put_floats(l.mlp_norm);
+    layer.router = put_dense({&l.router});
+    layer.router_bias = put_floats(l.router_bias);
+    layer.mlp1 = put_experts(l.mlp1, "layer " + std::to_string(i) + " mlp1");
+    layer.mlp2 = put_experts(l.mlp2, "layer " + std::to_string(i) + " mlp2");
+    d.layers.push_back(layer);
+  }
+  MOESERVE_CHECK(static_cast<int>(d.layers.size()) == c.num_layers, "{}: {} layers bound for {} in config.json",
+                 checkpoint.directory(), d.layers.size(), c.num_layers);
+  return d;
+}
+
+DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense) {
+  DeviceWeights d;
+  d.dense = dense;
+  uint64_t next_key = seed * 0x100000001b3ull + 1;
+  // Gains as make-tiny's (model/make_tiny.cc), so activations stay O(1) and the SwiGLU clamp is reached.
+  const float in_gain = 1.0f / std::sqrt(static_cast<float>(c.hidden_size));
+  auto fill = [&](Precision type, int64_t n, float mean, float std) {
+    void* p = d.allocate(n * element_bytes(type));
+    launch_fill_uniform(nullptr, type, p, n, next_key++, mean, std);
+    return p;
+  };
+  auto vector = [&](int64_t n, float mean, float std) { return static_cast<const float*>(fill(Precision::f32, n, mean, std)); };
+  auto experts = [&](int64_t out, int64_t in, int exponent) {
+    const int64_t blocks = static_cast<int64_t>(c.num_experts) * out * in / kMxfp4BlockSize;
+    ExpertWeightsView e;
+    e.out_features = out;
+    e.in_features = in;
+    auto* block_bytes = static_cast<uint8_t*>(d.allocate(blocks * kMxfp4BlockBytes));
+    auto* scale_bytes = static_cast<uint8_t*>(d.allocate(blocks));
+    launch_fill_bytes(nullptr, block_bytes, blocks * kMxfp4BlockBytes, next_key++);
+    launch_fill_scales(nullptr, scale_bytes, blocks, next_key++, exponent);
+    e.blocks = block_bytes;
+    e.scales = scale_bytes;
+    e.bias = vector(c.num_experts * out, 0.0f, 0.5f);
+    return e;
+  };
+  const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size;
+  d.embedding = fill(dense, int64_t{c.vocab_size} * H, 0.0f, 1.0f);
+  d.unembedding = fill(dense, int64_t{c.vocab_size} * H, 0.0f, 2.0f * in_gain);
+  d.final_norm = vector(H, 1.0f, 0.1f);
+  for (int i = 0; i < c.num_layers; ++i) {
+    DeviceLayer l;
+    l.attn_norm = vector(H, 1.0f, 0.1f);
+    l.qkv = fill(dense, (Q + 2 * KV) * H, 0.0f, in_gain);
+    l.qkv_bias = vector(Q + 2 * KV, 0.0f, 0.2f);
+    l.sinks = vector(c.num_heads, 0.0f, 1.0f);
+    l.o = fill(dense, H * Q, 0.0f, 1.0f / std::sqrt(static_cast<float>(Q)));
+    l.o_bias = vector(H, 0.0f, 0.2f);
+    l.mlp_norm = vector(H, 1.0f, 0.1f);
+    l.router = fill(dense, E * H, 0.0f, in_gain);
+    l.router_bias = vector(E, 0.0f, 0.5f);
+    l.mlp1 = experts(2 * I, H, mxfp4_exponent(H, 5.0));
+    l.mlp2 = experts(H, I, mxfp4_exponent(I, 0.2));
+    d.layers.push_back(l);
+  }
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  return d;
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,48 @@
+// A GPT-OSS model's weights in device memory: MXFP4 experts stay MXFP4 (blocks and scales as in the
+// checkpoint, so gpt-oss-120b's experts take ~61 GB), dense matrices are bf16 (fp32 with Precision::f32), the
+// q, k and v projections are fused into one [q + 2 kv, hidden] matrix, small vectors are fp32. Made by uploading
+// a checkpoint or, for speed measurements without the real files, with random values of the real shapes
+// directly on the device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "runner/cuda/device_buffer.h"
+#include "runner/cuda/kernels.h"
+
+namespace moeserve::cuda {
+
+struct DeviceLayer {
+  const float* attn_norm = nullptr;
+  const void* qkv = nullptr;  // [q_dim + 2 kv_dim, hidden]
+  const float* qkv_bias = nullptr;
+  const float* sinks = nullptr;
+  const void* o = nullptr;  // [hidden, q_dim]
+  const float* o_bias = nullptr;
+  const float* mlp_norm = nullptr;
+  const void* router = nullptr;  // [E, hidden]
+  const float* router_bias = nullptr;
+  ExpertWeightsView mlp1, mlp2;
+};
+
+class DeviceWeights {
+ public:
+  static DeviceWeights upload(const Checkpoint& checkpoint, Precision dense);
+  // Random weights of config's shapes with the magnitudes make-tiny uses, keyed by seed.
+  static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense);
+
+  Precision dense = Precision::bf16;
+  const void* embedding = nullptr;    // [vocab, hidden]
+  const void* unembedding = nullptr;  // [vocab, hidden]
+  const float* final_norm = nullptr;
+  std::vector<DeviceLayer> layers;
+  size_t bytes = 0;  // device memory held
+
+ private:
+  void* allocate(size_t bytes);
+  std::vector<DeviceBuffer> buffers_;
+};
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,160 @@
+// The CUDA runner's kernels as the host sees them: parameter structs and one launcher per operation. Each
+// launcher lives in its own .cu file beside its kernels; each is tested against the CPU reference operation in
+// runner/cpu/ops.h (tests/runner/cuda). All launchers enqueue on `stream` and never synchronise, so a decode
+// step can be captured in a CUDA graph.
+//
+// Numerics: the residual stream, norms, softmax and every accumulation are fp32. With Precision::bf16 the
+// activations that feed matrix products (normed rows, q, attention output, expert intermediates) and the KV
+// cache are bf16, and dense weights are bf16. Precision::f32 keeps all of them fp32 and uses the simple kernels;
+// it exists to check the fast path and to match the CPU runner token for token. Experts stay MXFP4 in both.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::cuda {
+
+enum class Precision { bf16, f32 };
+inline size_t element_bytes(Precision p) { return p == Precision::bf16 ? 2 : 4; }
+
+// One forward step's metadata on the device (built by step_metadata.h), as kernels read it.
+struct StepView {
+  int num_tokens = 0;               // T: rows of every activation
+  int num_seqs = 0;                 // S
+  int num_groups = 0;               // KV groups (GPT-OSS: sliding, full)
+  const int32_t* token_ids = nullptr;    // [T]
+  const int32_t* positions = nullptr;    // [T]
+  const int32_t* token_seq = nullptr;    // [T] sequence of each token
+  const int32_t* seq_q_start = nullptr;  // [S] row of the sequence's first token
+  const int32_t* seq_q_len = nullptr;    // [S] tokens of the sequence in this step
+  const int32_t* seq_context = nullptr;  // [S] start_position + q_len
+  const int32_t* table_stride = nullptr; // device scalar: entries per block table (graphs replay other strides)
+  const int32_t* block_tables = nullptr; // [S][num_groups][*table_stride], -1 for blocks given back
+  const int32_t* q_tile_seq = nullptr;   // [num_q_tiles] prefill attention: sequence of each 64-row query tile
+  const int32_t* q_tile_row0 = nullptr;  // [num_q_tiles] first row of the tile inside its sequence
+  int num_q_tiles = 0;
+};
+
+// The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of the precision's element type.
+struct KvView {
+  void* base = nullptr;
+  int block_size = 0;
+  int layers_per_block = 0;  // the largest KV group's layer count
+  int kv_heads = 0;
+  int head_dim = 0;
+};
+
+// ---- embedding.cu: row gathers -------------------------------------------------------------------------------
+// x[t] = float(table[ids[t]]) for T rows of width H; table is bf16 or fp32 (`table_type`).
+void launch_embedding(cudaStream_t stream, Precision table_type, const void* table, int64_t H, const int32_t* ids,
+                      int T, float* x);
+// dst[r] = src[rows[r]] for R rows of H elements of the precision's type.
+void launch_gather_rows(cudaStream_t stream, Precision type, const void* src, int64_t H, const int32_t* rows, int R,
+                        void* dst);
+
+// ---- rms_norm.cu: residual add fused with RMSNorm ---------------------------------------------------------------
+// The MoE output folded into the residual: x[t] += sum_j weights[t, j] * y[slot_row[t, j]].
+struct ExpertCombine {
+  const float* y = nullptr;           // [rows, H] expert outputs in grouped order
+  const int32_t* slot_row = nullptr;  // [T, top_k] row of y for each (token, slot)
+  const float* weights = nullptr;     // [T, top_k]
+  int top_k = 0;
+};
+// x += delta (when set) or the expert combine (when set); out = x / sqrt(mean(x^2) + eps) * scale.
+void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
+                         const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out);
+
+// ---- rope.cu: YaRN RoPE on q and k, k and v written into the paged cache -----------------------------------------
+struct RopeParams {
+  const float* qkv = nullptr;  // [T, (heads + 2 kv_heads) * head_dim]: q heads, then k heads, then v heads
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  float concentration = 1.0f;
+  void* q_out = nullptr;  // [T, heads, head_dim]
+  KvView kv;
+  int group = 0, slot = 0;  // the layer's KV group and its slot in a block
+};
+void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);
+
+// ---- attention_decode.cu / attention_prefill.cu ------------------------------------------------------------------
+struct AttentionParams {
+  const void* q = nullptr;  // [T, heads, head_dim]
+  void* out = nullptr;      // [T, heads, head_dim]
+  const float* sinks = nullptr;  // [heads]
+  float scale = 0.0f;            // 1 / sqrt(head_dim)
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  int window = 0;  // keys q - window + 1 .. q; 0 for full causal attention
+  KvView kv;
+  int group = 0, slot = 0;
+};
+// Every query token against its cached keys, split over `splits` key ranges merged by a second kernel.
+// partial holds T * heads * splits * (head_dim + 2) floats.
+int attention_decode_splits(int T, int kv_heads, int multiprocessors);
+void launch_attention_decode(cudaStream_t stream, Precision type, const AttentionParams& params, const StepView& step,
+                             int splits, float* partial);
+// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 only.
+void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
+
+// ---- router.cu: top-k experts and softmax over the selected logits -------------------------------------------------
+// Also counts tokens per expert into expert_counts (zeroed here first).
+void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
+                        float* weights, int32_t* expert_counts);
+
+// ---- moe_grouping.cu: (token, slot) pairs grouped by expert ----------------------------------------------------------
+struct MoeRouting {
+  int num_experts = 0;
+  int32_t* expert_counts = nullptr;   // [E]
+  int32_t* expert_offsets = nullptr;  // [E + 1] first grouped row of each expert
+  int32_t* expert_fill = nullptr;     // [E] scratch
+  int32_t* row_token = nullptr;       // [T * k] token of each grouped row
+  int32_t* row_expert = nullptr;      // [T * k]
+  int32_t* slot_row = nullptr;        // [T * k] grouped row of each (token, slot)
+  int32_t* tile_expert = nullptr;     // [max tiles] expert of each tile of rows_per_tile rows
+  int32_t* tile_row0 = nullptr;       // [max tiles] first grouped row of each tile
+  int32_t* num_tiles = nullptr;       // device scalar
+};
+int moe_max_tiles(int rows, int rows_per_tile, int num_experts);
+void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
+                            const MoeRouting& routing);
+
+// ---- moe_*.cu: expert projections over grouped rows, MXFP4 weights dequantised on the fly -------------------------------
+struct ExpertWeightsView {
+  const uint8_t* blocks = nullptr;  // [E, out, in / 32, 16]
+  const uint8_t* scales = nullptr;  // [E, out, in / 32]
+  const float* bias = nullptr;      // [E, out]
+  int64_t out_features = 0, in_features = 0;
+};
+struct MoeGemmParams {
+  ExpertWeightsView w;
+  const void* x = nullptr;            // input rows (precision type), [*, in_features]
+  const int32_t* x_row = nullptr;     // x row of each grouped row (row_token for the first projection); null: identity
+  void* out = nullptr;                // swiglu: [rows, out / 2] precision type; else [rows, out] fp32
+  bool swiglu = false;                // out = swiglu(h) over interleaved gate/up rows, with the model's clamp
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
+  MoeRouting routing;
+  int rows = 0;  // T * k grouped rows
+};
+// Small batches (decode): tensor-core GEMV, tiles of 8 * n_tiles rows; bf16.
+void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles);
+inline constexpr int kMoePrefillTileRows = 128;
+// Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows; bf16.
+void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
+// The plain version: one thread per output, any precision (needs routing.row_expert).
+void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
+
+// ---- sampling.cu -----------------------------------------------------------------------------------------------------
+// Greedy: the lowest id of the largest logit of each of R rows.
+void launch_argmax(cudaStream_t stream, const float* logits, int R, int V, int32_t* out);
+
+// ---- synthetic.cu: random tensors made on the device ----------------------------------------------------------------------
+// Values mean + std * u, u uniform with unit variance, a pure function of (key, index).
+void launch_fill_uniform(cudaStream_t stream, Precision type, void* out, int64_t n, uint64_t key, float mean, float std);
+void launch_fill_bytes(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key);
+// E8M0 scales 127 + exponent or one less.
+void launch_fill_scales(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key, int exponent);
+// Largest byte of an array (MXFP4 scale check), into *result (a device int).
+void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32_t* result);
+
+}  // namespace moeserve::cuda

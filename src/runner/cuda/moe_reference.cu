@@ -1,0 +1,62 @@
+// Expert projections over grouped rows, the plain version: one thread per output (one gate/up pair when SwiGLU
+// is fused), a dot product over the input with MXFP4 weights dequantised on the fly, in fp32. Serves the fp32
+// precision and is the simplest statement of what moe_decode.cu and moe_prefill.cu compute.
+// CPU reference: cpu::expert_linear (then cpu::swiglu for the first projection).
+#include "runner/cuda/device_common.cuh"
+
+namespace moeserve::cuda {
+namespace {
+
+template <typename Act, bool kSwiglu>
+__global__ void moe_reference_kernel(MoeGemmParams p) {
+  const int row = blockIdx.x;
+  const int64_t N = p.w.out_features, K = p.w.in_features, blocks_per_row = K / 32;
+  const int64_t outputs = kSwiglu ? N / 2 : N;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= outputs) return;
+  const int e = p.routing.row_expert[row];
+  const Act* x = static_cast<const Act*>(p.x) + static_cast<int64_t>(p.x_row != nullptr ? p.x_row[row] : row) * K;
+  auto output = [&](int64_t n) {
+    const uint8_t* blocks = p.w.blocks + (static_cast<int64_t>(e) * N + n) * blocks_per_row * 16;
+    const uint8_t* scales = p.w.scales + (static_cast<int64_t>(e) * N + n) * blocks_per_row;
+    float acc = 0.0f;
+    for (int64_t kb = 0; kb < blocks_per_row; ++kb) {
+      const float factor = mxfp4_factor(scales[kb]);
+      for (int i = 0; i < 16; ++i) {
+        const float2 w = mxfp4_pair(blocks[kb * 16 + i], factor);
+        acc += w.x * to_float(x[kb * 32 + 2 * i]);
+        acc += w.y * to_float(x[kb * 32 + 2 * i + 1]);
+      }
+    }
+    return acc + p.w.bias[static_cast<int64_t>(e) * N + n];
+  };
+  if constexpr (kSwiglu) {
+    static_cast<Act*>(p.out)[row * outputs + j] =
+        from_float<Act>(swiglu(output(2 * j), output(2 * j + 1), p.swiglu_alpha, p.swiglu_limit));
+  } else {
+    static_cast<float*>(p.out)[row * outputs + j] = output(j);
+  }
+}
+
+template <typename Act>
+void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
+  const int64_t outputs = p.swiglu ? p.w.out_features / 2 : p.w.out_features;
+  const dim3 grid(p.rows, ceil_div(outputs, 128));
+  if (p.swiglu)
+    moe_reference_kernel<Act, true><<<grid, 128, 0, stream>>>(p);
+  else
+    moe_reference_kernel<Act, false><<<grid, 128, 0, stream>>>(p);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params) {
+  if (params.rows == 0) return;
+  if (type == Precision::bf16)
+    launch_typed<bf16>(stream, params);
+  else
+    launch_typed<float>(stream, params);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,141 @@
+#include "runner/cuda/step_metadata.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace moeserve::cuda {
+
+void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const KvGroups& groups,
+                         const KvCacheLayout& kv, int pad_to, int32_t padding_block, bool prefill_tiles) {
+  const int real_seqs = static_cast<int>(batch.sequences.size());
+  seqs_ = std::max(real_seqs, pad_to);
+  groups_ = groups.num_groups();
+  tokens_ = 0;
+  max_q_len_ = 0;
+  int64_t stride = 1;
+  for (int s = 0; s < real_seqs; ++s) {
+    const SequenceStep& step = batch.sequences[s];
+    const int64_t n = static_cast<int64_t>(step.tokens.size());
+    MOESERVE_CHECK(n > 0, "sequence {}: no tokens in the step", s);
+    MOESERVE_CHECK(static_cast<int>(step.block_tables.size()) == groups_, "sequence {}: {} block tables for {} KV groups",
+                   s, step.block_tables.size(), groups_);
+    MOESERVE_CHECK(step.num_logits >= 0 && step.num_logits <= n, "sequence {}: num_logits {} for {} tokens", s,
+                   step.num_logits, n);
+    const int64_t end = step.start_position + n;
+    MOESERVE_CHECK(step.start_position >= 0 && end <= c.max_position_embeddings,
+                   "sequence {}: positions {}..{} exceed the model's context of {}", s, step.start_position, end,
+                   c.max_position_embeddings);
+    for (int32_t id : step.tokens)
+      MOESERVE_CHECK(id >= 0 && id < c.vocab_size, "sequence {}: token id {} is outside the vocabulary of {}", s, id,
+                     c.vocab_size);
+    // Every position this step reads or writes must have a block: the window's for sliding groups, all for full.
+    const int64_t needed_blocks = (end + kv.block_size - 1) / kv.block_size;
+    for (int g = 0; g < groups_; ++g) {
+      const auto& table = step.block_tables[g];
+      MOESERVE_CHECK(static_cast<int64_t>(table.size()) >= needed_blocks,
+                     "sequence {}: block table of KV group {} has {} blocks, position {} needs {}", s, g, table.size(),
+                     end - 1, needed_blocks);
+      const bool sliding = groups.kind_of_group[g] == AttentionKind::sliding;
+      const int64_t first = sliding ? std::max<int64_t>(0, step.start_position - c.sliding_window + 1) : 0;
+      for (int64_t b = first / kv.block_size; b < needed_blocks; ++b)
+        MOESERVE_CHECK(table[b] >= 0 && table[b] < kv.num_blocks,
+                       "sequence {}: KV block {} (group {}, logical block {}) is not in the pool of {}", s, table[b], g,
+                       b, kv.num_blocks);
+    }
+    stride = std::max(stride, needed_blocks);
+    tokens_ += static_cast<int>(n);
+    max_q_len_ = std::max<int>(max_q_len_, static_cast<int>(n));
+  }
+  MOESERVE_CHECK(pad_to == 0 || max_q_len_ == 1, "graph padding is for decode batches only");
+  const int T = tokens_ + (seqs_ - real_seqs);
+
+  rows_.clear();
+  int32_t first = 0;
+  for (const SequenceStep& step : batch.sequences) {
+    const int32_t n = static_cast<int32_t>(step.tokens.size());
+    for (int32_t j = n - step.num_logits; j < n; ++j)
+      rows_.push_back({first + j, &step, step.sample_index + (j - (n - step.num_logits))});
+    first += n;
+  }
+  for (int s = real_seqs; s < seqs_; ++s) rows_.push_back({first++, nullptr, 0});
+  const int R = static_cast<int>(rows_.size());
+
+  std::vector<std::pair<int32_t, int32_t>> tiles;
+  if (prefill_tiles)
+    for (int s = 0; s < real_seqs; ++s)
+      for (int32_t r = 0; r < static_cast<int32_t>(batch.sequences[s].tokens.size()); r += kPrefillTileRows)
+        tiles.emplace_back(s, r);
+  q_tiles_ = static_cast<int>(tiles.size());
+
+  size_t at = 1;  // data_[0]: the table stride
+  auto place = [&](size_t count) {
+    size_t here = at;
+    at += count;
+    return here;
+  };
+  ids_at_ = place(T);
+  positions_at_ = place(T);
+  token_seq_at_ = place(T);
+  q_start_at_ = place(seqs_);
+  q_len_at_ = place(seqs_);
+  context_at_ = place(seqs_);
+  rows_at_ = place(R);
+  tile_seq_at_ = place(q_tiles_);
+  tile_row0_at_ = place(q_tiles_);
+  tables_at_ = place(static_cast<size_t>(seqs_) * groups_ * stride);
+  data_.assign(at, -1);
+  data_[0] = static_cast<int32_t>(stride);
+
+  int32_t token = 0;
+  for (int s = 0; s < seqs_; ++s) {
+    const bool real = s < real_seqs;
+    const SequenceStep* step = real ? &batch.sequences[s] : nullptr;
+    const int32_t n = real ? static_cast<int32_t>(step->tokens.size()) : 1;
+    const int32_t start = real ? step->start_position : 0;
+    data_[q_start_at_ + s] = token;
+    data_[q_len_at_ + s] = n;
+    data_[context_at_ + s] = start + n;
+    for (int32_t i = 0; i < n; ++i, ++token) {
+      data_[ids_at_ + token] = real ? step->tokens[i] : 0;
+      data_[positions_at_ + token] = start + i;
+      data_[token_seq_at_ + token] = s;
+    }
+    for (int g = 0; g < groups_; ++g) {
+      int32_t* table = data_.data() + tables_at_ + (static_cast<size_t>(s) * groups_ + g) * stride;
+      if (!real) {
+        std::fill(table, table + stride, padding_block);
+        continue;
+      }
+      const auto& source = step->block_tables[g];
+      std::copy_n(source.begin(), std::min<size_t>(source.size(), stride), table);
+    }
+  }
+  for (int r = 0; r < R; ++r) data_[rows_at_ + r] = rows_[r].token;
+  for (int i = 0; i < q_tiles_; ++i) {
+    data_[tile_seq_at_ + i] = tiles[i].first;
+    data_[tile_row0_at_ + i] = tiles[i].second;
+  }
+  tokens_ = T;
+}
+
+StepView StepMetadata::view(const int32_t* device) const {
+  StepView v;
+  v.num_tokens = tokens_;
+  v.num_seqs = seqs_;
+  v.num_groups = groups_;
+  v.token_ids = device + ids_at_;
+  v.positions = device + positions_at_;
+  v.token_seq = device + token_seq_at_;
+  v.seq_q_start = device + q_start_at_;
+  v.seq_q_len = device + q_len_at_;
+  v.seq_context = device + context_at_;
+  v.table_stride = device;
+  v.block_tables = device + tables_at_;
+  v.q_tile_seq = device + tile_seq_at_;
+  v.q_tile_row0 = device + tile_row0_at_;
+  v.num_q_tiles = q_tiles_;
+  return v;
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,48 @@
+// One forward step's batch description flattened into int32 arrays for the device (token ids, positions,
+// sequences, logits rows, prefill query tiles, block tables), checked as the CPU runner checks it. The arrays
+// sit at offsets that depend only on (tokens, sequences, rows, query tiles), with the block tables last and
+// their stride stored on the device, so a graph captured for a decode batch size replays with any tables.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runner/cuda/kernels.h"
+#include "runner/runner.h"
+
+namespace moeserve::cuda {
+
+inline constexpr int kPrefillTileRows = 64;  // attention_prefill.cu's query tile
+
+struct StepRow {
+  int32_t token = 0;                      // row of the token in the step
+  const SequenceStep* step = nullptr;     // its sequence (null for graph padding)
+  uint64_t sample_index = 0;
+};
+
+class StepMetadata {
+ public:
+  // pad_to > 0: decode batches only, padded with one-token sequences at position 0 whose block tables point at
+  // padding_block, up to pad_to sequences. prefill_tiles: lay out the prefill attention's query tiles.
+  void build(const ForwardBatch& batch, const ModelConfig& config, const KvGroups& groups, const KvCacheLayout& kv,
+             int pad_to, int32_t padding_block, bool prefill_tiles);
+
+  // The arrays, as pointers into a device copy of host().
+  StepView view(const int32_t* device) const;
+  const int32_t* logits_rows(const int32_t* device) const { return device + rows_at_; }
+  const std::vector<int32_t>& host() const { return data_; }
+
+  int num_tokens() const { return tokens_; }
+  int num_seqs() const { return seqs_; }
+  int max_q_len() const { return max_q_len_; }
+  const std::vector<StepRow>& rows() const { return rows_; }  // logits rows, real ones first
+
+ private:
+  std::vector<int32_t> data_;
+  std::vector<StepRow> rows_;
+  int tokens_ = 0, seqs_ = 0, groups_ = 0, q_tiles_ = 0, max_q_len_ = 0;
+  size_t ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, q_start_at_ = 0, q_len_at_ = 0, context_at_ = 0,
+         rows_at_ = 0, tile_seq_at_ = 0, tile_row0_at_ = 0, tables_at_ = 0;
+};
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,205 @@
+// The CUDA runner against the CPU runner: logits of the tiny model (a batch of prompts longer than the sliding
+// window in one step, then the same prompts in chunks over scattered blocks), greedy continuations of 64 tokens,
+// CUDA-graph decode against the same steps run directly, and a two-layer model of gpt-oss-20b's full width.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "engine/generate.h"
+#include "model/checkpoint.h"
+#include "runner/cpu/cpu_runner.h"
+#include "runner/cuda/cuda_runner_factory.h"
+#include "test_util.h"
+
+namespace moeserve {
+namespace {
+
+std::vector<int32_t> prompt(int length, int salt, int vocab) {
+  std::vector<int32_t> tokens(length);
+  for (int i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((1000003LL * (i + 1) * (salt + 7) + 17 * salt) % vocab);
+  return tokens;
+}
+
+// Logits of every position of every prompt, in one batched step and then in chunks of `chunk` over other blocks.
+struct AllLogits {
+  std::vector<float> batched, chunked;
+};
+
+AllLogits run_prompts(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts, int chunk) {
+  const int groups = kv_groups_of(runner.config()).num_groups(), block_size = 8;
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  const int blocks_each = (longest + block_size - 1) / block_size;
+  const int n = static_cast<int>(prompts.size());
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(n) * groups * blocks_each});
+  auto tables_for = [&](uint32_t seed) {
+    std::vector<int32_t> pool(n * groups * blocks_each);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
+    std::vector<std::vector<std::vector<int32_t>>> tables(n, std::vector<std::vector<int32_t>>(groups));
+    size_t next = 0;
+    for (auto& seq : tables)
+      for (auto& table : seq) table.assign(pool.begin() + next, pool.begin() + next + blocks_each), next += blocks_each;
+    return tables;
+  };
+  auto spans = [](const std::vector<std::vector<int32_t>>& seq) {
+    std::vector<std::span<const int32_t>> out;
+    for (const auto& t : seq) out.emplace_back(t);
+    return out;
+  };
+  AllLogits result;
+  const auto tables = tables_for(3);
+  ForwardBatch batch;
+  for (int s = 0; s < n; ++s) {
+    SequenceStep step;
+    step.tokens = prompts[s];
+    step.block_tables = spans(tables[s]);
+    step.num_logits = static_cast<int32_t>(prompts[s].size());
+    batch.sequences.push_back(step);
+  }
+  ForwardOutput out;
+  runner.forward(batch, out);
+  result.batched = out.logits;
+  const auto other = tables_for(5);
+  for (int s = 0; s < n; ++s)
+    for (size_t begin = 0; begin < prompts[s].size(); begin += chunk) {
+      const size_t end = std::min(prompts[s].size(), begin + chunk);
+      ForwardBatch step_batch;
+      SequenceStep step;
+      step.tokens = std::span(prompts[s]).subspan(begin, end - begin);
+      step.start_position = static_cast<int32_t>(begin);
+      step.block_tables = spans(other[s]);
+      step.num_logits = static_cast<int32_t>(end - begin);
+      step_batch.sequences.push_back(step);
+      runner.forward(step_batch, out);
+      result.chunked.insert(result.chunked.end(), out.logits.begin(), out.logits.end());
+    }
+  return result;
+}
+
+// The worst per-row ||out - ref|| / ||ref||.
+double worst_row_error(const std::vector<float>& out, const std::vector<float>& ref, int vocab) {
+  EXPECT_EQ(out.size(), ref.size());
+  double worst = 0;
+  for (size_t row = 0; row * vocab < std::min(out.size(), ref.size()); ++row) {
+    std::vector<float> a(out.begin() + row * vocab, out.begin() + (row + 1) * vocab),
+        b(ref.begin() + row * vocab, ref.begin() + (row + 1) * vocab);
+    worst = std::max(worst, testing::relative_error(a, b));
+  }
+  return worst;
+}
+
+class CudaRunnerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const Checkpoint> checkpoint, bool graphs = true) {
+    CudaRunnerOptions options;
+    options.precision = GetParam();
+    options.cuda_graphs = graphs;
+    return make_cuda_runner(std::move(checkpoint), options);
+  }
+  // fp32: the CPU runner's arithmetic in another order. bf16: activations and KV rounded at every layer.
+  double logits_bound() const { return GetParam() == "f32" ? 1e-4 : 5e-2; }
+};
+
+TEST_P(CudaRunnerTest, TinyModelLogitsMatchCpuRunner) {
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  CpuRunner cpu(checkpoint, 0);
+  auto gpu = cuda_runner(checkpoint);
+  const int vocab = checkpoint->config().vocab_size;
+  // Longer than the tiny model's window (32) and than one 64-row prefill tile.
+  const std::vector<std::vector<int32_t>> prompts = {prompt(70, 1, vocab), prompt(9, 2, vocab), prompt(33, 3, vocab)};
+  const AllLogits expected = run_prompts(cpu, prompts, 5), got = run_prompts(*gpu, prompts, 5);
+  testing::expect_error_within("tiny model logits batched " + GetParam(),
+                               worst_row_error(got.batched, expected.batched, vocab), logits_bound());
+  testing::expect_error_within("tiny model logits chunked " + GetParam(),
+                               worst_row_error(got.chunked, expected.chunked, vocab), logits_bound());
+}
+
+TEST_P(CudaRunnerTest, GreedyContinuationsMatchCpuRunner) {
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  CpuRunner cpu(checkpoint, 0);
+  auto gpu = cuda_runner(checkpoint);
+  GenerateOptions options;
+  options.sampling.temperature = 0.0f;
+  options.max_tokens = 64;
+  options.prefill_chunk = 16;
+  for (int salt : {1, 2, 3}) {
+    const auto p = prompt(20 + 7 * salt, salt, checkpoint->config().vocab_size);
+    const auto expected = generate_sequence(cpu, p, options).tokens;
+    const auto got = generate_sequence(*gpu, p, options).tokens;
+    size_t same = 0;
+    while (same < std::min(got.size(), expected.size()) && got[same] == expected[same]) ++same;
+    std::printf("greedy %s prompt %d: %zu of %zu tokens equal\n", GetParam().c_str(), salt, same, expected.size());
+    // fp32 must agree token for token. bf16 logits differ by ~1e-2 relative, and the tiny random model's top two
+    // logits are often closer than that, so there an early divergence is expected and only reported.
+    if (GetParam() == "f32") EXPECT_EQ(got, expected) << "prompt " << salt;
+  }
+}
+
+TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  auto with_graphs = cuda_runner(checkpoint, true), direct = cuda_runner(checkpoint, false);
+  const int vocab = checkpoint->config().vocab_size;
+  for (auto* runner : {with_graphs.get(), direct.get()}) runner->allocate_kv_cache({16, 64});
+  // Three sequences (graph bucket 4: one padding sequence), 40 decode steps each (past the window).
+  std::vector<std::vector<std::vector<int32_t>>> tables(3, std::vector<std::vector<int32_t>>(2));
+  for (int s = 0; s < 3; ++s)
+    for (int g = 0; g < 2; ++g)
+      for (int b = 0; b < 4; ++b) tables[s][g].push_back(s * 8 + g * 4 + b);
+  std::vector<float> logits[2];
+  for (int r = 0; r < 2; ++r) {
+    ModelRunner& runner = r == 0 ? *with_graphs : *direct;
+    std::vector<int32_t> tokens = {11, 22, 33};
+    for (int position = 0; position < 40; ++position) {
+      ForwardBatch batch;
+      for (int s = 0; s < 3; ++s) {
+        SequenceStep step;
+        step.tokens = std::span(tokens).subspan(s, 1);
+        step.start_position = position;
+        step.block_tables = {tables[s][0], tables[s][1]};
+        batch.sequences.push_back(step);
+      }
+      ForwardOutput out;
+      runner.forward(batch, out);
+      logits[r].insert(logits[r].end(), out.logits.begin(), out.logits.end());
+      for (int s = 0; s < 3; ++s)
+        tokens[s] = static_cast<int32_t>(std::max_element(out.logits.begin() + s * vocab, out.logits.begin() + (s + 1) * vocab) -
+                                         (out.logits.begin() + s * vocab));
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
+  if (GetParam() == "f32") {
+    GTEST_SKIP() << "bf16 is the path that runs full-size models";
+  }
+  TinyModelOptions o;  // gpt-oss-20b's dimensions (../shared/reference/gpt-oss-architecture.md), two layers
+  o.layers = 2;
+  o.hidden = 2880;
+  o.heads = 64;
+  o.kv_heads = 8;
+  o.head_dim = 64;
+  o.experts = 32;
+  o.top_k = 4;
+  o.intermediate = 2880;
+  o.window = 128;
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
+  CpuRunner cpu(checkpoint, 0);
+  auto gpu = cuda_runner(checkpoint);
+  const int vocab = checkpoint->config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {prompt(150, 4, vocab), prompt(21, 5, vocab)};
+  const AllLogits expected = run_prompts(cpu, prompts, 50), got = run_prompts(*gpu, prompts, 50);
+  testing::expect_error_within("two-layer gpt-oss-20b-width logits batched bf16",
+                               worst_row_error(got.batched, expected.batched, vocab), logits_bound());
+  testing::expect_error_within("two-layer gpt-oss-20b-width logits chunked bf16",
+                               worst_row_error(got.chunked, expected.chunked, vocab), logits_bound());
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaRunnerTest, ::testing::Values("bf16", "f32"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace moeserve

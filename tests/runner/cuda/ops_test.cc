@@ -1,0 +1,224 @@
+// The row-wise CUDA kernels against the CPU reference operations (runner/cpu/ops.h), on fresh random inputs:
+// residual add + RMSNorm (plain, dense delta, expert combine), the cuBLASLt projections, YaRN RoPE with the KV
+// write, the router's top-k, the embedding gather and greedy argmax. Bounds are on ||out - ref|| / ||ref||.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "engine/sampler.h"
+#include "model/make_tiny.h"
+#include "runner/cpu/ops.h"
+#include "runner/cuda/blas.h"
+#include "util/bfloat16.h"
+
+namespace moeserve {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::Precision;
+using testing::download_as;
+using testing::expect_error_within;
+using testing::precision_name;
+using testing::random_floats;
+using testing::relative_error;
+using testing::round_to;
+using testing::upload_as;
+
+class CudaKernels : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  Precision precision() const { return GetParam(); }
+  // bf16 outputs are rounded once (2^-9 relative at most); fp32 ones differ by summation order only.
+  double rounding_bound() const { return precision() == Precision::bf16 ? 4e-3 : 1e-5; }
+  std::string label(const std::string& what) const { return what + " " + precision_name(precision()); }
+  std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 12345u};
+};
+
+TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
+  const int T = 7, H = 2880, k = 4;
+  const float eps = 1e-5f;
+  const auto scale = random_floats(rng_, H, 1.0f, 0.1f);
+  for (int mode = 0; mode < 3; ++mode) {
+    auto x = random_floats(rng_, T * H, 0.0f, 3.0f);
+    const auto delta = random_floats(rng_, T * H);
+    const auto y = random_floats(rng_, T * k * H);
+    std::vector<int32_t> slot_row(T * k);
+    std::iota(slot_row.begin(), slot_row.end(), 0);
+    std::shuffle(slot_row.begin(), slot_row.end(), rng_);
+    auto weights = random_floats(rng_, T * k, 0.25f, 0.1f);
+
+    DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta), y_d = cuda::to_device(y),
+                 slot_d = cuda::to_device(slot_row), weights_d = cuda::to_device(weights),
+                 scale_d = cuda::to_device(scale), out_d(T * H * cuda::element_bytes(precision()));
+    const cuda::ExpertCombine combine{y_d.as<float>(), slot_d.as<int32_t>(), weights_d.as<float>(), k};
+    cuda::launch_add_rms_norm(nullptr, precision(), x_d.as<float>(), mode == 1 ? delta_d.as<float>() : nullptr,
+                              mode == 2 ? &combine : nullptr, scale_d.as<float>(), T, H, eps, out_d.get());
+    // The reference: the CPU runner's residual adds (the combine sums slots first), then cpu::rms_norm.
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < H; ++i) {
+        float add = 0.0f;
+        if (mode == 1) add = delta[t * H + i];
+        if (mode == 2)
+          for (int j = 0; j < k; ++j) add += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
+        x[t * H + i] += add;
+      }
+    std::vector<float> ref(T * H);
+    cpu::rms_norm(x.data(), scale.data(), T, H, eps, ref.data());
+    const std::string mode_name[] = {"plain", "dense delta", "expert combine"};
+    expect_error_within(label("rms_norm " + mode_name[mode] + " residual"),
+                        relative_error(cuda::to_host<float>(x_d.get(), T * H), x), 1e-6);
+    expect_error_within(label("rms_norm " + mode_name[mode]),
+                        relative_error(download_as(precision(), out_d.get(), T * H), ref), rounding_bound());
+  }
+}
+
+TEST_P(CudaKernels, LinearMatchesCpu) {
+  ThreadPool pool(0);
+  cuda::Blas blas;
+  for (auto [T, N, K] : {std::tuple{1, 5120, 2880}, std::tuple{7, 2880, 4096}, std::tuple{64, 128, 2880}}) {
+    const auto x = random_floats(rng_, T * K);
+    const auto w = random_floats(rng_, static_cast<size_t>(N) * K, 0.0f, 1.0f / std::sqrt(static_cast<float>(K)));
+    const auto bias = random_floats(rng_, N);
+    std::vector<uint16_t> w_bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_bits[i] = float_to_bf16(w[i]);
+    const Matrix W{DType::BF16, reinterpret_cast<const uint8_t*>(w_bits.data()), N, K};
+    std::vector<float> ref(static_cast<size_t>(T) * N);
+    cpu::linear(pool, x.data(), T, W, bias.data(), ref.data());
+
+    std::vector<float> w_values(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_values[i] = bf16_to_float(w_bits[i]);
+    DeviceBuffer x_d = upload_as(precision(), x), w_d = upload_as(precision(), w_values),
+                 bias_d = cuda::to_device(bias), y_d(static_cast<size_t>(T) * N * 4);
+    blas.linear(nullptr, precision(), x_d.get(), T, w_d.get(), N, K, bias_d.as<float>(), y_d.as<float>());
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    // bf16: the input rows are rounded to bf16 (the CPU keeps them fp32), so ~2^-9 / sqrt(3) relative.
+    expect_error_within(label("linear " + std::to_string(T) + "x" + std::to_string(N) + "x" + std::to_string(K)),
+                        relative_error(cuda::to_host<float>(y_d.get(), ref.size()), ref),
+                        precision() == Precision::bf16 ? 1e-2 : 1e-5);
+  }
+}
+
+TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
+  TinyModelOptions options;
+  options.layers = 1;
+  options.heads = 64;
+  options.kv_heads = 8;
+  options.vocab = 1000;
+  const ModelConfig c = tiny_model_config(options);
+  const int heads = c.num_heads, kv_heads = c.num_kv_heads, D = c.head_dim, block_size = 16;
+  const std::vector<int> starts = {0, 31, 4095, 131000}, lengths = {5, 1, 20, 3};
+  std::vector<int> ends;
+  for (size_t s = 0; s < starts.size(); ++s) ends.push_back(starts[s] + lengths[s]);
+  int64_t num_blocks = 0;
+  auto tables = testing::scattered_tables(rng_, starts, ends, c.sliding_window, block_size, &num_blocks);
+  ForwardBatch batch;
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<int32_t> positions;
+  for (size_t s = 0; s < starts.size(); ++s) {
+    ids.emplace_back(lengths[s], 7);
+    for (int i = 0; i < lengths[s]; ++i) positions.push_back(starts[s] + i);
+  }
+  for (size_t s = 0; s < starts.size(); ++s) {
+    SequenceStep step;
+    step.tokens = ids[s];
+    step.start_position = starts[s];
+    step.block_tables = {tables[s]};
+    batch.sequences.push_back(step);
+  }
+  const KvCacheLayout layout{block_size, num_blocks};
+  testing::DeviceStep device_step(batch, c, layout, false);
+  const int T = static_cast<int>(positions.size()), width = (heads + 2 * kv_heads) * D;
+  const auto qkv = random_floats(rng_, static_cast<size_t>(T) * width);
+  const auto inv_freq = rope_inverse_frequencies(c);
+  const float concentration = static_cast<float>(c.rope_concentration());
+  const size_t block_elements = 2 * kv_heads * block_size * D;
+  DeviceBuffer qkv_d = cuda::to_device(qkv), inv_freq_d = cuda::to_device(inv_freq),
+               q_d(static_cast<size_t>(T) * heads * D * cuda::element_bytes(precision())),
+               kv_d(num_blocks * block_elements * cuda::element_bytes(precision()));
+  cuda::RopeParams params{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(), concentration, q_d.get(),
+                          cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D}, 0, 0};
+  cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<float> q(static_cast<size_t>(T) * heads * D), k(static_cast<size_t>(T) * kv_heads * D),
+      v(static_cast<size_t>(T) * kv_heads * D);
+  for (int t = 0; t < T; ++t) {
+    const float* row = qkv.data() + static_cast<size_t>(t) * width;
+    std::copy_n(row, heads * D, q.data() + static_cast<size_t>(t) * heads * D);
+    std::copy_n(row + heads * D, kv_heads * D, k.data() + static_cast<size_t>(t) * kv_heads * D);
+    std::copy_n(row + (heads + kv_heads) * D, kv_heads * D, v.data() + static_cast<size_t>(t) * kv_heads * D);
+  }
+  cpu::apply_rope(q.data(), T, heads, D, positions.data(), inv_freq, concentration);
+  cpu::apply_rope(k.data(), T, kv_heads, D, positions.data(), inv_freq, concentration);
+
+  const auto cache = download_as(precision(), kv_d.get(), num_blocks * block_elements);
+  std::vector<float> k_out, v_out;
+  int t = 0;
+  for (size_t s = 0; s < starts.size(); ++s)
+    for (int i = 0; i < lengths[s]; ++i, ++t) {
+      const int p = starts[s] + i;
+      const size_t block = tables[s][p / block_size];
+      for (int which = 0; which < 2; ++which)
+        for (int h = 0; h < kv_heads; ++h) {
+          const size_t at = block * block_elements + ((which * kv_heads + h) * block_size + p % block_size) * D;
+          (which == 0 ? k_out : v_out).insert((which == 0 ? k_out : v_out).end(), cache.begin() + at,
+                                              cache.begin() + at + D);
+        }
+    }
+  expect_error_within(label("rope q"), relative_error(download_as(precision(), q_d.get(), q.size()), q),
+                      rounding_bound());
+  expect_error_within(label("rope k in cache"), relative_error(k_out, k), rounding_bound());
+  expect_error_within(label("v in cache"), relative_error(v_out, v), rounding_bound());
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaKernels, ::testing::Values(Precision::bf16, Precision::f32),
+                         [](const auto& info) { return std::string(precision_name(info.param)); });
+
+TEST(CudaKernelsExact, RouterTopKMatchesCpu) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 7u);
+  for (int E : {8, 32, 128}) {
+    const int T = 37, k = 4;
+    auto logits = random_floats(rng, T * E);
+    logits[5] = logits[6];  // a tie: the lower expert id wins
+    std::vector<int32_t> experts(T * k);
+    std::vector<float> weights(T * k);
+    cpu::route_top_k(logits.data(), T, E, k, experts.data(), weights.data());
+    DeviceBuffer logits_d = cuda::to_device(logits), experts_d(T * k * 4), weights_d(T * k * 4), counts_d(E * 4);
+    cuda::launch_route_top_k(nullptr, logits_d.as<float>(), T, E, k, experts_d.as<int32_t>(), weights_d.as<float>(),
+                             counts_d.as<int32_t>());
+    EXPECT_EQ(cuda::to_host<int32_t>(experts_d.get(), T * k), experts) << E << " experts";
+    testing::expect_error_within("router weights " + std::to_string(E) + " experts",
+                                 relative_error(cuda::to_host<float>(weights_d.get(), T * k), weights), 1e-6);
+    std::vector<int32_t> counts(E, 0);
+    for (int32_t e : experts) ++counts[e];
+    EXPECT_EQ(cuda::to_host<int32_t>(counts_d.get(), E), counts);
+  }
+}
+
+TEST(CudaKernelsExact, EmbeddingGatherAndArgmaxMatchCpu) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 11u);
+  const int V = 50000, H = 96, R = 5;
+  auto table = random_floats(rng, static_cast<size_t>(V) * H);
+  const std::vector<int32_t> ids = {3, 49999, 0, 3, 1234};
+  DeviceBuffer table_d = upload_as(Precision::bf16, table), ids_d = cuda::to_device(ids), x_d(R * H * 4);
+  cuda::launch_embedding(nullptr, Precision::bf16, table_d.get(), H, ids_d.as<int32_t>(), R, x_d.as<float>());
+  const auto rounded = round_to(Precision::bf16, table);
+  std::vector<float> expected;
+  for (int32_t id : ids) expected.insert(expected.end(), rounded.begin() + id * H, rounded.begin() + (id + 1) * H);
+  EXPECT_EQ(cuda::to_host<float>(x_d.get(), R * H), expected);
+
+  auto logits = random_floats(rng, static_cast<size_t>(R) * V);
+  logits[1 * V + 17] = logits[1 * V + 40000] = 100.0f;  // a tie at the top: the lower id wins
+  DeviceBuffer logits_d = cuda::to_device(logits), out_d(R * 4);
+  cuda::launch_argmax(nullptr, logits_d.as<float>(), R, V, out_d.as<int32_t>());
+  const auto out = cuda::to_host<int32_t>(out_d.get(), R);
+  for (int r = 0; r < R; ++r)
+    EXPECT_EQ(out[r], argmax({logits.data() + static_cast<size_t>(r) * V, static_cast<size_t>(V)})) << "row " << r;
+}
+
+}  // namespace
+}  // namespace moeserve
