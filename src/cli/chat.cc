@@ -94,9 +94,7 @@ void register_chat(CLI::App& app) {
     CpuRunner runner(checkpoint, args->threads);
     GenerateOptions options = args->options;
     options.stop_tokens = harmony::assistant_stop_tokens();
-    harmony::Conversation conversation =
-        harmony::prompt_conversation("", harmony::parse_reasoning_effort(args->reasoning));
-    conversation.pop_back();  // keep the system message; the user's turns follow
+    harmony::Conversation conversation = {harmony::system_message(harmony::parse_reasoning_effort(args->reasoning))};
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;

@@ -10,10 +10,14 @@ namespace moeserve::harmony {
 
 std::vector<TokenId> assistant_stop_tokens() { return {o200k::kReturn, o200k::kCall}; }
 
-Conversation prompt_conversation(std::string prompt, ReasoningEffort effort) {
+Message system_message(ReasoningEffort effort) {
   SystemContent system;
   system.reasoning_effort = effort;
-  return {Message{Role::system, {}, {}, {}, {}, std::move(system)}, Message::text(Role::user, std::move(prompt))};
+  return Message{Role::system, {}, {}, {}, {}, std::move(system)};
+}
+
+Conversation prompt_conversation(std::string prompt, ReasoningEffort effort) {
+  return {system_message(effort), Message::text(Role::user, std::move(prompt))};
 }
 
 std::vector<TokenId> render_prompt(const Tokenizer& tokenizer, std::string prompt, ReasoningEffort effort) {

@@ -18,7 +18,9 @@ namespace moeserve::harmony {
 // harmony's stop_tokens_for_assistant_actions(); <|end|> is not one, since analysis messages end with it.
 std::vector<TokenId> assistant_stop_tokens();
 
-// Harmony's default system message with the given reasoning effort, then the user's prompt.
+// Harmony's default system message (SystemContent's defaults) with the given reasoning effort.
+Message system_message(ReasoningEffort effort);
+// That system message, then the user's prompt.
 Conversation prompt_conversation(std::string prompt, ReasoningEffort effort);
 // Its token ids, ending "<|start|>assistant" for the model to continue.
 std::vector<TokenId> render_prompt(const Tokenizer& tokenizer, std::string prompt, ReasoningEffort effort);
