@@ -50,15 +50,13 @@ RankTable::RankTable(const std::vector<std::string>& tokens) {
   slots_.assign(capacity, Slot{});
   mask_ = capacity - 1;
   for (size_t r = 0; r < tokens.size(); ++r) {
+    MOESERVE_CHECK(!tokens[r].empty(), "rank table: the token of rank {} is empty", r);
+    const TokenId existing = find(tokens[r]);
+    MOESERVE_CHECK(existing == kNoRank, "rank table: the token of rank {} repeats rank {}", r, existing);
     const uint64_t h = hash(tokens[r]);
-    const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1u;
     size_t slot = h & mask_;
-    while (slots_[slot].tag != 0) {
-      MOESERVE_CHECK(!(slots_[slot].tag == tag && token(static_cast<TokenId>(slots_[slot].rank)) == tokens[r]),
-                     "rank table: token of rank {} repeats rank {}", r, slots_[slot].rank);
-      slot = (slot + 1) & mask_;
-    }
-    slots_[slot] = {tag, static_cast<uint32_t>(r)};
+    while (slots_[slot].tag != 0) slot = (slot + 1) & mask_;
+    slots_[slot] = {prefix(tokens[r]), make_tag(h, tokens[r].size()), static_cast<uint32_t>(r)};
   }
 }
 

@@ -1,8 +1,10 @@
 // The mergeable ranks of a byte-level BPE: token bytes <-> rank (the rank is the token id). One open-addressing
-// hash table over a single byte arena; the BPE merge loop looks a byte range up in it several times per piece.
+// hash table over a single byte arena; the BPE merge loop looks a byte range up in it several times per piece,
+// so a slot carries the token's length and first 8 bytes: most look-ups touch one cache line.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,12 +23,16 @@ class RankTable {
 
   // The rank of these exact bytes, or kNoRank.
   TokenId find(std::string_view bytes) const {
+    if (bytes.empty()) return kNoRank;
     const uint64_t h = hash(bytes);
-    const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1u;  // 0 marks an empty slot
+    const uint32_t tag = make_tag(h, bytes.size());
+    const uint64_t head = prefix(bytes);
     for (size_t slot = h & mask_;; slot = (slot + 1) & mask_) {
       const Slot& s = slots_[slot];
       if (s.tag == 0) return kNoRank;
-      if (s.tag == tag && token(static_cast<TokenId>(s.rank)) == bytes) return static_cast<TokenId>(s.rank);
+      if (s.tag != tag || s.head != head) continue;
+      // The tag holds the length (up to 63) and head the first 8 bytes: short tokens need no other memory.
+      if (bytes.size() <= 8 || token(static_cast<TokenId>(s.rank)) == bytes) return static_cast<TokenId>(s.rank);
     }
   }
 
@@ -39,9 +45,18 @@ class RankTable {
 
  private:
   struct Slot {
-    uint32_t tag = 0;
+    uint64_t head = 0;  // the first 8 bytes, zero-padded
+    uint32_t tag = 0;   // 0: empty; else hash bits and the length
     uint32_t rank = 0;
   };
+  static uint32_t make_tag(uint64_t hash, size_t length) {
+    return (static_cast<uint32_t>(hash >> 32) & ~63u) | static_cast<uint32_t>(length < 63 ? length : 63);
+  }
+  static uint64_t prefix(std::string_view bytes) {
+    uint64_t head = 0;
+    std::memcpy(&head, bytes.data(), bytes.size() < 8 ? bytes.size() : 8);
+    return head;
+  }
   std::string arena_;
   std::vector<uint32_t> offsets_;  // token r is arena_[offsets_[r], offsets_[r + 1])
   std::vector<Slot> slots_;
