@@ -29,7 +29,10 @@ build_dir=${BUILD_DIR:-build}
 
 # The reference tokenizer (npm package tiktoken) for the tokenizer's exactness test and benchmark, and
 # o200k_base's ranks converted from it into the build directory, where Tokenizer::o200k_harmony() finds them.
-[ -d tools/node/node_modules/tiktoken ] || (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
+# npm ci again whenever package-lock.json changed since the last install (a stamp copy of it in node_modules).
+if ! cmp -s tools/node/package-lock.json tools/node/node_modules/.moeserve-lock; then
+  (cd tools/node && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.moeserve-lock)
+fi
 ranks="$build_dir/o200k_base.tiktoken"
 if [ ! -f "$ranks" ]; then
   mkdir -p "$build_dir"

@@ -1,5 +1,9 @@
 #include "test_util.h"
 
+#include "tokenizer/o200k.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_files.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -50,6 +54,8 @@ std::string tiny_model(const TinyModelOptions& o) {
   if (it != made.end()) return it->second;
   std::string dir = temp_dir("tiny");
   make_tiny_checkpoint(o, dir);
+  // Beside the weights, the tokenizer (as `moeserve make-tiny` writes it) when the vocabulary is the real one.
+  if (tiny_model_config(o).vocab_size == o200k::kVocabularySize) write_tokenizer_files(*Tokenizer::o200k_harmony(), dir);
   made[key] = dir;
   return dir;
 }

@@ -11,5 +11,9 @@ void register_generate(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_comply(CLI::App& app);
 
 }  // namespace moeserve::cli

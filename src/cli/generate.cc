@@ -8,6 +8,7 @@
 #include "cli/runner_args.h"
 #include "engine/generate.h"
 #include "util/error.h"
+#include "util/parse.h"
 
 namespace moeserve::cli {
 namespace {
@@ -17,16 +18,9 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    long value = 0;
-    try {
-      value = std::stol(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    MOESERVE_CHECK(used > 0 && used == item.size() && value >= 0 && value <= INT32_MAX,
-                   "--tokens: \"{}\" is not a token id", item);
-    ids.push_back(static_cast<int32_t>(value));
+    const std::optional<int64_t> value = parse_int(item);
+    MOESERVE_CHECK(value && *value >= 0 && *value <= INT32_MAX, "--tokens: \"{}\" is not a token id", item);
+    ids.push_back(static_cast<int32_t>(*value));
   }
   MOESERVE_CHECK(!ids.empty(), "--tokens: no token ids given");
   return ids;

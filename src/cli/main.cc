@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   moeserve::cli::register_tokenize(app);
   moeserve::cli::register_detokenize(app);
   moeserve::cli::register_chat(app);
+  moeserve::cli::register_serve(app);
+  moeserve::cli::register_bench(app);
+  moeserve::cli::register_eval(app);
+  moeserve::cli::register_comply(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,9 @@
 
 #include "cli/commands.h"
 #include "model/make_tiny.h"
+#include "tokenizer/o200k.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_files.h"
 
 namespace moeserve::cli {
 
@@ -44,6 +47,9 @@ void register_make_tiny(CLI::App& app) {
     args->options.layout = args->layout == "hf" ? CheckpointLayout::huggingface : CheckpointLayout::original;
     args->options.expert_format = args->experts_format == "mxfp4" ? ExpertFormat::mxfp4 : ExpertFormat::dense;
     make_tiny_checkpoint(args->options, args->out);
+    // A model directory carries its tokenizer, as real checkpoints do; only the real vocabulary has one.
+    if (tiny_model_config(args->options).vocab_size == o200k::kVocabularySize)
+      write_tokenizer_files(*Tokenizer::o200k_harmony(), args->out);
     fmt::print("wrote {}\n", args->out);
   });
 }

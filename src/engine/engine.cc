@@ -7,6 +7,7 @@ namespace moeserve {
 Engine::Engine(std::shared_ptr<ModelRunner> runner, EngineConfig config) : runner_(std::move(runner)) {
   core_ = std::make_unique<EngineCore>(*runner_, config);
   capacity_ = core_->capacity_summary();
+  max_sequence_tokens_ = core_->max_sequence_tokens();
   metrics_snapshot_ = core_->metrics();
   thread_ = std::thread([this] { loop(); });
 }

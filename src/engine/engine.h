@@ -22,6 +22,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Fails (moeserve::Error, naming the field) for a request that can never run; safe from any thread.
+  void validate(const RequestSpec& spec) const { core_->validate(spec); }
   // Validates and queues a request; throws moeserve::Error for a request that can never run, or once draining.
   uint64_t submit(RequestSpec spec, EventCallback on_event);
   void cancel(uint64_t id);
@@ -32,6 +34,7 @@ class Engine {
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return runner_->config(); }
   std::string capacity_summary() const { return capacity_; }
+  int64_t max_sequence_tokens() const { return max_sequence_tokens_; }
   int64_t in_flight() const { return in_flight_.load(); }
 
  private:
@@ -40,6 +43,7 @@ class Engine {
   std::shared_ptr<ModelRunner> runner_;
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread after construction
   std::string capacity_;
+  int64_t max_sequence_tokens_ = 0;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -57,6 +57,18 @@ std::string EngineCore::capacity_summary() const {
                      config_.block_size, mib, tokens);
 }
 
+int64_t EngineCore::max_sequence_tokens() const {
+  int64_t lo = 0, hi = runner_.config().max_position_embeddings;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (kv_.blocks_needed(mid) <= kv_.pool().num_blocks())
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 void EngineCore::validate(const RequestSpec& spec) const {
   const ModelConfig& c = runner_.config();
   MOESERVE_CHECK(!spec.prompt.empty(), "the prompt is empty");

@@ -52,6 +52,8 @@ class EngineCore {
   bool has_work() const { return !sequences_.empty(); }
   StepReport step();
 
+  // The longest sequence (prompt plus output) that fits the model's context and the whole KV pool.
+  int64_t max_sequence_tokens() const;
   const EngineMetrics& metrics() const { return metrics_; }
   const KvCacheManager& kv() const { return kv_; }
   const StepCostModel& step_cost() const { return cost_; }

@@ -1,0 +1,64 @@
+#include "cli/engine_args.h"
+
+#include <cmath>
+
+#include "engine/scheduler.h"
+#include "util/error.h"
+#include "util/parse.h"
+
+namespace moeserve::cli {
+
+void add_engine_options(CLI::App* command, EngineArgs& args) {
+  EngineConfig& c = args.config;
+  command->add_option("--kv-cache-size", args.kv_cache_size,
+                      "KV cache memory, e.g. 4GiB (default: --kv-cache-fraction on a GPU, 1GiB on the CPU)");
+  command->add_option("--kv-cache-fraction", c.kv_cache_fraction,
+                      "KV cache as a fraction of free device memory (GPU runners)");
+  command->add_option("--block-size", c.block_size, "tokens per KV block")->capture_default_str();
+  command->add_option("--max-num-seqs", c.scheduler.max_num_seqs, "sequences running at once")->capture_default_str();
+  command->add_option("--max-batched-tokens", c.scheduler.max_batched_tokens, "tokens per engine step")
+      ->capture_default_str();
+  command->add_option("--scheduler", args.scheduler, "fcfs, or slo (TTFT/TPOT-aware)")
+      ->check(CLI::IsMember({"fcfs", "slo"}))
+      ->capture_default_str();
+  command->add_option("--ttft-target", c.scheduler.ttft_target_seconds, "slo scheduler: p99 TTFT target, seconds")
+      ->capture_default_str();
+  command->add_option("--tpot-target", c.scheduler.tpot_target_seconds, "slo scheduler: p99 TPOT target, seconds")
+      ->capture_default_str();
+  command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
+}
+
+int64_t parse_byte_size(const std::string& text) {
+  size_t used = 0;
+  const std::optional<double> value = parse_double_prefix(text, used);
+  MOESERVE_CHECK(value && *value > 0, "\"{}\" is not a size (examples: 4GiB, 512MiB, 1000000)", text);
+  const std::string unit = text.substr(used);
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "K" || unit == "KiB") scale = 1024.0;
+  if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+  if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  if (unit == "KB") scale = 1e3;
+  if (unit == "MB") scale = 1e6;
+  if (unit == "GB") scale = 1e9;
+  MOESERVE_CHECK(scale > 0, "\"{}\": unknown unit \"{}\" (B, KiB, MiB, GiB, KB, MB, GB)", text, unit);
+  return static_cast<int64_t>(std::llround(*value * scale));
+}
+
+EngineConfig engine_config(const EngineArgs& args, bool device_runner) {
+  EngineConfig c = args.config;
+  c.scheduler.policy = parse_scheduling_policy(args.scheduler);
+  c.prefix_caching = !args.no_prefix_caching;
+  if (!args.kv_cache_size.empty()) {
+    c.kv_cache_bytes = parse_byte_size(args.kv_cache_size);
+    c.kv_cache_fraction = 0;
+  } else if (c.kv_cache_fraction <= 0) {
+    if (device_runner)
+      c.kv_cache_fraction = 0.9;
+    else
+      c.kv_cache_bytes = int64_t{1} << 30;
+  }
+  return c;
+}
+
+}  // namespace moeserve::cli

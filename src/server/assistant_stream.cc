@@ -1,0 +1,117 @@
+#include "server/assistant_stream.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "util/error.h"
+
+namespace moeserve::server {
+
+namespace {
+
+std::string call_id() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("call_{:016x}", rng());
+}
+
+}  // namespace
+
+AssistantStream::AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
+    : tokenizer_(tokenizer), stops_(std::move(stop_strings)), parser_(tokenizer, harmony::Role::assistant) {}
+
+void AssistantStream::add_content(std::string text, AssistantDelta& delta) {
+  if (stop_hit_) return;
+  held_ += text;
+  // Release everything that cannot be the beginning of a stop string; cut at the first complete one.
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
+  if (cut != std::string::npos) {
+    stop_hit_ = true;
+    delta.content += held_.substr(0, cut);
+    content_ += held_.substr(0, cut);
+    held_.clear();
+    return;
+  }
+  size_t keep = 0;
+  for (const auto& s : stops_)
+    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n)
+      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  delta.content += held_.substr(0, held_.size() - keep);
+  content_ += held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+}
+
+void AssistantStream::route(const harmony::Message& message, const std::string& text, AssistantDelta& delta) {
+  const std::string channel = message.channel.value_or("");
+  const std::string recipient = message.recipient.value_or("");
+  if (channel == "analysis") {
+    delta.reasoning += text;
+    reasoning_ += text;
+  } else if (recipient.rfind("functions.", 0) == 0) {
+    if (!in_tool_call_) {
+      in_tool_call_ = true;
+      tool_calls_.push_back({call_id(), recipient.substr(std::string("functions.").size()), ""});
+      delta.tool_started = true;
+    }
+    delta.tool_index = tool_calls_.size() - 1;
+    delta.tool_arguments += text;
+    tool_calls_.back().arguments += text;
+  } else if (!text.empty()) {
+    add_content(text, delta);
+  }
+}
+
+AssistantDelta AssistantStream::push(TokenId token) {
+  AssistantDelta delta;
+  if (raw_) {
+    add_content(raw_->push(token), delta);
+    return delta;
+  }
+  unparsed_.push_back(token);
+  try {
+    parser_.process(token);
+  } catch (const Error&) {
+    // Not Harmony from here on: the tokens of the unfinished message, this one included, become plain content.
+    raw_.emplace(tokenizer_);
+    std::string text;
+    for (TokenId t : unparsed_) text += raw_->push(t);
+    unparsed_.clear();
+    add_content(text, delta);
+    return delta;
+  }
+  if (parser_.state() == harmony::StreamingParser::State::content && parser_.current()) {
+    if (parser_.current()->channel == "analysis") ++reasoning_tokens_;
+    route(*parser_.current(), parser_.last_content_delta(), delta);
+  }
+  if (parser_.messages().size() > messages_seen_) {
+    messages_seen_ = parser_.messages().size();
+    in_tool_call_ = false;
+    unparsed_.clear();
+  }
+  return delta;
+}
+
+AssistantDelta AssistantStream::finish() {
+  AssistantDelta delta;
+  if (raw_) {
+    add_content(raw_->finish(), delta);
+  } else if (parser_.state() == harmony::StreamingParser::State::header && !unparsed_.empty()) {
+    // Cut off inside a header: show what was generated rather than drop it.
+    IncrementalDecoder decoder(tokenizer_);
+    std::string text;
+    for (TokenId t : unparsed_) text += decoder.push(t);
+    add_content(text + decoder.finish(), delta);
+  }
+  if (!stop_hit_ && !held_.empty()) {
+    delta.content += held_;
+    content_ += held_;
+    held_.clear();
+  }
+  return delta;
+}
+
+}  // namespace moeserve::server
