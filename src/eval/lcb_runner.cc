@@ -156,6 +156,7 @@ bool python_equal(const nlohmann::json& a, const nlohmann::json& b) {
 
 std::string shorten(std::string_view text, size_t limit = 200) {
   if (text.size() <= limit) return std::string(text);
+  while (limit > 0 && (static_cast<unsigned char>(text[limit]) & 0xC0) == 0x80) --limit;  // a whole character
   return fmt::format("{}...({} bytes)", text.substr(0, limit), text.size());
 }
 

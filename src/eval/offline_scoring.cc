@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
 #include "eval/json_lines.h"
 #include "eval/python_text.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace moeserve::eval {
@@ -20,6 +22,18 @@ std::string json_text(const nlohmann::json& value) {
 
 
 }  // namespace
+
+Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path) {
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (tokenizer_path.empty()) {
+    tokenizer = Tokenizer::o200k_harmony();
+  } else if (std::filesystem::is_directory(tokenizer_path)) {
+    tokenizer = Tokenizer::from_model_dir(tokenizer_path);
+  } else {
+    tokenizer = Tokenizer::from_file(tokenizer_path);
+  }
+  return [tokenizer](std::span<const int32_t> tokens) { return tokenizer->decode(tokens); };
+}
 
 std::vector<ReferenceRow> load_reference(const std::string& path) {
   std::vector<ReferenceRow> rows;

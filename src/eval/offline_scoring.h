@@ -40,6 +40,10 @@ struct ModelOutput {
 };
 
 using Detokenizer = std::function<std::string(std::span<const int32_t>)>;
+// GPT-OSS's tokenizer decoding as eval_mlperf_accuracy.py does (skip_special_tokens=False: special tokens by
+// name; ill-formed UTF-8 replaced). tokenizer_path: a tiktoken rank file, a tokenizer.json or a model directory;
+// empty: the o200k_base ranks scripts/setup.sh installs (Tokenizer::o200k_harmony()).
+Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path);
 
 // The log's records as outputs, by the rules above (duplicates and out-of-range qsl_idx); what was skipped is
 // added to warnings.

@@ -1,0 +1,55 @@
+// Where `moeserve eval` gets completions: an abstract source of model replies to Harmony conversations, so that
+// the evaluation does not care whether the model runs in this process or behind an endpoint.
+//
+// A completion's text is the reply as MLPerf's scorer reads it: the generated tokens decoded with special tokens
+// kept by name ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampling_params.h"
+#include "harmony/message.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::eval {
+
+struct CompletionRequest {
+  harmony::Conversation conversation;
+  SamplingParams sampling;
+  int max_tokens = 32768;  // MLPerf's accuracy runs: max_new_tokens 32768
+};
+
+struct Completion {
+  std::string text;
+  int64_t tokens = 0;
+  bool stopped = false;  // ended on <|return|> or <|call|> (else it was cut at max_tokens, or failed)
+  std::string error;     // set when the request failed
+};
+
+class CompletionSource {
+ public:
+  virtual ~CompletionSource() = default;
+  virtual std::string describe() const = 0;
+  // All requests, in any order or concurrently; replies in request order.
+  virtual std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) = 0;
+};
+
+// The in-process engine (engine.h) on a runner: every request submitted at once, so the scheduler batches them.
+class EngineCompletionSource : public CompletionSource {
+ public:
+  EngineCompletionSource(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                         EngineConfig config);
+  std::string describe() const override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+
+ private:
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::string runner_name_;
+  Engine engine_;
+};
+
+}  // namespace moeserve::eval
