@@ -10,6 +10,7 @@
 //     1,250, no stop tokens); output tokens/s over the wall time until the last finishes.
 // Every step is timed end to end on the host (metadata upload, graph launch, sampled tokens back).
 #include <CLI/CLI.hpp>
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -106,7 +107,8 @@ struct Row {
   std::string note;
 };
 
-Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps) {
+// profile: the timed steps run between cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off).
+Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps, bool profile) {
   const ModelConfig& c = runner.config();
   const int block_size = 16, groups = kv_groups_of(c).num_groups();
   const int blocks_each = (context + steps + 2 + block_size - 1) / block_size;
@@ -139,9 +141,11 @@ Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps) {
   };
   step(context);  // captures the graph
   step(context + 1);
+  if (profile) MOESERVE_CUDA_CHECK(cudaProfilerStart());
   const auto start = Clock::now();
   for (int i = 0; i < steps; ++i) step(context + 2 + i);
   const double per_step = seconds_since(start) / steps;
+  if (profile) MOESERVE_CUDA_CHECK(cudaProfilerStop());
   Row row;
   row.what = fmt::format("decode batch {} @ {}", batch, context);
   row.step_ms = per_step * 1e3;
@@ -240,12 +244,14 @@ int run(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 64, 256};
   std::vector<std::string> prefills = {"1x8192", "16x1024"};
   int context = 2048, steps = 20, offline = 0;
+  bool profile = false;
   app.add_option("--synthetic", shape)->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
   app.add_option("--decode-batches", batches)->delimiter(',')->capture_default_str();
   app.add_option("--context", context)->capture_default_str();
   app.add_option("--decode-steps", steps)->capture_default_str();
   app.add_option("--prefill", prefills, "PROMPTSxLENGTH")->delimiter(',')->capture_default_str();
   app.add_option("--offline", offline, "requests for the engine's Offline figure (0: skip)")->capture_default_str();
+  app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_option("--json", json_path, "write the figures here");
   CLI11_PARSE(app, argc, argv);
 
@@ -263,12 +269,13 @@ int run(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (int b : batches) {
-    Row row = time_decode(runner, b, context, steps);
+    Row row = time_decode(runner, b, context, steps, profile);
     row.roofline_tokens_per_s = b / (decode_bytes(c, b, context) / ceilings.copy_bytes_per_s);
     fmt::print("  {}: {:.1f} tok/s ({:.2f} ms/step)\n", row.what, row.tokens_per_s, row.step_ms);
     rows.push_back(row);
   }
   for (const std::string& p : prefills) {
+    if (p.empty() || p == "none") continue;
     const auto x = p.find('x');
     MOESERVE_CHECK(x != std::string::npos, "--prefill {}: PROMPTSxLENGTH", p);
     const int prompts = std::stoi(p.substr(0, x)), length = std::stoi(p.substr(x + 1));

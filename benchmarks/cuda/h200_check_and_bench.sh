@@ -7,7 +7,9 @@
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
-# (error bounds, test verdicts, speed tables) is printed last.
+# (error bounds, test verdicts, speed tables) is printed last. The runner tests' tiny checkpoints include the
+# tokenizer, so they need o200k_base.tiktoken (scripts/setup.sh fetches it into build/): carry it to
+# $BIN/o200k_base.tiktoken or set MOESERVE_O200K_RANKS.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/moeserve-cuda}
@@ -18,6 +20,7 @@ TEST=$BIN/tests/runner/cuda/runner_cuda_test
 for dir in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib; do
   [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
 done
+export MOESERVE_O200K_RANKS=${MOESERVE_O200K_RANKS:-$PWD/$BIN/o200k_base.tiktoken}
 date -u +%FT%TZ | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 

@@ -157,6 +157,14 @@ void CudaRunner::run_moe(MoePath path, const MoeGemmParams& params) {
   }
 }
 
+void CudaRunner::project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
+                         const float* bias, float* y) {
+  if (precision_ == Precision::bf16 && dense_gemv_supported(rows, in_features))
+    launch_dense_gemv(stream_, x, rows, weight, out_features, in_features, bias, y);
+  else
+    blas_.linear(stream_, precision_, x, rows, weight, out_features, in_features, bias, y);
+}
+
 void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
                          std::vector<std::vector<float>>* captured) {
   const ModelConfig& c = config_;
@@ -188,7 +196,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     launch_add_rms_norm(stream_, precision_, x, nullptr, layer == 0 ? nullptr : &combine, w.attn_norm, T, H, eps,
                         normed_.get());
     if (layer > 0) capture(layer - 1);
-    blas_.linear(stream_, precision_, normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
+    project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
 
     const int group = groups_.group_of_layer[layer], slot = groups_.slot_of_layer[layer];
     RopeParams rope{qkv_.as<float>(), c.num_heads, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(),
@@ -202,10 +210,10 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       launch_attention_prefill(stream_, attention, step);
     else
       launch_attention_decode(stream_, precision_, attention, step, plan.splits, partial_.as<float>());
-    blas_.linear(stream_, precision_, attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
+    project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
 
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
-    blas_.linear(stream_, precision_, normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
+    project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
     launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
                        expert_weights_.as<float>(), routing.expert_counts);
     launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
@@ -233,7 +241,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   capture(c.num_layers - 1);
   launch_gather_rows(stream_, precision_, normed_.get(), H, meta.logits_rows(meta_device_.as<int32_t>()), R,
                      logits_in_.get());
-  blas_.linear(stream_, precision_, logits_in_.get(), R, weights_.unembedding, c.vocab_size, H, nullptr,
+  project(logits_in_.get(), R, weights_.unembedding, c.vocab_size, H, nullptr,
                logits_.as<float>());
   launch_argmax(stream_, logits_.as<float>(), R, c.vocab_size, sampled_.as<int32_t>());
 }

@@ -57,6 +57,9 @@ class CudaRunner : public ModelRunner {
   void enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
                std::vector<std::vector<float>>* captured);
   void run_moe(MoePath path, const MoeGemmParams& params);
+  // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
+  void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
+               const float* bias, float* y);
   void clear_graphs();
 
   ModelConfig config_;

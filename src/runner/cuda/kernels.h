@@ -98,7 +98,8 @@ void launch_attention_decode(cudaStream_t stream, Precision type, const Attentio
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
 
 // ---- router.cu: top-k experts and softmax over the selected logits -------------------------------------------------
-// Also counts tokens per expert into expert_counts (zeroed here first).
+// Also counts tokens per expert into expert_counts, which must be zero on entry: launch_group_by_expert reads
+// and zeroes them (so no memset per layer), and MoeBuffers zeroes them when it allocates.
 void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
                         float* weights, int32_t* expert_counts);
 
@@ -143,6 +144,13 @@ inline constexpr int kMoePrefillTileRows = 128;
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
+
+// ---- dense_gemv.cu: decode-sized dense projections (bf16), beside cuBLASLt for larger batches ------------------------
+inline constexpr int kMaxDenseGemvRows = 4;
+bool dense_gemv_supported(int rows, int64_t in_features);
+// y[rows, N] (fp32) = x[rows, K] W[N, K]^T + bias (may be null).
+void launch_dense_gemv(cudaStream_t stream, const void* x, int rows, const void* weight, int64_t out_features,
+                       int64_t in_features, const float* bias, float* y);
 
 // ---- sampling.cu -----------------------------------------------------------------------------------------------------
 // Greedy: the lowest id of the largest logit of each of R rows.

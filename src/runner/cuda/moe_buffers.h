@@ -22,6 +22,7 @@ class MoeBuffers {
                                  {&row_expert_, rows}, {&slot_row_, rows}, {&tile_expert_, tiles},
                                  {&tile_row0_, tiles}, {&num_tiles_, size_t{1}}})
       moved |= buffer->grow(std::max<size_t>(count, 1) * sizeof(int32_t));
+    if (moved) MOESERVE_CUDA_CHECK(cudaMemset(counts_.get(), 0, counts_.bytes()));  // the router adds onto zero
     return moved;
   }
 

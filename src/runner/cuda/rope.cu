@@ -1,6 +1,6 @@
 // YaRN RoPE (half split: pairs (i, i + head_dim/2), cos and sin scaled by the concentration) applied to the q
 // and k heads of the fused QKV projection; q goes to its own buffer, k and v into the paged KV cache at each
-// token's position. One block per token, one thread per rotary pair of a head.
+// token's position. One thread per rotary pair of a head; grid (token, pair group).
 // CPU reference: cpu::apply_rope (fp32 angle position * inv_freq, as transformers computes it).
 #include "runner/cuda/device_common.cuh"
 
@@ -16,7 +16,8 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
   const int all_heads = p.heads + 2 * p.kv_heads;
   const float* row = p.qkv + static_cast<int64_t>(t) * all_heads * D;
   Elem* cache = static_cast<Elem*>(p.kv.base);
-  for (int item = threadIdx.x; item < all_heads * half; item += blockDim.x) {
+  const int item = blockIdx.y * blockDim.x + threadIdx.x;
+  if (item < all_heads * half) {
     const int h = item / half, i = item % half;
     const float x1 = row[h * D + i], x2 = row[h * D + i + half];
     float out1 = x1, out2 = x2;
@@ -35,7 +36,7 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
       const int which = h < p.heads + p.kv_heads ? 0 : 1;
       const int kv_head = h - p.heads - which * p.kv_heads;
       const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, position);
-      if (offset < 0) continue;  // the host checked every written position has a block
+      if (offset < 0) return;  // the host checked every written position has a block
       dst = cache + offset;
     }
     dst[i] = from_float<Elem>(out1);
@@ -47,10 +48,11 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
 
 void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step) {
   if (step.num_tokens == 0) return;
+  const dim3 grid(step.num_tokens, ceil_div((params.heads + 2 * params.kv_heads) * params.head_dim / 2, 256));
   if (type == Precision::bf16)
-    rope_kv_write_kernel<bf16><<<step.num_tokens, 256, 0, stream>>>(params, step);
+    rope_kv_write_kernel<bf16><<<grid, 256, 0, stream>>>(params, step);
   else
-    rope_kv_write_kernel<float><<<step.num_tokens, 256, 0, stream>>>(params, step);
+    rope_kv_write_kernel<float><<<grid, 256, 0, stream>>>(params, step);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

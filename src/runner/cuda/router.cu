@@ -1,6 +1,7 @@
 // Router top-k and softmax over the selected logits: one warp per token, each lane holding every 32nd logit;
 // k rounds of a warp argmax (ties to the lower expert id, as the CPU reference), then a softmax over the k
-// winners. The token counts per expert (for grouping) are accumulated here too.
+// winners. The token counts per expert (for grouping) are accumulated here too, onto counts that the grouping
+// scan left at zero.
 // CPU reference: cpu::route_top_k.
 #include <cmath>
 
@@ -80,7 +81,6 @@ void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, 
                         float* weights, int32_t* expert_counts) {
   if (E > kMaxExperts || k > kMaxTopK || k > E)
     fail_cuda("route_top_k", "the CUDA router supports at most 256 experts and top-8", __FILE__, __LINE__);
-  MOESERVE_CUDA_CHECK(cudaMemsetAsync(expert_counts, 0, E * sizeof(int32_t), stream));
   if (T == 0) return;
   constexpr int kWarpsPerBlock = 4;
   route_top_k_kernel<<<(T + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32, 0, stream>>>(

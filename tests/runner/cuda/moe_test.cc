@@ -195,10 +195,11 @@ class CudaMoe : public ::testing::Test {
 const Shape kRealWidth{"E32 H2880 I2880 T3", 32, 2880, 2880, 3, 4};
 const Shape kMedium{"E8 H576 I320 T70", 8, 576, 320, 70, 4};
 const Shape kOddTail{"E4 H96 I160 T9", 4, 96, 160, 9, 2};  // K not a multiple of 64 or 128, N not of 128
+const Shape kManyPairs{"E8 H96 I160 T300", 8, 96, 160, 300, 4};  // 1,200 pairs: scan and placement launched apart
 
 TEST_F(CudaMoe, ReferenceKernelMatchesCpu) {
   for (Precision precision : {Precision::f32, Precision::bf16})
-    for (const Shape& s : {kMedium, kOddTail}) check(precision, Path::reference, s);
+    for (const Shape& s : {kMedium, kOddTail, kManyPairs}) check(precision, Path::reference, s);
 }
 
 TEST_F(CudaMoe, DecodeKernelMatchesCpu) {
@@ -207,7 +208,7 @@ TEST_F(CudaMoe, DecodeKernelMatchesCpu) {
 }
 
 TEST_F(CudaMoe, PrefillKernelMatchesCpu) {
-  for (const Shape& s : {kRealWidth, kMedium, kOddTail}) check(Precision::bf16, Path::prefill, s);
+  for (const Shape& s : {kRealWidth, kMedium, kOddTail, kManyPairs}) check(Precision::bf16, Path::prefill, s);
 }
 
 }  // namespace

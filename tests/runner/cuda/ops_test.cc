@@ -100,6 +100,28 @@ TEST_P(CudaKernels, LinearMatchesCpu) {
   }
 }
 
+TEST(CudaKernelsExact, DenseGemvMatchesCpu) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 3u);
+  ThreadPool pool(0);
+  for (auto [N, K] : {std::pair{5120, 2880}, std::pair{2880, 4096}, std::pair{201, 64}})
+    for (int T = 1; T <= cuda::kMaxDenseGemvRows; ++T) {
+      const auto x = random_floats(rng, static_cast<size_t>(T) * K);
+      const auto w = round_to(Precision::bf16, random_floats(rng, static_cast<size_t>(N) * K, 0.0f, 0.02f));
+      const auto bias = random_floats(rng, N);
+      std::vector<uint16_t> w_bits(w.size());
+      for (size_t i = 0; i < w.size(); ++i) w_bits[i] = float_to_bf16(w[i]);
+      const Matrix W{DType::BF16, reinterpret_cast<const uint8_t*>(w_bits.data()), N, K};
+      std::vector<float> ref(static_cast<size_t>(T) * N);
+      cpu::linear(pool, x.data(), T, W, bias.data(), ref.data());
+      DeviceBuffer x_d = upload_as(Precision::bf16, x), w_d = upload_as(Precision::bf16, w),
+                   bias_d = cuda::to_device(bias), y_d(ref.size() * 4);
+      cuda::launch_dense_gemv(nullptr, x_d.get(), T, w_d.get(), N, K, bias_d.as<float>(), y_d.as<float>());
+      expect_error_within("dense gemv bf16 " + std::to_string(T) + "x" + std::to_string(N) + "x" + std::to_string(K),
+                          relative_error(cuda::to_host<float>(y_d.get(), ref.size()), ref), 1e-2);
+    }
+}
+
 TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
   TinyModelOptions options;
   options.layers = 1;
@@ -186,7 +208,8 @@ TEST(CudaKernelsExact, RouterTopKMatchesCpu) {
     std::vector<int32_t> experts(T * k);
     std::vector<float> weights(T * k);
     cpu::route_top_k(logits.data(), T, E, k, experts.data(), weights.data());
-    DeviceBuffer logits_d = cuda::to_device(logits), experts_d(T * k * 4), weights_d(T * k * 4), counts_d(E * 4);
+    DeviceBuffer logits_d = cuda::to_device(logits), experts_d(T * k * 4), weights_d(T * k * 4),
+                 counts_d = cuda::to_device(std::vector<int32_t>(E, 0));  // the router adds onto zero counts
     cuda::launch_route_top_k(nullptr, logits_d.as<float>(), T, E, k, experts_d.as<int32_t>(), weights_d.as<float>(),
                              counts_d.as<int32_t>());
     EXPECT_EQ(cuda::to_host<int32_t>(experts_d.get(), T * k), experts) << E << " experts";
