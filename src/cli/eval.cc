@@ -2,8 +2,9 @@
 //   Offline: score outputs that exist, as MLPerf's eval_mlperf_accuracy.py (GPT-OSS) or eval_accuracy.py
 //     (DeepSeek-R1) does: --accuracy-log mlperf_log_accuracy.json (or --outputs, decoded text) against
 //     --reference (dataset and ground_truth per qsl_idx); prints the reference's report ending in 'exact_match'.
-//   End to end: --dataset NAME=PATH questions, rendered with Harmony and answered by the in-process engine on
-//     --model, --repeats times each; prints Pass@1 per dataset with its 95% confidence interval.
+//   End to end: --dataset NAME=PATH questions, rendered with Harmony and answered --repeats times each by the
+//     in-process engine on --model (CPU or CUDA runner) or by a server at --endpoint; prints Pass@1 per dataset
+//     with its 95% confidence interval.
 #include <fmt/core.h>
 
 #include <fstream>
@@ -11,10 +12,10 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "cli/runner_args.h"
 #include "eval/eval_run.h"
 #include "eval/offline_scoring.h"
-#include "model/checkpoint.h"
-#include "runner/cpu/cpu_runner.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -31,7 +32,11 @@ struct EvalArgs {
   std::string tokenizer;
   // end to end
   std::vector<std::string> datasets;
-  std::string model;
+  RunnerArgs runner;
+  EngineArgs engine;
+  std::string endpoint;
+  std::string api = "openai";
+  std::string served_model;
   int repeats = 1;
   size_t limit = 0;
   std::string reasoning = "high";
@@ -40,8 +45,6 @@ struct EvalArgs {
   float top_p = 1.0f;
   uint64_t seed = 0;
   uint64_t gpqa_seed = 0;
-  size_t threads = 0;
-  int64_t kv_cache_mb = 1024;
   std::string samples_out;
   // both
   std::vector<std::string> lcb_problems;
@@ -105,8 +108,25 @@ void run_offline(const EvalArgs& args) {
   if (!args.output_file.empty()) write_json(args.output_file, offline_result_json(result));
 }
 
+std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
+  const bool local = !args.runner.model.empty() || !args.runner.synthetic.empty();
+  MOESERVE_CHECK(local != !args.endpoint.empty(), "eval: answers come from --model (or --synthetic) or --endpoint");
+  if (!local) {
+    bench::HttpSutOptions http;
+    http.endpoint = args.endpoint;
+    http.api = bench::parse_http_api(args.api);
+    http.model = args.served_model;
+    return std::make_unique<HttpCompletionSource>(http, open_gpt_oss_tokenizer(args.tokenizer));
+  }
+  OpenedRunner opened = open_runner(args.runner);
+  std::shared_ptr<const Tokenizer> tokenizer =
+      args.tokenizer.empty() && opened.checkpoint ? Tokenizer::from_model_dir(args.runner.model)
+                                                  : open_gpt_oss_tokenizer(args.tokenizer);
+  return std::make_unique<EngineCompletionSource>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), tokenizer,
+                                                  engine_config(args.engine, args.runner.device == "cuda"));
+}
+
 void run_end_to_end(const EvalArgs& args) {
-  MOESERVE_CHECK(!args.model.empty(), "eval: --model is required to generate answers for --dataset");
   MOESERVE_CHECK(args.repeats >= 1, "eval: --repeats must be at least 1");
   std::vector<EvalQuestion> questions;
   for (const std::string& spec : args.datasets) {
@@ -126,11 +146,7 @@ void run_end_to_end(const EvalArgs& args) {
   for (const EvalQuestion& q : questions) has_code |= q.kind == ScorerKind::livecodebench;
   const std::unique_ptr<LcbRunner> runner = has_code ? lcb_runner(args) : nullptr;
 
-  std::shared_ptr<const Tokenizer> tokenizer = Tokenizer::from_model_dir(args.model);
-  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));
-  EngineConfig engine;
-  engine.kv_cache_bytes = args.kv_cache_mb << 20;
-  EngineCompletionSource source(std::make_shared<CpuRunner>(checkpoint, args.threads), tokenizer, engine);
+  const std::unique_ptr<CompletionSource> source = completion_source(args);
 
   EvalRunOptions options;
   options.repeats = args.repeats;
@@ -141,8 +157,8 @@ void run_end_to_end(const EvalArgs& args) {
   options.max_tokens = args.max_tokens;
   options.rules = parse_rules(args.rules);
   fmt::print(stderr, "generating {} samples ({} questions x {}) with the {}\n", questions.size() * args.repeats,
-             questions.size(), args.repeats, source.describe());
-  const EvalRunResult result = run_evaluation(questions, source, runner.get(), options);
+             questions.size(), args.repeats, source->describe());
+  const EvalRunResult result = run_evaluation(questions, *source, runner.get(), options);
   fmt::print("{}", eval_table_text(result));
   if (!args.samples_out.empty()) {
     std::ofstream out(args.samples_out);
@@ -173,13 +189,20 @@ void register_eval(CLI::App& app) {
   offline->add_option("--accuracy-log", args->accuracy_log, "mlperf_log_accuracy.json to score");
   offline->add_option("--outputs", args->outputs, "JSON lines {qsl_idx, text[, token_count]} to score");
   offline->add_option("--reference", args->reference, "JSON lines {dataset, ground_truth}, one per qsl_idx");
-  offline->add_option("--tokenizer", args->tokenizer,
-                      "tokenizer file or model directory for --accuracy-log (default: the o200k ranks)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "tokenizer file or model directory, to decode --accuracy-log or talk to --endpoint (default: the "
+                  "o200k ranks; with --model its tokenizer.json)");
   auto* generate = cmd->add_option_group("end to end", "generate answers and score them");
   generate->add_option("--dataset", args->datasets,
                        "NAME=PATH, repeatable; NAME picks the scorer (aime25, gpqa_diamond, math500, mmlu_pro, "
                        "livecodebench...)");
-  generate->add_option("--model", args->model, "model directory (weights and tokenizer.json), run on the CPU");
+  add_runner_options(generate, args->runner);
+  add_engine_options(generate, args->engine);
+  generate->add_option("--endpoint", args->endpoint, "a server to ask instead: http://host:port");
+  generate->add_option("--api", args->api, "the endpoint's API")
+      ->check(CLI::IsMember({"openai", "sglang"}))
+      ->capture_default_str();
+  generate->add_option("--served-model", args->served_model, "the endpoint's model name (default: its first)");
   generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")->capture_default_str();
   generate->add_option("--limit", args->limit, "first N questions of each dataset (0: all)")->capture_default_str();
   generate->add_option("--reasoning", args->reasoning, "reasoning effort")
@@ -191,8 +214,6 @@ void register_eval(CLI::App& app) {
   generate->add_option("--seed", args->seed, "sampling seed of the first sample (then +1 per sample)")
       ->capture_default_str();
   generate->add_option("--gpqa-seed", args->gpqa_seed, "seed of the GPQA answer shuffle")->capture_default_str();
-  generate->add_option("--threads", args->threads, "CPU threads (0: all)")->capture_default_str();
-  generate->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache of the engine")->capture_default_str();
   generate->add_option("--samples-out", args->samples_out, "write every sample as a JSON line here");
   cmd->add_option("--lcb-problems", args->lcb_problems,
                   "LiveCodeBench release JSON lines (offline: the problems the ground truths name)");
@@ -207,7 +228,8 @@ void register_eval(CLI::App& app) {
   cmd->callback([args] {
     const bool offline_mode = !args->accuracy_log.empty() || !args->outputs.empty();
     MOESERVE_CHECK(offline_mode != !args->datasets.empty(),
-                   "eval: give either --accuracy-log/--outputs with --reference, or --dataset with --model");
+                   "eval: give either --accuracy-log/--outputs with --reference, or --dataset with --model or "
+                   "--endpoint");
     if (offline_mode) {
       run_offline(*args);
     } else {

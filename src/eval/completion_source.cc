@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -55,6 +56,86 @@ std::vector<Completion> EngineCompletionSource::complete(const std::vector<Compl
   for (size_t i = 0; i < requests.size(); ++i) {
     completions[i].tokens = static_cast<int64_t>(tokens[i].size());
     completions[i].text = tokenizer_->decode(tokens[i]);
+  }
+  return completions;
+}
+
+namespace {
+
+// Collects the HTTP SUT's reports until every sample has completed.
+class CompletionCollector : public bench::SampleObserver {
+ public:
+  explicit CompletionCollector(size_t samples) : outputs_(samples) {}
+  void on_first_token(uint64_t, std::optional<int32_t>, bench::TimePoint) override {}
+  void on_complete(uint64_t id, bench::SampleOutput output, bench::TimePoint) override {
+    std::lock_guard lock(mutex_);
+    outputs_.at(id) = std::move(output);
+    ++completed_;
+    done_.notify_all();
+  }
+  std::vector<bench::SampleOutput> wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return completed_ == outputs_.size(); });
+    return std::move(outputs_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<bench::SampleOutput> outputs_;
+  size_t completed_ = 0;
+};
+
+}  // namespace
+
+HttpCompletionSource::HttpCompletionSource(bench::HttpSutOptions options, std::shared_ptr<const Tokenizer> tokenizer)
+    : options_(std::move(options)), tokenizer_(std::move(tokenizer)) {}
+
+std::string HttpCompletionSource::describe() const {
+  return fmt::format("endpoint {} ({} API)", options_.endpoint, options_.api == bench::HttpApi::openai ? "OpenAI" : "SGLang");
+}
+
+std::vector<Completion> HttpCompletionSource::complete(const std::vector<CompletionRequest>& requests) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<bench::SampleRequest> samples;
+  for (const CompletionRequest& r : requests) {
+    prompts.push_back(harmony::render_conversation_for_completion(*tokenizer_, r.conversation));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    bench::SampleRequest sample;
+    sample.id = i;
+    sample.qsl_idx = i;
+    sample.prompt = prompts[i];
+    sample.max_tokens = requests[i].max_tokens;
+    sample.sampling = requests[i].sampling;
+    sample.scheduled = bench::Clock::now();
+    samples.push_back(sample);
+  }
+  bench::HttpSut sut(options_);
+  CompletionCollector collector(samples.size());
+  sut.start(collector);
+  sut.issue(samples);
+  sut.flush();
+  std::vector<bench::SampleOutput> outputs = collector.wait();
+  sut.stop();
+  std::vector<Completion> completions(requests.size());
+  const auto stops = harmony::assistant_stop_tokens();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Completion& c = completions[i];
+    const bench::SampleOutput& o = outputs[i];
+    c.tokens = o.token_count;
+    if (!o.error.empty()) {
+      c.error = o.error;
+    } else if (!o.token_ids_known) {
+      c.error = "the server returned text without token ids";
+    } else {
+      c.stopped = !o.tokens.empty() && std::find(stops.begin(), stops.end(), o.tokens.back()) != stops.end();
+      try {
+        c.text = tokenizer_->decode(o.tokens);
+      } catch (const Error& e) {
+        c.error = fmt::format("the reply cannot be decoded: {}", e.what());
+      }
+    }
   }
   return completions;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sut_http.h"
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
 #include "harmony/message.h"
@@ -50,6 +51,21 @@ class EngineCompletionSource : public CompletionSource {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::string runner_name_;
   Engine engine_;
+};
+
+// An HTTP endpoint through the bench's client (bench/sut_http.h): `moeserve serve`, vLLM or TensorRT-LLM over
+// OpenAI /v1/completions with token ids, or SGLang's /generate, as MLPerf's harness talks to its server. The
+// prompt is rendered here and sent as token ids; the reply's token ids are decoded here. A server that returns
+// text without token ids cannot be scored (the sample fails, saying so).
+class HttpCompletionSource : public CompletionSource {
+ public:
+  HttpCompletionSource(bench::HttpSutOptions options, std::shared_ptr<const Tokenizer> tokenizer);
+  std::string describe() const override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+
+ private:
+  bench::HttpSutOptions options_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
 };
 
 }  // namespace moeserve::eval

@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
+#include "bench/parquet/reader.h"
 #include "eval/json_lines.h"
 #include "eval/python_text.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace moeserve::eval {
@@ -23,20 +23,29 @@ std::string json_text(const nlohmann::json& value) {
 
 }  // namespace
 
+std::shared_ptr<const Tokenizer> open_gpt_oss_tokenizer(const std::string& tokenizer_path) {
+  if (tokenizer_path.empty()) return Tokenizer::o200k_harmony();
+  if (std::filesystem::is_directory(tokenizer_path)) return Tokenizer::from_model_dir(tokenizer_path);
+  return Tokenizer::from_file(tokenizer_path);
+}
+
 Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path) {
-  std::shared_ptr<const Tokenizer> tokenizer;
-  if (tokenizer_path.empty()) {
-    tokenizer = Tokenizer::o200k_harmony();
-  } else if (std::filesystem::is_directory(tokenizer_path)) {
-    tokenizer = Tokenizer::from_model_dir(tokenizer_path);
-  } else {
-    tokenizer = Tokenizer::from_file(tokenizer_path);
-  }
+  std::shared_ptr<const Tokenizer> tokenizer = open_gpt_oss_tokenizer(tokenizer_path);
   return [tokenizer](std::span<const int32_t> tokens) { return tokenizer->decode(tokens); };
 }
 
 std::vector<ReferenceRow> load_reference(const std::string& path) {
   std::vector<ReferenceRow> rows;
+  if (path.ends_with(".parquet")) {
+    const bench::parquet::File file(path);
+    const std::vector<std::string> datasets = file.read_strings("dataset");
+    const std::vector<std::string> truths = file.read_strings("ground_truth");
+    for (size_t i = 0; i < datasets.size(); ++i) {
+      MOESERVE_CHECK(!datasets[i].empty(), "{}: row {}: Dataset name cannot be empty", path, i);
+      rows.push_back({datasets[i], truths[i]});
+    }
+    return rows;
+  }
   for_each_json_line(path, [&](const nlohmann::json& row, size_t) {
     MOESERVE_CHECK(row.is_object() && row.contains("dataset") && row.contains("ground_truth"),
                    "a reference row needs \"dataset\" and \"ground_truth\"");

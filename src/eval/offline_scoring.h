@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 
 #include "eval/accuracy_log.h"
 #include "eval/scoring.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeserve::eval {
 
@@ -28,8 +30,9 @@ struct ReferenceRow {
   std::string ground_truth;
 };
 
-// JSON lines with "dataset" and "ground_truth", one per qsl_idx in order (e.g. written from the MLPerf parquet
-// with pandas: df[["dataset", "ground_truth"]].to_json(path, orient="records", lines=True)).
+// The MLPerf accuracy parquet (acc_eval_ref.parquet, acc_eval_compliance_gpqa.parquet: string columns
+// "dataset" and "ground_truth", read with bench/parquet), or JSON lines with "dataset" and "ground_truth", one
+// per qsl_idx in order.
 std::vector<ReferenceRow> load_reference(const std::string& path);
 
 struct ModelOutput {
@@ -40,9 +43,11 @@ struct ModelOutput {
 };
 
 using Detokenizer = std::function<std::string(std::span<const int32_t>)>;
-// GPT-OSS's tokenizer decoding as eval_mlperf_accuracy.py does (skip_special_tokens=False: special tokens by
-// name; ill-formed UTF-8 replaced). tokenizer_path: a tiktoken rank file, a tokenizer.json or a model directory;
-// empty: the o200k_base ranks scripts/setup.sh installs (Tokenizer::o200k_harmony()).
+// GPT-OSS's tokenizer from a tiktoken rank file, a tokenizer.json or a model directory; empty: the o200k_base
+// ranks scripts/setup.sh installs (Tokenizer::o200k_harmony()).
+std::shared_ptr<const Tokenizer> open_gpt_oss_tokenizer(const std::string& tokenizer_path);
+// Its decoding as eval_mlperf_accuracy.py decodes (skip_special_tokens=False: special tokens by name; ill-formed
+// UTF-8 replaced).
 Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path);
 
 // The log's records as outputs, by the rules above (duplicates and out-of-range qsl_idx); what was skipped is

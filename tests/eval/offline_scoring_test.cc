@@ -149,13 +149,19 @@ TEST(AccuracyLog, ReadsArraysLinesAndConcatenatedRecords) {
   EXPECT_THROW(hex_to_int32("zz000000"), Error);
 }
 
-TEST(Reference, LoadsJsonLines) {
+TEST(Reference, LoadsJsonLinesAndParquet) {
   const std::string dir = moeserve::testing::temp_dir("reference");
   std::ofstream(dir + "/ref.jsonl") << "{\"dataset\": \"aime25\", \"ground_truth\": \"70\"}\n\n"
                                        "{\"dataset\": \"gpqa_diamond\", \"ground_truth\": \"B\", \"other\": 1}\n";
   const std::vector<ReferenceRow> rows = load_reference(dir + "/ref.jsonl");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1].ground_truth, "B");
+  // The MLPerf parquet's columns, in a file the bench's reader tests use (tests/bench/fixtures/parquet).
+  const std::vector<ReferenceRow> parquet =
+      load_reference(MOESERVE_SOURCE_DIR "/tests/bench/fixtures/parquet/arrow_v1_snappy_dictionary.parquet");
+  ASSERT_EQ(parquet.size(), 12u);
+  EXPECT_EQ(parquet[1].dataset, "gpqa_diamond");
+  EXPECT_EQ(parquet[5].ground_truth, "answer-5");
   std::ofstream(dir + "/bad.jsonl") << "{\"dataset\": \"aime25\"}\n";
   EXPECT_THAT([&] { load_reference(dir + "/bad.jsonl"); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("bad.jsonl:1")));
