@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -16,8 +17,11 @@ inline constexpr int kMxfp4BlockBytes = 16;
 inline constexpr std::array<float, 16> kFp4Values = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// 2^(scale - 127) as a float; exact for every byte (subnormal at 0, infinity at 255 as torch.ldexp gives).
-inline float e8m0_to_float(uint8_t scale) { return std::ldexp(1.0f, static_cast<int>(scale) - 127); }
+// 2^(scale - 127) as a float, built from its bits: exact for every byte (2^-127 is subnormal at 0; 255 gives
+// infinity, as torch.ldexp(1, 128) does).
+inline float e8m0_to_float(uint8_t scale) {
+  return std::bit_cast<float>(scale == 0 ? uint32_t{0x00400000} : static_cast<uint32_t>(scale) << 23);
+}
 
 // Dequantises one row of `cols` values (cols a multiple of 32).
 void mxfp4_dequantize_row(const uint8_t* blocks, const uint8_t* scales, int64_t cols, float* out);

@@ -305,3 +305,16 @@ TEST(CheckpointErrors, CliExitsNonZeroWithTheMessage) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+TEST(Mxfp4, E8m0ScalesAreExactPowersOfTwoForEveryByte) {
+  for (int s = 0; s < 256; ++s) {
+    const float expected = std::ldexp(1.0f, s - 127);  // torch.ldexp, as transformers dequantises
+    EXPECT_EQ(e8m0_to_float(static_cast<uint8_t>(s)), expected) << "scale byte " << s;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
