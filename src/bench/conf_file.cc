@@ -47,11 +47,11 @@ ConfFile ConfFile::parse(const std::string& text, const std::string& source) {
     // Model names may contain dots (wan-2.2-t2v-a14b): the scenario and key are the last two parts.
     const std::string& key = tokens[0];
     const size_t key_dot = key.rfind('.');
-    const size_t scenario_dot = key_dot == std::string::npos || key_dot == 0 ? std::string::npos
-                                                                              : key.rfind('.', key_dot - 1);
-    MOESERVE_CHECK(scenario_dot != std::string::npos && scenario_dot > 0 && key_dot > scenario_dot + 1 &&
-                       key_dot + 1 < key.size(),
-                   "{}: key '{}' is not of the form model.Scenario.key", origin, key);
+    const size_t scenario_dot =
+        key_dot == std::string::npos || key_dot == 0 ? std::string::npos : key.rfind('.', key_dot - 1);
+    MOESERVE_CHECK(
+        scenario_dot != std::string::npos && scenario_dot > 0 && key_dot > scenario_dot + 1 && key_dot + 1 < key.size(),
+        "{}: key '{}' is not of the form model.Scenario.key", origin, key);
     const std::string scenario = key.substr(scenario_dot + 1, key_dot - scenario_dot - 1);
     MOESERVE_CHECK(known_scenario(scenario),
                    "{}: unknown scenario '{}' (expected *, SingleStream, MultiStream, Server or Offline)", origin,
@@ -64,8 +64,7 @@ ConfFile ConfFile::parse(const std::string& text, const std::string& source) {
 
 ConfFile ConfFile::read(const std::string& path) { return parse(read_text_file(path), path); }
 
-const ConfValue* ConfFile::lookup(const std::string& model, const std::string& scenario,
-                                  const std::string& key) const {
+const ConfValue* ConfFile::lookup(const std::string& model, const std::string& scenario, const std::string& key) const {
   for (const std::string& candidate :
        {model + "." + scenario + "." + key, "*." + scenario + "." + key, model + ".*." + key, "*.*." + key}) {
     auto it = entries_.find(candidate);

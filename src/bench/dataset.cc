@@ -139,7 +139,9 @@ Dataset load_jsonl_dataset(const std::string& path) {
                    where);
     if (row.contains("output_tokens")) s.output_tokens = row["output_tokens"].get<int>();
     if (row.contains("dataset") && row["dataset"].is_string()) s.source = row["dataset"];
-    if (row.contains("ground_truth")) s.ground_truth = row["ground_truth"].is_string() ? row["ground_truth"].get<std::string>() : row["ground_truth"].dump();
+    if (row.contains("ground_truth"))
+      s.ground_truth =
+          row["ground_truth"].is_string() ? row["ground_truth"].get<std::string>() : row["ground_truth"].dump();
     d.samples.push_back(std::move(s));
   }
   MOESERVE_CHECK(!d.samples.empty(), "{}: no samples", path);

@@ -170,8 +170,8 @@ class RunState : public SampleObserver {
       fail("Number of tokens need to be greater than 1");
     }
     if (r.log_accuracy && !r.token_ids_known)
-      fail(fmt::format("sample {}: the SUT reported no token ids, so its accuracy-log entry holds none",
-                       r.sequence_id));
+      fail(
+          fmt::format("sample {}: the SUT reported no token ids, so its accuracy-log entry holds none", r.sequence_id));
   }
 
   const BenchConfig& config_;
@@ -191,8 +191,8 @@ class RunState : public SampleObserver {
 // IssueQueries for one loadable set: issue on the schedule, wait, and gather LoadGen's PerformanceResult.
 class SetRunner {
  public:
-  SetRunner(SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& config, RunState& state,
-            DetailLog& detail, std::ostream* schedule_log)
+  SetRunner(SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& config, RunState& state, DetailLog& detail,
+            std::ostream* schedule_log)
       : sut_(sut), dataset_(dataset), config_(config), state_(state), detail_(detail), schedule_log_(schedule_log) {}
 
   PerformanceResult run(const LoadableSampleSet& set, SequenceGen& ids) {
@@ -317,9 +317,10 @@ class SetRunner {
     if (e.scenario == Scenario::server) {
       const uint64_t outstanding = e.max_async_queries != 0 ? state_.outstanding() : 0;
       if (outstanding > e.max_async_queries) {
-        state_.add_error(fmt::format("IssueQueryThread 0 Ending early: Too many outstanding queries. issued {} "
-                                     "outstanding {}",
-                                     queries_issued, outstanding));
+        state_.add_error(
+            fmt::format("IssueQueryThread 0 Ending early: Too many outstanding queries. issued {} "
+                        "outstanding {}",
+                        queries_issued, outstanding));
         return false;
       }
     } else if (queries_issued >= e.min_query_count && elapsed >= std::chrono::milliseconds(e.target_duration_ms)) {
@@ -383,8 +384,7 @@ class SetRunner {
 
 }  // namespace
 
-RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& config,
-                        EnergyMeter* energy) {
+RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& config, EnergyMeter* energy) {
   namespace fs = std::filesystem;
   const EffectiveSettings& e = config.settings;
   const auto qsl_count = static_cast<uint64_t>(dataset.samples.size());
@@ -415,10 +415,10 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
   log_settings(detail, e);
   const uint64_t wanted = e.mode == TestMode::accuracy_only ? e.accuracy_sample_count : e.performance_sample_count;
   if (wanted > qsl_count)
-    detail.warning("warning_generic_message",
-                   fmt::format("{} sample count {} exceeds the dataset's {} samples; using {}",
-                               e.mode == TestMode::accuracy_only ? "accuracy" : "performance", wanted, qsl_count,
-                               qsl_count));
+    detail.warning(
+        "warning_generic_message",
+        fmt::format("{} sample count {} exceeds the dataset's {} samples; using {}",
+                    e.mode == TestMode::accuracy_only ? "accuracy" : "performance", wanted, qsl_count, qsl_count));
 
   RunState state(config, detail, accuracy);
   sut.start(state);
@@ -434,8 +434,8 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
     if (energy) result.energy_joules = energy->stop();
     const auto sut_active = std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::duration<double>(pr.final_query_all_samples_done_time));
-    const auto wall_start = wall_origin + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                              runner.start() - origin);
+    const auto wall_start =
+        wall_origin + std::chrono::duration_cast<std::chrono::system_clock::duration>(runner.start() - origin);
     detail.log("power_begin", power_time(wall_start));
     detail.log("power_end", power_time(wall_start + sut_active));
     PerformanceSummary summary = summarize(std::move(pr), e);

@@ -23,10 +23,10 @@ struct BenchConfig {
   EffectiveSettings settings;
   int max_output_tokens = 0;  // per sample, unless the dataset sets an exact output length
   SamplingParams sampling;
-  std::string output_dir;          // where the three LoadGen files go
-  std::string schedule_log_path;   // --log-schedule: one JSON line per issued sample (empty: none)
-  std::string loadgen_version;     // written as loadgen_version in the detail log
-  bool show_progress = false;      // a live progress line on stderr
+  std::string output_dir;                        // where the three LoadGen files go
+  std::string schedule_log_path;                 // --log-schedule: one JSON line per issued sample (empty: none)
+  std::string loadgen_version;                   // written as loadgen_version in the detail log
+  bool show_progress = false;                    // a live progress line on stderr
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to cancel outstanding samples and stop
 };
 
@@ -60,7 +60,7 @@ struct RunResult {
   std::vector<std::string> errors;            // each error written to the detail log
   int warnings = 0;
   bool interrupted = false;
-  std::optional<double> energy_joules;        // NVML energy over the run, when a GPU was measured
+  std::optional<double> energy_joules;  // NVML energy over the run, when a GPU was measured
   double wall_seconds = 0;
 };
 

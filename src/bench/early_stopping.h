@@ -31,9 +31,9 @@ class MinPassingQueriesFinder {
 
 struct EarlyStoppingResult {
   bool met = true;
-  std::string recommendation;           // LoadGen's text, lines separated by '\n'
-  int64_t latency_estimate_ss = 0;      // SingleStream: the early-stopping estimate at the target percentile
-  int64_t latency_estimate_ms = 0;      // SingleStream: ... at the 99th percentile (for MultiStream inference)
+  std::string recommendation;       // LoadGen's text, lines separated by '\n'
+  int64_t latency_estimate_ss = 0;  // SingleStream: the early-stopping estimate at the target percentile
+  int64_t latency_estimate_ms = 0;  // SingleStream: ... at the 99th percentile (for MultiStream inference)
   bool has_ss_estimate = false;
   bool has_ms_estimate = false;
 };

@@ -42,7 +42,9 @@ struct Nvml {
       n.error = "libnvidia-ml.so.1 not found";
       return n;
     }
-    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name)); };
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+    };
     sym(n.init, "nvmlInit_v2");
     sym(n.shutdown, "nvmlShutdown");
     sym(n.driver_version, "nvmlSystemGetDriverVersion");

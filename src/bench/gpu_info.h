@@ -4,9 +4,8 @@
 #pragma once
 
 #include <memory>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace moeserve::bench {
 

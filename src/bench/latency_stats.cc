@@ -40,9 +40,9 @@ PerformanceSummary summarize(PerformanceResult result, const EffectiveSettings& 
   s.latency = latency_stats(result.sample_latencies, p, s.sample_count);
   if (settings.scenario == Scenario::server) {
     const int64_t over = settings.target_latency_ns + 1;
-    s.overlatency_query_count = static_cast<uint64_t>(
-        result.sample_latencies.end() -
-        std::lower_bound(result.sample_latencies.begin(), result.sample_latencies.end(), over));
+    s.overlatency_query_count =
+        static_cast<uint64_t>(result.sample_latencies.end() -
+                              std::lower_bound(result.sample_latencies.begin(), result.sample_latencies.end(), over));
   }
   if (settings.requested.use_token_latencies) {
     for (int64_t n : result.tokens_per_sample)
@@ -60,9 +60,7 @@ double PerformanceSummary::completed_samples_per_second() const {
 double PerformanceSummary::scheduled_samples_per_second() const {
   return (static_cast<double>(sample_count) - 1) / result.final_query_scheduled_time;
 }
-double PerformanceSummary::samples_per_second() const {
-  return static_cast<double>(sample_count) / result.max_latency;
-}
+double PerformanceSummary::samples_per_second() const { return static_cast<double>(sample_count) / result.max_latency; }
 double PerformanceSummary::tokens_per_second() const { return static_cast<double>(token_count) / result.max_latency; }
 double PerformanceSummary::completed_tokens_per_second() const {
   return static_cast<double>(token_count) / result.final_query_all_samples_done_time;

@@ -22,13 +22,13 @@ int64_t recorded_token_count(int64_t n_tokens);
 int64_t time_per_output_token_ns(int64_t latency_ns, int64_t first_token_latency_ns, int64_t n_tokens);
 
 struct PerformanceResult {
-  std::vector<int64_t> sample_latencies;        // completion - scheduled, per completed sample
-  std::vector<int64_t> first_token_latencies;   // first token - scheduled (token latencies, not Offline)
-  std::vector<int64_t> time_per_output_token;   // time_per_output_token_ns per sample
-  std::vector<int64_t> tokens_per_sample;       // n_tokens as reported at completion
+  std::vector<int64_t> sample_latencies;       // completion - scheduled, per completed sample
+  std::vector<int64_t> first_token_latencies;  // first token - scheduled (token latencies, not Offline)
+  std::vector<int64_t> time_per_output_token;  // time_per_output_token_ns per sample
+  std::vector<int64_t> tokens_per_sample;      // n_tokens as reported at completion
   uint64_t queries_issued = 0;
-  double max_latency = 0;                        // seconds
-  double final_query_scheduled_time = 0;         // seconds from the start, of the last query issued
+  double max_latency = 0;                 // seconds
+  double final_query_scheduled_time = 0;  // seconds from the start, of the last query issued
   double final_query_issued_time = 0;
   double final_query_all_samples_done_time = 0;
 };

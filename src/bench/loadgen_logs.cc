@@ -121,8 +121,9 @@ std::string summary_text(const std::string& sut_name, const EffectiveSettings& s
   const PerformanceResult& r = s.result;
   const double n = static_cast<double>(s.sample_count);
   Lines lines;
-  lines.add("================================================\nMLPerf Results Summary\n"
-            "================================================");
+  lines.add(
+      "================================================\nMLPerf Results Summary\n"
+      "================================================");
   lines.add("SUT name : ", sut_name);
   lines.add("Scenario : ", scenario_name(scenario));
   lines.add("Mode     : ", test_mode_name(settings.mode));
@@ -142,8 +143,9 @@ std::string summary_text(const std::string& sut_name, const EffectiveSettings& s
       break;
   }
   add_verdict(lines, settings, v);
-  lines.add("\n================================================\nAdditional Stats\n"
-            "================================================");
+  lines.add(
+      "\n================================================\nAdditional Stats\n"
+      "================================================");
   const double mean_latency_s = static_cast<double>(s.latency.mean) * 1e-9;
   if (scenario == Scenario::single_stream) {
     lines.add("QPS w/ loadgen overhead         : " + fixed((n - 1) / r.final_query_issued_time));
@@ -164,19 +166,20 @@ std::string summary_text(const std::string& sut_name, const EffectiveSettings& s
       lines.add("Completed tokens per second                 : ", fixed(s.completed_tokens_per_second()));
     }
     if (scenario != Scenario::offline) {
-      add_percentile_block(lines, s.first_token, "Min First Token latency (ns)                : ",
-                           "Max First Token latency (ns)                : ",
-                           "Mean First Token latency (ns)               : ",
-                           " percentile first token latency (ns)   : ");
+      add_percentile_block(
+          lines, s.first_token,
+          "Min First Token latency (ns)                : ", "Max First Token latency (ns)                : ",
+          "Mean First Token latency (ns)               : ", " percentile first token latency (ns)   : ");
       lines.add("");
-      add_percentile_block(lines, s.tpot, "Min Time per Output Token (ns)                : ",
-                           "Max Time per Output Token (ns)                : ",
-                           "Mean Time per Output Token (ns)               : ",
-                           " percentile time to output token (ns)   : ");
+      add_percentile_block(
+          lines, s.tpot,
+          "Min Time per Output Token (ns)                : ", "Max Time per Output Token (ns)                : ",
+          "Mean Time per Output Token (ns)               : ", " percentile time to output token (ns)   : ");
     }
   }
-  lines.add("\n================================================\nTest Parameters Used\n"
-            "================================================");
+  lines.add(
+      "\n================================================\nTest Parameters Used\n"
+      "================================================");
   add_test_parameters(lines, settings);
   return lines.text();
 }
@@ -304,9 +307,9 @@ void log_results(DetailLog& log, const EffectiveSettings& settings, const Perfor
   if (scenario == Scenario::server) log.log("result_overlatency_query_count", s.overlatency_query_count);
   switch (scenario) {
     case Scenario::single_stream: {
-      const EarlyStoppingResult& es = tokens ? (v.early_stopping_ttft.has_ss_estimate ? v.early_stopping_ttft
-                                                                                      : v.early_stopping_tpot)
-                                             : v.early_stopping;
+      const EarlyStoppingResult& es =
+          tokens ? (v.early_stopping_ttft.has_ss_estimate ? v.early_stopping_ttft : v.early_stopping_tpot)
+                 : v.early_stopping;
       log.log("result_qps_with_loadgen_overhead", (n - 1) / r.final_query_issued_time);
       log.log("result_qps_without_loadgen_overhead", 1 / (static_cast<double>(s.latency.mean) * 1e-9));
       log.log("early_stopping_latency_ss", es.latency_estimate_ss);

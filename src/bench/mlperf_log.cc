@@ -42,9 +42,9 @@ void DetailLog::write(const std::string& key, const std::string& value_json, boo
   out_ << ":::MLLOG {\"key\": " << nlohmann::json(key).dump() << ", \"value\": " << value_json
        << ", \"time_ms\": " << fmt::format("{}.{:06}", ns / 1000000, ns % 1000000)
        << ", \"namespace\": \"mlperf::logging\", \"event_type\": \"POINT_IN_TIME\", \"metadata\": {\"is_error\": "
-       << (is_error ? "true" : "false") << ", \"is_warning\": " << (is_warning ? "true" : "false")
-       << ", \"file\": \"" << base_name(where.file_name()) << "\", \"line_no\": " << where.line()
-       << ", \"pid\": " << ::getpid() << ", \"tid\": " << ::syscall(SYS_gettid) << "}}\n";
+       << (is_error ? "true" : "false") << ", \"is_warning\": " << (is_warning ? "true" : "false") << ", \"file\": \""
+       << base_name(where.file_name()) << "\", \"line_no\": " << where.line() << ", \"pid\": " << ::getpid()
+       << ", \"tid\": " << ::syscall(SYS_gettid) << "}}\n";
   if (is_error) out_.flush();
   MOESERVE_CHECK(out_.good(), "writing {} failed", path_);
 }

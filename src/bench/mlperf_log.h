@@ -24,7 +24,8 @@ class DetailLog {
 
   // One event; `value` is written as LoadGen writes it: strings quoted, bools true/false, doubles as an ostream
   // prints them (6 significant digits), lists of integers as [..].
-  void log(const std::string& key, const std::string& value, std::source_location where = std::source_location::current());
+  void log(const std::string& key, const std::string& value,
+           std::source_location where = std::source_location::current());
   void log(const std::string& key, const char* value, std::source_location where = std::source_location::current());
   void log(const std::string& key, bool value, std::source_location where = std::source_location::current());
   void log(const std::string& key, int64_t value, std::source_location where = std::source_location::current());

@@ -92,8 +92,7 @@ QuerySchedule generate_queries(const EffectiveSettings& settings, const Loadable
 
   // Server's duration depends only on scheduled times; the others generate 2x what they expect to need.
   const int duration_multiplier = settings.scenario == Scenario::server ? 1 : 2;
-  std::chrono::nanoseconds gen_duration =
-      duration_multiplier * std::chrono::milliseconds(settings.target_duration_ms);
+  std::chrono::nanoseconds gen_duration = duration_multiplier * std::chrono::milliseconds(settings.target_duration_ms);
   uint64_t min_queries = settings.min_query_count;
   uint64_t samples_per_query = settings.samples_per_query;
   if (accuracy && offline) samples_per_query = set.distribution_end;

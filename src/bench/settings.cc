@@ -113,15 +113,40 @@ namespace {
 
 // Every key TestSettings::FromConfig reads, plus target_duration, which mlperf.conf sets and LoadGen ignores.
 const std::set<std::string>& known_keys() {
-  static const std::set<std::string> keys = {
-      "mode", "qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed", "accuracy_log_probability", "test05",
-      "test05_qsl_rng_seed", "test05_sample_index_rng_seed", "test05_schedule_rng_seed", "use_token_latencies",
-      "ttft_latency", "tpot_latency", "infer_token_latencies", "token_latency_scaling_factor",
-      "target_latency_percentile", "samples_per_query", "target_latency", "performance_issue_unique",
-      "performance_issue_same", "performance_issue_same_index", "sample_concatenate_permutation",
-      "coalesce_queries", "max_async_queries", "min_duration", "max_duration", "min_query_count",
-      "max_query_count", "performance_sample_count_override", "accuracy_sample_count_override", "target_qps",
-      "print_timestamps", "accuracy_log_rng_seed", "accuracy_log_sampling_target", "target_duration"};
+  static const std::set<std::string> keys = {"mode",
+                                             "qsl_rng_seed",
+                                             "sample_index_rng_seed",
+                                             "schedule_rng_seed",
+                                             "accuracy_log_probability",
+                                             "test05",
+                                             "test05_qsl_rng_seed",
+                                             "test05_sample_index_rng_seed",
+                                             "test05_schedule_rng_seed",
+                                             "use_token_latencies",
+                                             "ttft_latency",
+                                             "tpot_latency",
+                                             "infer_token_latencies",
+                                             "token_latency_scaling_factor",
+                                             "target_latency_percentile",
+                                             "samples_per_query",
+                                             "target_latency",
+                                             "performance_issue_unique",
+                                             "performance_issue_same",
+                                             "performance_issue_same_index",
+                                             "sample_concatenate_permutation",
+                                             "coalesce_queries",
+                                             "max_async_queries",
+                                             "min_duration",
+                                             "max_duration",
+                                             "min_query_count",
+                                             "max_query_count",
+                                             "performance_sample_count_override",
+                                             "accuracy_sample_count_override",
+                                             "target_qps",
+                                             "print_timestamps",
+                                             "accuracy_log_rng_seed",
+                                             "accuracy_log_sampling_target",
+                                             "target_duration"};
   return keys;
 }
 
@@ -159,12 +184,11 @@ struct ConfReader {
 
 }  // namespace
 
-void apply_conf(const ConfFile& conf, const std::string& model, Scenario scenario, ConfRole role,
-                TestSettings& s) {
+void apply_conf(const ConfFile& conf, const std::string& model, Scenario scenario, ConfRole role, TestSettings& s) {
   for (const auto& [full_key, value] : conf.entries()) {
     const std::string key = full_key.substr(full_key.rfind('.') + 1);
-    MOESERVE_CHECK(known_keys().count(key), "{}: unknown setting '{}' (LoadGen would silently ignore it)",
-                   value.origin, key);
+    MOESERVE_CHECK(known_keys().count(key), "{}: unknown setting '{}' (LoadGen would silently ignore it)", value.origin,
+                   key);
     MOESERVE_CHECK(role == ConfRole::mlperf_conf || !is_seed_key(key),
                    "{}: LoadGen reads {} only from mlperf.conf and ignores it in a user.conf; use --mlperf-conf or "
                    "the flag",
@@ -250,16 +274,16 @@ EffectiveSettings effective_settings(const TestSettings& requested, uint64_t qsl
   e.performance_sample_count = requested.performance_sample_count_override == 0
                                    ? qsl_performance_sample_count
                                    : requested.performance_sample_count_override;
-  e.accuracy_sample_count = requested.accuracy_sample_count_override == 0 ? qsl_total_sample_count
-                                                                          : requested.accuracy_sample_count_override;
+  e.accuracy_sample_count =
+      requested.accuracy_sample_count_override == 0 ? qsl_total_sample_count : requested.accuracy_sample_count_override;
   if (requested.scenario == Scenario::offline) {
     // kSlack: generate 10% more samples than min_duration needs at the expected rate.
     constexpr double kSlack = 1.1;
     const auto target_sample_count =
         static_cast<uint64_t>(kSlack * (static_cast<double>(e.target_duration_ms) / 1000.0) * e.target_qps);
-    e.samples_per_query = requested.performance_issue_unique ? e.performance_sample_count
-                                                             : std::max<uint64_t>(e.min_query_count,
-                                                                                  target_sample_count);
+    e.samples_per_query = requested.performance_issue_unique
+                              ? e.performance_sample_count
+                              : std::max<uint64_t>(e.min_query_count, target_sample_count);
     e.min_query_count = 1;
     e.target_duration_ms = 0;
   }
@@ -275,9 +299,10 @@ EffectiveSettings effective_settings(const TestSettings& requested, uint64_t qsl
   e.min_sample_count = e.min_query_count * e.samples_per_query;
   MOESERVE_CHECK(!(requested.performance_issue_same && requested.performance_issue_unique),
                  "performance_issue_unique and performance_issue_same cannot both be set");
-  MOESERVE_CHECK(!requested.performance_issue_same || requested.performance_issue_same_index < e.performance_sample_count,
-                 "performance_issue_same_index {} must be below the performance sample count {}",
-                 requested.performance_issue_same_index, e.performance_sample_count);
+  MOESERVE_CHECK(
+      !requested.performance_issue_same || requested.performance_issue_same_index < e.performance_sample_count,
+      "performance_issue_same_index {} must be below the performance sample count {}",
+      requested.performance_issue_same_index, e.performance_sample_count);
   return e;
 }
 

@@ -96,7 +96,7 @@ struct TestSettings {
 
 // What LoadGen leaves to the benchmark's harness, per benchmark (the MLPerf reference implementations).
 struct BenchmarkDefinition {
-  std::string name;              // --benchmark: gpt-oss-120b or deepseek-r1
+  std::string name;                       // --benchmark: gpt-oss-120b or deepseek-r1
   int max_output_tokens_performance = 0;  // max new tokens per sample in performance mode
   int max_output_tokens_accuracy = 0;     // ... and in accuracy mode
   SamplingParams sampling;                // the reference's generation config

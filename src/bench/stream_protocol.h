@@ -47,9 +47,9 @@ class StreamDecoder {
   explicit StreamDecoder(HttpApi api) : api_(api) {}
 
   struct Update {
-    bool first_token = false;                // this feed carried the sample's first token
-    std::optional<int32_t> first_token_id;   // its id, when the server sends ids
-    bool done = false;                       // [DONE] seen: the sample is complete
+    bool first_token = false;               // this feed carried the sample's first token
+    std::optional<int32_t> first_token_id;  // its id, when the server sends ids
+    bool done = false;                      // [DONE] seen: the sample is complete
   };
   // Feeds the next body bytes (any split: events may straddle calls).
   Update feed(std::string_view bytes);

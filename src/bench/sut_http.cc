@@ -3,10 +3,10 @@
 #include <sys/resource.h>
 
 #include <array>
-#include <limits>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -86,8 +86,8 @@ class HttpSut::Impl {
     if (options.api == HttpApi::openai && model.empty()) {
       const nlohmann::json& r = server_info.value("response", nlohmann::json());
       MOESERVE_CHECK(r.is_object() && r.contains("data") && r["data"].is_array() && !r["data"].empty(),
-                     "{}: cannot learn the served model from {} ({}); pass --served-model", options.endpoint,
-                     info_path, server_info.dump());
+                     "{}: cannot learn the served model from {} ({}); pass --served-model", options.endpoint, info_path,
+                     server_info.dump());
       model = r["data"][0].value("id", "");
     }
   }
@@ -164,11 +164,12 @@ class HttpSut::Impl::Request : public std::enable_shared_from_this<Request> {
  private:
   void begin() {
     if (reused_) return write();
-    stream_->expires_after(std::chrono::milliseconds(static_cast<int64_t>(impl_.options.connect_timeout_seconds * 1000)));
+    stream_->expires_after(
+        std::chrono::milliseconds(static_cast<int64_t>(impl_.options.connect_timeout_seconds * 1000)));
     stream_->async_connect(impl_.endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
       if (ec || self->cancelled_)
-        return self->fail_with(self->cancelled_ ? "cancelled"
-                                                : "cannot connect to " + self->impl_.options.endpoint + ": " + ec.message());
+        return self->fail_with(
+            self->cancelled_ ? "cancelled" : "cannot connect to " + self->impl_.options.endpoint + ": " + ec.message());
       self->write();
     });
   }

@@ -2,17 +2,25 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 namespace moeserve::bench {
 namespace {
 
 std::string seconds(double s) { return fmt::format("{:.3f} s", s); }
 std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
 
-std::string one_line(std::string text) {
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
+// LoadGen's multi-line early-stopping text as one sentence: lines trimmed of their " * " bullets.
+std::string one_line(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    const size_t first = line.find_first_not_of(" *");
+    if (first != std::string::npos) out += (out.empty() ? "" : " ") + line.substr(first);
+    start = end + 1;
+  }
+  return out;
 }
 
 void judge_min_duration(const PerformanceSummary& s, const EffectiveSettings& settings, Verdict& v) {
@@ -23,15 +31,14 @@ void judge_min_duration(const PerformanceSummary& s, const EffectiveSettings& se
     const char* recommendation;
   };
   const PerformanceResult& r = s.result;
-  const Rule rule =
-      settings.scenario == Scenario::offline
-          ? Rule{r.max_latency, "the run took {} (its longest latency)",
-                 "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."}
-      : settings.scenario == Scenario::server
-          ? Rule{r.final_query_scheduled_time, "the last query was scheduled at {}",
-                 "Increase the target QPS so the loadgen pre-generates more queries."}
-          : Rule{r.final_query_issued_time, "the last query was issued at {}",
-                 "Decrease the expected latency so the loadgen pre-generates more queries."};
+  const Rule rule = settings.scenario == Scenario::offline
+                        ? Rule{r.max_latency, "the run took {} (its longest latency)",
+                               "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."}
+                    : settings.scenario == Scenario::server
+                        ? Rule{r.final_query_scheduled_time, "the last query was scheduled at {}",
+                               "Increase the target QPS so the loadgen pre-generates more queries."}
+                        : Rule{r.final_query_issued_time, "the last query was issued at {}",
+                               "Decrease the expected latency so the loadgen pre-generates more queries."};
   const double min_duration = static_cast<double>(settings.min_duration_ms) / 1000.0;
   v.min_duration_met = rule.measured >= min_duration;
   if (v.min_duration_met) return;
@@ -78,11 +85,11 @@ void judge_early_stopping(const PerformanceSummary& s, const EffectiveSettings& 
   const auto issued = static_cast<int64_t>(s.result.queries_issued);
   const double p = settings.target_latency_percentile;
   if (!settings.requested.use_token_latencies) {
-    v.early_stopping = early_stopping(settings.scenario, issued, s.result.sample_latencies,
-                                      settings.target_latency_ns, p);
+    v.early_stopping =
+        early_stopping(settings.scenario, issued, s.result.sample_latencies, settings.target_latency_ns, p);
     v.early_stopping_met = v.early_stopping.met;
     if (!v.early_stopping_met)
-      v.reasons.push_back("early stopping not met:" + one_line(v.early_stopping.recommendation));
+      v.reasons.push_back("early stopping not met: " + one_line(v.early_stopping.recommendation));
     return;
   }
   v.early_stopping_tpot = early_stopping(settings.scenario, issued, s.result.time_per_output_token,
@@ -93,9 +100,9 @@ void judge_early_stopping(const PerformanceSummary& s, const EffectiveSettings& 
   }
   v.early_stopping_met = v.early_stopping_tpot.met && v.early_stopping_ttft.met;
   if (!v.early_stopping_tpot.met)
-    v.reasons.push_back("TPOT early stopping not met:" + one_line(v.early_stopping_tpot.recommendation));
+    v.reasons.push_back("TPOT early stopping not met: " + one_line(v.early_stopping_tpot.recommendation));
   if (!v.early_stopping_ttft.met)
-    v.reasons.push_back("TTFT early stopping not met:" + one_line(v.early_stopping_ttft.recommendation));
+    v.reasons.push_back("TTFT early stopping not met: " + one_line(v.early_stopping_ttft.recommendation));
 }
 
 }  // namespace
@@ -103,7 +110,8 @@ void judge_early_stopping(const PerformanceSummary& s, const EffectiveSettings& 
 Verdict judge(const PerformanceSummary& s, const EffectiveSettings& settings) {
   Verdict v;
   judge_min_duration(s, settings, v);
-  v.min_queries_met = s.result.queries_issued >= settings.min_query_count && s.sample_count >= settings.min_sample_count;
+  v.min_queries_met =
+      s.result.queries_issued >= settings.min_query_count && s.sample_count >= settings.min_sample_count;
   if (!v.min_queries_met)
     v.reasons.push_back(fmt::format("min queries not met: {} queries ({} samples) issued, {} ({}) required",
                                     s.result.queries_issued, s.sample_count, settings.min_query_count,

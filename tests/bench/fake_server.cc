@@ -127,7 +127,8 @@ void FakeStreamingServer::serve(int socket_fd) {
     }
     const bool openai = options_.api == HttpApi::openai;
     const std::vector<int32_t> prompt = body.at(openai ? "prompt" : "input_ids").get<std::vector<int32_t>>();
-    const int max_tokens = openai ? body.at("max_tokens").get<int>() : body.at("sampling_params").at("max_new_tokens").get<int>();
+    const int max_tokens =
+        openai ? body.at("max_tokens").get<int>() : body.at("sampling_params").at("max_new_tokens").get<int>();
     const std::vector<int32_t> tokens = tokens_for(prompt, max_tokens);
     net::write(*socket, net::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                                 "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")));
@@ -137,7 +138,8 @@ void FakeStreamingServer::serve(int socket_fd) {
       const std::string finish = last ? (static_cast<int>(tokens.size()) == max_tokens ? "length" : "stop") : "";
       nlohmann::json chunk;
       if (openai) {
-        nlohmann::json choice = {{"index", 0}, {"text", fmt::format("<{}>", tokens[i])},
+        nlohmann::json choice = {{"index", 0},
+                                 {"text", fmt::format("<{}>", tokens[i])},
                                  {"finish_reason", last ? nlohmann::json(finish) : nlohmann::json(nullptr)}};
         if (options_.send_token_ids) choice["token_ids"] = {tokens[i]};
         chunk = {{"id", "cmpl-fake"}, {"object", "text_completion"}, {"choices", {choice}}};
@@ -147,14 +149,16 @@ void FakeStreamingServer::serve(int socket_fd) {
                                        : std::vector<int32_t>{tokens[i]};
         chunk = {{"text", fmt::format("<{}>", tokens[i])},
                  {"output_ids", ids},
-                 {"meta_info", {{"completion_tokens", i + 1},
-                                {"finish_reason", last ? nlohmann::json({{"type", finish}}) : nlohmann::json(nullptr)}}}};
+                 {"meta_info",
+                  {{"completion_tokens", i + 1},
+                   {"finish_reason", last ? nlohmann::json({{"type", finish}}) : nlohmann::json(nullptr)}}}};
       }
       write_chunk(*socket, event(chunk));
     }
     if (openai && options_.send_usage)
-      write_chunk(*socket, event({{"choices", nlohmann::json::array()},
-                                  {"usage", {{"prompt_tokens", prompt.size()}, {"completion_tokens", tokens.size()}}}}));
+      write_chunk(*socket,
+                  event({{"choices", nlohmann::json::array()},
+                         {"usage", {{"prompt_tokens", prompt.size()}, {"completion_tokens", tokens.size()}}}}));
     write_chunk(*socket, "data: [DONE]\n\n");
     net::write(*socket, net::buffer(std::string("0\r\n\r\n")));
   }

@@ -8,11 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/stream_protocol.h"
 
@@ -22,10 +21,10 @@ struct FakeServerOptions {
   HttpApi api = HttpApi::openai;
   std::chrono::milliseconds first_token_delay{0};  // from the request to the first event
   std::chrono::milliseconds token_interval{0};     // between later events
-  bool send_token_ids = true;  // openai: "token_ids" in each chunk (vLLM's return_token_ids)
-  bool send_usage = true;      // openai: a final usage chunk
-  bool sglang_cumulative_ids = true;  // sglang: output_ids holds every id so far (else only the new one)
-  int status = 200;            // answer every completion with this status (an error body when not 200)
+  bool send_token_ids = true;                      // openai: "token_ids" in each chunk (vLLM's return_token_ids)
+  bool send_usage = true;                          // openai: a final usage chunk
+  bool sglang_cumulative_ids = true;               // sglang: output_ids holds every id so far (else only the new one)
+  int status = 200;  // answer every completion with this status (an error body when not 200)
 };
 
 class FakeStreamingServer {

@@ -9,9 +9,9 @@
 
 #include "bench/driver.h"
 #include "bench/sut_http.h"
+#include "bench_test_util.h"
 #include "eval/accuracy_log.h"
 #include "fake_server.h"
-#include "test_util.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -59,8 +59,8 @@ TEST(StreamDecoder, OpenAiTextOnlyCountsUsageElseChunks) {
       "data: {\"choices\":[{\"text\":\"ab\",\"finish_reason\":null}]}\n\n"
       "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":null}]}\n\n"
       "data: {\"choices\":[{\"text\":\"c\",\"finish_reason\":\"stop\"}]}\n\n";
-  SampleOutput with_usage =
-      decode_in_pieces(HttpApi::openai, text_only + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":4}}\n\n", 5);
+  SampleOutput with_usage = decode_in_pieces(
+      HttpApi::openai, text_only + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":4}}\n\n", 5);
   EXPECT_FALSE(with_usage.token_ids_known);
   EXPECT_EQ(with_usage.token_count, 4);
   SampleOutput chunks_only = decode_in_pieces(HttpApi::openai, text_only + "data: [DONE]\n\n", 3);
@@ -71,7 +71,8 @@ TEST(StreamDecoder, OpenAiTextOnlyCountsUsageElseChunks) {
 TEST(StreamDecoder, SglangCumulativeAndIncrementalIds) {
   const std::string cumulative =
       "data: {\"text\":\"a\",\"output_ids\":[9],\"meta_info\":{\"completion_tokens\":1,\"finish_reason\":null}}\n\n"
-      "data: {\"text\":\"ab\",\"output_ids\":[9,8,7],\"meta_info\":{\"completion_tokens\":3,\"finish_reason\":null}}\n\n"
+      "data: "
+      "{\"text\":\"ab\",\"output_ids\":[9,8,7],\"meta_info\":{\"completion_tokens\":3,\"finish_reason\":null}}\n\n"
       "data: {\"text\":\"abc\",\"output_ids\":[9,8,7,6],\"meta_info\":{\"completion_tokens\":4,"
       "\"finish_reason\":{\"type\":\"stop\"}}}\n\ndata: [DONE]\n\n";
   SampleOutput a = decode_in_pieces(HttpApi::sglang, cumulative, 11);
@@ -129,30 +130,6 @@ Dataset numbered_dataset(int n) {
   return d;
 }
 
-BenchConfig config_for(Scenario scenario, TestMode mode, int samples, const std::string& label) {
-  TestSettings s;
-  s.scenario = scenario;
-  s.mode = mode;
-  s.server_target_qps = 40;
-  s.offline_expected_qps = 40;
-  s.min_duration_ms = 300;
-  s.min_query_count = static_cast<uint64_t>(samples);
-  s.sample_concatenate_permutation = true;
-  s.use_token_latencies = true;
-  s.server_ttft_latency = 3'000'000'000;
-  s.server_tpot_latency = 80'000'000;
-  s.single_stream_expected_latency_ns = 50'000'000;
-  s.qsl_rng_seed = 1;
-  s.sample_index_rng_seed = 2;
-  s.schedule_rng_seed = 3;
-  BenchConfig c;
-  c.settings = effective_settings(s, static_cast<uint64_t>(samples), static_cast<uint64_t>(samples));
-  c.max_output_tokens = 64;
-  c.output_dir = moeserve::testing::temp_dir(label);
-  c.loadgen_version = "test";
-  return c;
-}
-
 RunResult run_against(const FakeServerOptions& server_options, const BenchConfig& config, int samples,
                       std::vector<nlohmann::json>* requests = nullptr, int* connections = nullptr) {
   FakeStreamingServer server(server_options);
@@ -170,7 +147,7 @@ TEST(HttpSut, ServerRunMeasuresTtftAndTpotFromTheStream) {
   FakeServerOptions server;
   server.first_token_delay = 60ms;
   server.token_interval = 20ms;
-  const BenchConfig config = config_for(Scenario::server, TestMode::performance_only, 8, "http-server");
+  const BenchConfig config = testing::small_run(Scenario::server, TestMode::performance_only, 8, 64, "http-server");
   std::vector<nlohmann::json> requests;
   RunResult r = run_against(server, config, 8, &requests);
   ASSERT_TRUE(r.summary.has_value());
@@ -186,7 +163,7 @@ TEST(HttpSut, ServerRunMeasuresTtftAndTpotFromTheStream) {
     EXPECT_GE(ttft, 0.060);
     EXPECT_LT(ttft, 0.060 + 0.25);
     const double tpot = (latency - ttft) / static_cast<double>(s.token_count - 1);
-    EXPECT_GE(tpot, 0.019);
+    EXPECT_GE(tpot, 0.015);  // a late first read (a busy machine) shortens the measured span a little
     EXPECT_LT(tpot, 0.020 + 0.03);
   }
   EXPECT_GE(r.summary->first_token.at_target, 60'000'000);
@@ -205,7 +182,7 @@ nlohmann::json read_accuracy_log(const std::string& dir) {
 TEST(HttpSut, AccuracyLogDecodesToTheStreamedTokens) {
   for (Scenario scenario : {Scenario::offline, Scenario::server}) {
     FakeServerOptions server;
-    const BenchConfig config = config_for(scenario, TestMode::accuracy_only, 12, "http-accuracy");
+    const BenchConfig config = testing::small_run(scenario, TestMode::accuracy_only, 12, 64, "http-accuracy");
     RunResult r = run_against(server, config, 12);
     EXPECT_TRUE(r.errors.empty());
     const nlohmann::json log = read_accuracy_log(config.output_dir);
@@ -232,22 +209,24 @@ TEST(HttpSut, SglangApiEndToEnd) {
     FakeServerOptions server;
     server.api = HttpApi::sglang;
     server.sglang_cumulative_ids = cumulative;
-    const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 6, "http-sglang");
+    const BenchConfig config = testing::small_run(Scenario::offline, TestMode::accuracy_only, 6, 64, "http-sglang");
     RunResult r = run_against(server, config, 6);
     EXPECT_TRUE(r.errors.empty());
     for (const auto& entry : read_accuracy_log(config.output_dir))
-      EXPECT_EQ(eval::hex_to_int32(entry["data"].get<std::string>()), FakeStreamingServer::tokens_for({entry["qsl_idx"].get<int32_t>()}, 64));
+      EXPECT_EQ(eval::hex_to_int32(entry["data"].get<std::string>()),
+                FakeStreamingServer::tokens_for({entry["qsl_idx"].get<int32_t>()}, 64));
   }
 }
 
 TEST(HttpSut, TextOnlyServerIsCountedAndReported) {
   FakeServerOptions server;
   server.send_token_ids = false;
-  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 4, "http-text");
+  const BenchConfig config = testing::small_run(Scenario::offline, TestMode::accuracy_only, 4, 64, "http-text");
   RunResult r = run_against(server, config, 4);
   for (const SampleRecord& s : r.samples) {
     EXPECT_FALSE(s.token_ids_known);
-    EXPECT_EQ(s.token_count, static_cast<int64_t>(FakeStreamingServer::tokens_for({static_cast<int32_t>(s.qsl_idx)}, 64).size()));
+    EXPECT_EQ(s.token_count,
+              static_cast<int64_t>(FakeStreamingServer::tokens_for({static_cast<int32_t>(s.qsl_idx)}, 64).size()));
   }
   // Accuracy mode needs ids: each sample is an error in the detail log.
   EXPECT_EQ(r.errors.size(), 4u);
@@ -257,7 +236,7 @@ TEST(HttpSut, TextOnlyServerIsCountedAndReported) {
 TEST(HttpSut, HttpErrorsFailTheSamples) {
   FakeServerOptions server;
   server.status = 500;
-  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, 3, "http-500");
+  const BenchConfig config = testing::small_run(Scenario::offline, TestMode::accuracy_only, 3, 64, "http-500");
   RunResult r = run_against(server, config, 3);
   ASSERT_FALSE(r.errors.empty());
   EXPECT_NE(r.errors.front().find("HTTP 500"), std::string::npos) << r.errors.front() << " / " << r.errors.back();
@@ -265,7 +244,7 @@ TEST(HttpSut, HttpErrorsFailTheSamples) {
 
 TEST(HttpSut, SingleStreamReusesKeepAliveConnections) {
   FakeServerOptions server;
-  BenchConfig config = config_for(Scenario::single_stream, TestMode::accuracy_only, 10, "http-keepalive");
+  BenchConfig config = testing::small_run(Scenario::single_stream, TestMode::accuracy_only, 10, 64, "http-keepalive");
   int connections = 0;
   std::vector<nlohmann::json> requests;
   RunResult r = run_against(server, config, 10, &requests, &connections);
@@ -278,7 +257,7 @@ TEST(HttpSut, HoldsHundredsOfConcurrentStreams) {
   server.first_token_delay = 300ms;
   server.token_interval = 10ms;
   const int n = 300;
-  const BenchConfig config = config_for(Scenario::offline, TestMode::accuracy_only, n, "http-many");
+  const BenchConfig config = testing::small_run(Scenario::offline, TestMode::accuracy_only, n, 64, "http-many");
   const auto begin = std::chrono::steady_clock::now();
   RunResult r = run_against(server, config, n);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

@@ -43,7 +43,8 @@ TEST(EarlyStopping, ServerTextsMatchLoadGen) {
 TEST(EarlyStopping, SingleStreamTextsMatchLoadGen) {
   EarlyStoppingResult r = early_stopping(Scenario::single_stream, 30, one_to(30), 0, 0.9);
   EXPECT_FALSE(r.met);
-  EXPECT_EQ(r.recommendation, " * Only processed 30 queries.\n * Need to process at least 64 queries for early stopping.");
+  EXPECT_EQ(r.recommendation,
+            " * Only processed 30 queries.\n * Need to process at least 64 queries for early stopping.");
   r = early_stopping(Scenario::single_stream, 300, one_to(300), 0, 0.9);
   EXPECT_TRUE(r.met);
   EXPECT_EQ(r.latency_estimate_ss, 283);
@@ -100,8 +101,8 @@ PerformanceResult server_result(int n, int over_ttft, int over_tpot, double last
 EffectiveSettings gpt_oss_server() {
   TestSettings s;
   s.scenario = Scenario::server;
-  apply_conf(ConfFile::parse(kBuiltinMlperfConf, "built-in"), "gpt-oss-120b", Scenario::server,
-             ConfRole::mlperf_conf, s);
+  apply_conf(ConfFile::parse(kBuiltinMlperfConf, "built-in"), "gpt-oss-120b", Scenario::server, ConfRole::mlperf_conf,
+             s);
   return effective_settings(s, 6396, 6396);  // TTFT 3 s, TPOT 80 ms at p99, min 600 s and 100 queries
 }
 

@@ -2,13 +2,13 @@
 // GenerateQueries produced for the same mlperf.conf, user.conf and QSL size (see the fixtures' headers), and the
 // bench must produce the same sets, the same qsl_idx sequence and the same scheduled nanoseconds. Then properties
 // of the Poisson schedule that hold for any seed.
+#include "bench/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <sstream>
-
-#include "bench/schedule.h"
 
 namespace moeserve::bench {
 namespace {
@@ -99,7 +99,8 @@ void expect_same_as_loadgen(const std::string& name) {
       const ScheduledQuery& query = schedule.queries[q];
       ASSERT_EQ(query.scheduled_ns, f.queries[s][q].first) << "query " << q;
       std::vector<uint64_t> samples;
-      for (size_t i = 0; i < query.sample_count; ++i) samples.push_back(schedule.samples[query.first_sample + i].qsl_idx);
+      for (size_t i = 0; i < query.sample_count; ++i)
+        samples.push_back(schedule.samples[query.first_sample + i].qsl_idx);
       ASSERT_EQ(samples, f.queries[s][q].second) << "query " << q;
     }
     if (s == 0) {

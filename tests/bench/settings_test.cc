@@ -1,12 +1,16 @@
 // Bench settings: conf-file syntax and errors, LoadGen's lookup order and units, the built-in definitions against
 // LoadGen's own mlperf.conf, and the effective settings LoadGen derives.
+#include "bench/settings.h"
+
 #include <gtest/gtest.h>
 
-#include "bench/settings.h"
+#include "bench_test_util.h"
 #include "util/error.h"
 
 namespace moeserve::bench {
 namespace {
+
+using testing::error_of;
 
 const std::string kSharedMlperfConf = MOESERVE_SOURCE_DIR "/../shared/reference/mlperf.conf";
 
@@ -16,15 +20,6 @@ TestSettings settings_for(const std::string& model, Scenario scenario, const std
   apply_conf(ConfFile::parse(kBuiltinMlperfConf, "built-in"), model, scenario, ConfRole::mlperf_conf, s);
   if (!user_conf.empty()) apply_conf(ConfFile::parse(user_conf, "user.conf"), model, scenario, ConfRole::user_conf, s);
   return s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ConfFile, LookupOrderIsExactThenWildcardModelThenWildcardScenario) {
@@ -54,11 +49,13 @@ TEST(ConfFile, BadLinesNameFileAndLine) {
   EXPECT_NE(error_of([] { ConfFile::parse("m.Server.target_qps = 5 # comment\n", "u.conf"); }).find("u.conf:1"),
             std::string::npos);
   // Unknown keys and seeds in a user.conf are refused where LoadGen would silently ignore them.
-  EXPECT_NE(error_of([] { settings_for("gpt-oss-120b", Scenario::server, "\n*.*.target_qsp = 3\n"); })
-                .find("user.conf:2: unknown setting 'target_qsp'"),
+  EXPECT_NE(error_of([] {
+              settings_for("gpt-oss-120b", Scenario::server, "\n*.*.target_qsp = 3\n");
+            }).find("user.conf:2: unknown setting 'target_qsp'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { settings_for("gpt-oss-120b", Scenario::server, "*.*.schedule_rng_seed = 3\n"); })
-                .find("user.conf:1: LoadGen reads schedule_rng_seed only from mlperf.conf"),
+  EXPECT_NE(error_of([] {
+              settings_for("gpt-oss-120b", Scenario::server, "*.*.schedule_rng_seed = 3\n");
+            }).find("user.conf:1: LoadGen reads schedule_rng_seed only from mlperf.conf"),
             std::string::npos);
 }
 

@@ -48,8 +48,8 @@ std::vector<uint8_t> decompress(Codec codec, std::span<const uint8_t> compressed
                                 const std::string& where) {
   switch (codec) {
     case Codec::uncompressed:
-      MOESERVE_CHECK(compressed.size() == uncompressed_size, "{}: uncompressed page of {} bytes, header says {}",
-                     where, compressed.size(), uncompressed_size);
+      MOESERVE_CHECK(compressed.size() == uncompressed_size, "{}: uncompressed page of {} bytes, header says {}", where,
+                     compressed.size(), uncompressed_size);
       return {compressed.begin(), compressed.end()};
     case Codec::snappy: {
       size_t length = 0;

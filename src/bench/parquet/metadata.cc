@@ -12,7 +12,7 @@
 namespace moeserve::bench::parquet {
 
 const char* type_name(Type type) {
-  static const char* const names[] = {"BOOLEAN", "INT32", "INT64",      "INT96",
+  static const char* const names[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
                                       "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
   const auto i = static_cast<size_t>(type);
   return i < std::size(names) ? names[i] : "unknown type";
@@ -25,16 +25,10 @@ const char* codec_name(Codec codec) {
 }
 
 const char* encoding_name(Encoding encoding) {
-  static const char* const names[] = {"PLAIN",
-                                      "GROUP_VAR_INT",
-                                      "PLAIN_DICTIONARY",
-                                      "RLE",
-                                      "BIT_PACKED",
-                                      "DELTA_BINARY_PACKED",
-                                      "DELTA_LENGTH_BYTE_ARRAY",
-                                      "DELTA_BYTE_ARRAY",
-                                      "RLE_DICTIONARY",
-                                      "BYTE_STREAM_SPLIT"};
+  static const char* const names[] = {
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   const auto i = static_cast<size_t>(encoding);
   return i < std::size(names) ? names[i] : "unknown encoding";
 }
@@ -90,12 +84,24 @@ SchemaElement read_schema_element(Protocol& p) {
   SchemaElement e;
   read_struct(p, [&](int16_t id, TType type) {
     switch (id) {
-      case 1: e.has_type = true; e.type = static_cast<Type>(i32(p)); break;
-      case 3: e.repetition = static_cast<Repetition>(i32(p)); break;
-      case 4: e.name = str(p); break;
-      case 5: e.num_children = i32(p); break;
-      case 6: e.converted_type = i32(p); break;
-      default: p.skip(type);
+      case 1:
+        e.has_type = true;
+        e.type = static_cast<Type>(i32(p));
+        break;
+      case 3:
+        e.repetition = static_cast<Repetition>(i32(p));
+        break;
+      case 4:
+        e.name = str(p);
+        break;
+      case 5:
+        e.num_children = i32(p);
+        break;
+      case 6:
+        e.converted_type = i32(p);
+        break;
+      default:
+        p.skip(type);
     }
   });
   return e;
@@ -105,14 +111,29 @@ ColumnChunk read_column_metadata(Protocol& p) {
   ColumnChunk c;
   read_struct(p, [&](int16_t id, TType type) {
     switch (id) {
-      case 1: c.type = static_cast<Type>(i32(p)); break;
-      case 3: read_list(p, [&](TType) { c.path.push_back(str(p)); }); break;
-      case 4: c.codec = static_cast<Codec>(i32(p)); break;
-      case 5: c.num_values = i64(p); break;
-      case 7: c.total_compressed_size = i64(p); break;
-      case 9: c.data_page_offset = i64(p); break;
-      case 11: c.dictionary_page_offset = i64(p); break;
-      default: p.skip(type);
+      case 1:
+        c.type = static_cast<Type>(i32(p));
+        break;
+      case 3:
+        read_list(p, [&](TType) { c.path.push_back(str(p)); });
+        break;
+      case 4:
+        c.codec = static_cast<Codec>(i32(p));
+        break;
+      case 5:
+        c.num_values = i64(p);
+        break;
+      case 7:
+        c.total_compressed_size = i64(p);
+        break;
+      case 9:
+        c.data_page_offset = i64(p);
+        break;
+      case 11:
+        c.dictionary_page_offset = i64(p);
+        break;
+      default:
+        p.skip(type);
     }
   });
   return c;
@@ -172,12 +193,23 @@ FileMetaData read_file_metadata(std::span<const uint8_t> bytes, const std::strin
   decode(bytes, where, "file metadata", [&](Protocol& p) {
     read_struct(p, [&](int16_t id, TType type) {
       switch (id) {
-        case 1: m.version = i32(p); break;
-        case 2: read_list(p, [&](TType) { m.schema.push_back(read_schema_element(p)); }); break;
-        case 3: m.num_rows = i64(p); break;
-        case 4: read_list(p, [&](TType) { m.row_groups.push_back(read_row_group(p, where)); }); break;
-        case 6: m.created_by = str(p); break;
-        default: p.skip(type);
+        case 1:
+          m.version = i32(p);
+          break;
+        case 2:
+          read_list(p, [&](TType) { m.schema.push_back(read_schema_element(p)); });
+          break;
+        case 3:
+          m.num_rows = i64(p);
+          break;
+        case 4:
+          read_list(p, [&](TType) { m.row_groups.push_back(read_row_group(p, where)); });
+          break;
+        case 6:
+          m.created_by = str(p);
+          break;
+        default:
+          p.skip(type);
       }
     });
   });
@@ -188,40 +220,81 @@ PageHeader read_page_header(std::span<const uint8_t> bytes, size_t& header_size,
   // A header is small; a window keeps Thrift's buffer within 32-bit sizes on large files.
   constexpr size_t kWindow = 64u << 20;
   PageHeader h;
-  decode(bytes.first(std::min(bytes.size(), kWindow)), where, "page header", [&](Protocol& p) {
-    read_struct(p, [&](int16_t id, TType type) {
-      switch (id) {
-        case 1: h.type = static_cast<PageType>(i32(p)); break;
-        case 2: h.uncompressed_size = i32(p); break;
-        case 3: h.compressed_size = i32(p); break;
-        case 5:  // DataPageHeader
-        case 7:  // DictionaryPageHeader
-          read_struct(p, [&](int16_t field, TType field_type) {
-            switch (field) {
-              case 1: h.num_values = i32(p); break;
-              case 2: h.encoding = static_cast<Encoding>(i32(p)); break;
-              case 3: if (id == 5) { h.definition_level_encoding = static_cast<Encoding>(i32(p)); } else { p.skip(field_type); } break;
-              case 4: if (id == 5) { h.repetition_level_encoding = static_cast<Encoding>(i32(p)); } else { p.skip(field_type); } break;
-              default: p.skip(field_type);
-            }
-          });
-          break;
-        case 8:  // DataPageHeaderV2
-          read_struct(p, [&](int16_t field, TType field_type) {
-            switch (field) {
-              case 1: h.num_values = i32(p); break;
-              case 4: h.encoding = static_cast<Encoding>(i32(p)); break;
-              case 5: h.definition_levels_length = i32(p); break;
-              case 6: h.repetition_levels_length = i32(p); break;
-              case 7: { bool v = true; p.readBool(v); h.values_compressed = v; break; }
-              default: p.skip(field_type);
-            }
-          });
-          break;
-        default: p.skip(type);
-      }
-    });
-  }, &header_size);
+  decode(
+      bytes.first(std::min(bytes.size(), kWindow)), where, "page header",
+      [&](Protocol& p) {
+        read_struct(p, [&](int16_t id, TType type) {
+          switch (id) {
+            case 1:
+              h.type = static_cast<PageType>(i32(p));
+              break;
+            case 2:
+              h.uncompressed_size = i32(p);
+              break;
+            case 3:
+              h.compressed_size = i32(p);
+              break;
+            case 5:  // DataPageHeader
+            case 7:  // DictionaryPageHeader
+              read_struct(p, [&](int16_t field, TType field_type) {
+                switch (field) {
+                  case 1:
+                    h.num_values = i32(p);
+                    break;
+                  case 2:
+                    h.encoding = static_cast<Encoding>(i32(p));
+                    break;
+                  case 3:
+                    if (id == 5) {
+                      h.definition_level_encoding = static_cast<Encoding>(i32(p));
+                    } else {
+                      p.skip(field_type);
+                    }
+                    break;
+                  case 4:
+                    if (id == 5) {
+                      h.repetition_level_encoding = static_cast<Encoding>(i32(p));
+                    } else {
+                      p.skip(field_type);
+                    }
+                    break;
+                  default:
+                    p.skip(field_type);
+                }
+              });
+              break;
+            case 8:  // DataPageHeaderV2
+              read_struct(p, [&](int16_t field, TType field_type) {
+                switch (field) {
+                  case 1:
+                    h.num_values = i32(p);
+                    break;
+                  case 4:
+                    h.encoding = static_cast<Encoding>(i32(p));
+                    break;
+                  case 5:
+                    h.definition_levels_length = i32(p);
+                    break;
+                  case 6:
+                    h.repetition_levels_length = i32(p);
+                    break;
+                  case 7: {
+                    bool v = true;
+                    p.readBool(v);
+                    h.values_compressed = v;
+                    break;
+                  }
+                  default:
+                    p.skip(field_type);
+                }
+              });
+              break;
+            default:
+              p.skip(type);
+          }
+        });
+      },
+      &header_size);
   return h;
 }
 

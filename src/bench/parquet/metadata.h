@@ -11,13 +11,36 @@
 namespace moeserve::bench::parquet {
 
 enum class Type : int32_t {
-  boolean = 0, int32 = 1, int64 = 2, int96 = 3, float_ = 4, double_ = 5, byte_array = 6, fixed_len_byte_array = 7
+  boolean = 0,
+  int32 = 1,
+  int64 = 2,
+  int96 = 3,
+  float_ = 4,
+  double_ = 5,
+  byte_array = 6,
+  fixed_len_byte_array = 7
 };
 enum class Repetition : int32_t { required = 0, optional = 1, repeated = 2 };
-enum class Codec : int32_t { uncompressed = 0, snappy = 1, gzip = 2, lzo = 3, brotli = 4, lz4 = 5, zstd = 6, lz4_raw = 7 };
+enum class Codec : int32_t {
+  uncompressed = 0,
+  snappy = 1,
+  gzip = 2,
+  lzo = 3,
+  brotli = 4,
+  lz4 = 5,
+  zstd = 6,
+  lz4_raw = 7
+};
 enum class Encoding : int32_t {
-  plain = 0, plain_dictionary = 2, rle = 3, bit_packed = 4, delta_binary_packed = 5, delta_length_byte_array = 6,
-  delta_byte_array = 7, rle_dictionary = 8, byte_stream_split = 9
+  plain = 0,
+  plain_dictionary = 2,
+  rle = 3,
+  bit_packed = 4,
+  delta_binary_packed = 5,
+  delta_length_byte_array = 6,
+  delta_byte_array = 7,
+  rle_dictionary = 8,
+  byte_stream_split = 9
 };
 enum class PageType : int32_t { data_page = 0, index_page = 1, dictionary_page = 2, data_page_v2 = 3 };
 

@@ -127,8 +127,8 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
       }
       continue;
     }
-    MOESERVE_CHECK(h.type == PageType::data_page || h.type == PageType::data_page_v2, "{}: unknown page type {}",
-                   where, static_cast<int>(h.type));
+    MOESERVE_CHECK(h.type == PageType::data_page || h.type == PageType::data_page_v2, "{}: unknown page type {}", where,
+                   static_cast<int>(h.type));
     const auto count = static_cast<size_t>(h.num_values);
     std::span<const uint8_t> repetition_section, definition_section, values_section;
     std::vector<uint8_t> decompressed;
@@ -198,10 +198,10 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
 
 std::vector<std::vector<int64_t>> File::read_int_lists(std::string_view name) const {
   const LeafColumn& c = require_leaf(name);
-  MOESERVE_CHECK(c.type == Type::int32 || c.type == Type::int64, "{}: column '{}' holds {}, not integers", path_,
-                 name, type_name(c.type));
-  MOESERVE_CHECK(c.max_repetition_level == 1, "{}: column '{}' is not a list of integers (repetition level {})",
-                 path_, name, c.max_repetition_level);
+  MOESERVE_CHECK(c.type == Type::int32 || c.type == Type::int64, "{}: column '{}' holds {}, not integers", path_, name,
+                 type_name(c.type));
+  MOESERVE_CHECK(c.max_repetition_level == 1, "{}: column '{}' is not a list of integers (repetition level {})", path_,
+                 name, c.max_repetition_level);
   const ColumnData data = read_column(c);
   std::vector<std::vector<int64_t>> rows;
   size_t next_value = 0;

@@ -1,0 +1,315 @@
+// moeserve bench: MLPerf Inference's load generation for GPT-OSS-120B and DeepSeek-R1 (LoadGen 6.0.17's rules,
+// reproduced in src/bench/) against the in-process engine (--model) or an HTTP server (--endpoint).
+#include <fmt/core.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "bench/dataset.h"
+#include "bench/driver.h"
+#include "bench/gpu_info.h"
+#include "bench/progress.h"
+#include "bench/report.h"
+#include "bench/repro.h"
+#include "bench/sut_http.h"
+#include "bench/sut_inprocess.h"
+#include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "cli/runner_args.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace moeserve::cli {
+namespace {
+
+using namespace moeserve::bench;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+struct BenchArgs {
+  std::string benchmark = "gpt-oss-120b";
+  std::string scenario = "server";
+  RunnerArgs runner;
+  EngineArgs engine;
+  bool hash_checkpoint = false;
+  std::string endpoint;
+  std::string api = "openai";
+  std::string served_model;
+  int http_threads = 1;
+  std::string dataset;
+  SyntheticSpec synthetic;
+  bool synthetic_vocab_given = false;
+  std::string output_dir;
+  bool accuracy = false;
+  std::string mlperf_conf;
+  std::string user_conf;
+  std::string log_schedule;
+  std::string seeds;
+  int max_output_tokens = 0;
+  std::vector<std::function<void(SamplingParams&)>> sampling_overrides;
+  bool no_progress = false;
+  // LoadGen settings given as flags: applied after the conf files, in command-line order.
+  std::vector<std::function<void(TestSettings&)>> setting_overrides;
+};
+
+Scenario loadgen_scenario(const std::string& name) {
+  if (name == "offline") return Scenario::offline;
+  if (name == "singlestream") return Scenario::single_stream;
+  return Scenario::server;  // server and interactive
+}
+
+// One flag per LoadGen setting, in the conf files' units unless the flag says otherwise.
+void add_setting_flags(CLI::App* cmd, BenchArgs& a) {
+  auto f64 = [&](const char* name, const char* help, std::function<void(TestSettings&, double)> set) {
+    cmd->add_option_function<double>(
+           name, [&a, set](const double& v) { a.setting_overrides.push_back([=](TestSettings& s) { set(s, v); }); },
+           help)
+        ->group("LoadGen settings (override mlperf.conf and user.conf)");
+  };
+  auto u64 = [&](const char* name, const char* help, std::function<void(TestSettings&, uint64_t)> set) {
+    cmd->add_option_function<uint64_t>(
+           name, [&a, set](const uint64_t& v) { a.setting_overrides.push_back([=](TestSettings& s) { set(s, v); }); },
+           help)
+        ->group("LoadGen settings (override mlperf.conf and user.conf)");
+  };
+  auto ms_to_ns = [](double ms) { return static_cast<uint64_t>(ms * 1e6); };
+  f64("--target-qps", "Server: Poisson arrival rate; Offline: expected samples/s (sizes the query)",
+      [](TestSettings& s, double v) { s.server_target_qps = s.offline_expected_qps = v; });
+  f64("--min-duration", "seconds the run must last (LoadGen min_duration)",
+      [](TestSettings& s, double v) { s.min_duration_ms = static_cast<uint64_t>(v * 1000); });
+  f64("--max-duration", "seconds after which issuing stops (0: none)",
+      [](TestSettings& s, double v) { s.max_duration_ms = static_cast<uint64_t>(v * 1000); });
+  u64("--min-query-count", "queries the run must issue", [](TestSettings& s, uint64_t v) { s.min_query_count = v; });
+  u64("--max-query-count", "queries after which issuing stops (0: none)",
+      [](TestSettings& s, uint64_t v) { s.max_query_count = v; });
+  u64("--performance-sample-count", "the performance set's size (performance_sample_count_override)",
+      [](TestSettings& s, uint64_t v) { s.performance_sample_count_override = v; });
+  u64("--accuracy-sample-count", "samples an accuracy run issues (accuracy_sample_count_override)",
+      [](TestSettings& s, uint64_t v) { s.accuracy_sample_count_override = v; });
+  f64("--ttft-latency", "p99 TTFT bound, ms", [=](TestSettings& s, double v) { s.server_ttft_latency = ms_to_ns(v); });
+  f64("--tpot-latency", "p99 TPOT bound, ms", [=](TestSettings& s, double v) { s.server_tpot_latency = ms_to_ns(v); });
+  f64("--target-latency", "Server latency bound without token latencies, ms",
+      [=](TestSettings& s, double v) { s.server_target_latency_ns = ms_to_ns(v); });
+  f64("--target-latency-percentile", "percentile the bounds apply at, % (Server; SingleStream's result)",
+      [](TestSettings& s, double v) {
+        s.server_target_latency_percentile = s.single_stream_target_latency_percentile = v / 100;
+      });
+  f64("--single-stream-expected-latency", "SingleStream: expected latency, ms (sizes the schedule)",
+      [](TestSettings& s, double v) { s.single_stream_expected_latency_ns = v * 1e6; });
+  u64("--equal-issue", "1: issue whole permutations of the sample set (sample_concatenate_permutation)",
+      [](TestSettings& s, uint64_t v) { s.sample_concatenate_permutation = v == 1; });
+  u64("--performance-issue-unique", "1: issue every loaded sample exactly once",
+      [](TestSettings& s, uint64_t v) { s.performance_issue_unique = v != 0; });
+  u64("--performance-issue-same", "1: issue one sample always",
+      [](TestSettings& s, uint64_t v) { s.performance_issue_same = v != 0; });
+  u64("--performance-issue-same-index", "the sample --performance-issue-same repeats",
+      [](TestSettings& s, uint64_t v) { s.performance_issue_same_index = v; });
+  u64("--qsl-rng-seed", "seed of the performance set", [](TestSettings& s, uint64_t v) { s.qsl_rng_seed = v; });
+  u64("--sample-index-rng-seed", "seed of the sample order",
+      [](TestSettings& s, uint64_t v) { s.sample_index_rng_seed = v; });
+  u64("--schedule-rng-seed", "seed of the arrival times", [](TestSettings& s, uint64_t v) { s.schedule_rng_seed = v; });
+  u64("--accuracy-log-rng-seed", "seed of the performance-mode accuracy-log sampling",
+      [](TestSettings& s, uint64_t v) { s.accuracy_log_rng_seed = v; });
+  f64("--accuracy-log-probability", "fraction of performance-mode responses logged, % (as in conf files)",
+      [](TestSettings& s, double v) { s.accuracy_log_probability = v / 100; });
+  u64("--accuracy-log-sampling-target", "about this many performance-mode responses logged",
+      [](TestSettings& s, uint64_t v) { s.accuracy_log_sampling_target = v; });
+  u64("--max-async-queries", "Server: stop when more queries are outstanding (0: no limit)",
+      [](TestSettings& s, uint64_t v) { s.server_max_async_queries = v; });
+  u64("--coalesce-queries", "Server: 1 lets LoadGen merge past-due queries (every sample keeps its own time)",
+      [](TestSettings& s, uint64_t v) { s.server_coalesce_queries = v != 0; });
+  u64("--use-token-latencies", "1: measure and bound TTFT and TPOT",
+      [](TestSettings& s, uint64_t v) { s.use_token_latencies = v == 1; });
+}
+
+TestSettings resolve_settings(const BenchArgs& a, const std::string& model, Scenario scenario) {
+  TestSettings s;
+  s.scenario = scenario;
+  s.mode = a.accuracy ? TestMode::accuracy_only : TestMode::performance_only;
+  const ConfFile mlperf = a.mlperf_conf.empty() ? ConfFile::parse(kBuiltinMlperfConf, "built-in mlperf.conf")
+                                                : ConfFile::read(a.mlperf_conf);
+  apply_conf(mlperf, model, scenario, ConfRole::mlperf_conf, s);
+  if (!a.seeds.empty()) {
+    const RoundSeeds seeds = round_seeds(a.seeds);
+    s.qsl_rng_seed = seeds.qsl_rng_seed;
+    s.sample_index_rng_seed = seeds.sample_index_rng_seed;
+    s.schedule_rng_seed = seeds.schedule_rng_seed;
+  }
+  if (!a.user_conf.empty()) apply_conf(ConfFile::read(a.user_conf), model, scenario, ConfRole::user_conf, s);
+  for (const auto& set : a.setting_overrides) set(s);
+  // --accuracy wins over a conf file's mode.
+  s.mode = a.accuracy ? TestMode::accuracy_only : s.mode;
+  return s;
+}
+
+// The in-process engine over --model (or --synthetic), with what a result must record about it.
+std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& vocab_size) {
+  OpenedRunner opened = open_runner(a.runner);
+  const ModelConfig& config = opened.runner->config();
+  vocab_size = static_cast<int32_t>(config.vocab_size);
+  nlohmann::json description = {
+      {"kind", "in-process"},
+      {"runner", opened.runner->name()},
+      {"device", a.runner.device},
+      {"kv_cache_and_activations",
+       a.runner.device == "cpu" ? std::string("f32 (CPU reference runner)") : a.runner.precision}};
+  if (opened.checkpoint) {
+    description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
+    description["weights"] = describe_loaded_weights(*opened.checkpoint);
+  } else {
+    description["checkpoint"] = {{"synthetic", a.runner.synthetic}};
+  }
+  std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  const bool device = opened.runner->device_memory_free() > 0;
+  auto engine =
+      std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_config(a.engine, device));
+  description["engine"] = engine->capacity_summary();
+  return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
+}
+
+void run(const BenchArgs& a) {
+  MOESERVE_CHECK(a.endpoint.empty() != (a.runner.model.empty() && a.runner.synthetic.empty()),
+                 "give either --model DIR (in-process) or --endpoint URL");
+  const BenchmarkDefinition& definition = benchmark_definition(a.benchmark);
+  const bool interactive = a.scenario == "interactive";
+  const Scenario scenario = loadgen_scenario(a.scenario);
+  const std::string model = loadgen_model_name(a.benchmark, interactive);
+  const TestSettings requested = resolve_settings(a, model, scenario);
+
+  int32_t vocab_size = a.synthetic.vocab_size;
+  std::unique_ptr<SystemUnderTest> sut;
+  if (a.endpoint.empty()) {
+    sut = open_inprocess(a, vocab_size);
+  } else {
+    sut = std::make_unique<HttpSut>(HttpSutOptions{a.endpoint, parse_http_api(a.api), a.served_model, a.http_threads});
+  }
+  SyntheticSpec synthetic = a.synthetic;
+  if (!a.synthetic_vocab_given) synthetic.vocab_size = vocab_size;
+  const Dataset dataset = load_dataset(a.dataset, synthetic);
+
+  BenchConfig config;
+  const auto n = static_cast<uint64_t>(dataset.samples.size());
+  config.settings = effective_settings(requested, n, n);
+  config.max_output_tokens = a.max_output_tokens > 0 ? a.max_output_tokens
+                             : a.accuracy            ? definition.max_output_tokens_accuracy
+                                                     : definition.max_output_tokens_performance;
+  config.sampling = definition.sampling;
+  for (const auto& set : a.sampling_overrides) set(config.sampling);
+  const std::string scenario_label = interactive ? "Interactive" : scenario_name(scenario);
+  config.output_dir = !a.output_dir.empty() ? a.output_dir
+                                            : fmt::format("bench_results/{}/{}/{}", a.benchmark, scenario_label,
+                                                          a.accuracy ? "accuracy" : "performance");
+  config.schedule_log_path = a.log_schedule;
+  config.loadgen_version = fmt::format("6.0.17 (reimplemented by moeserve {})", MOESERVE_VERSION);
+  config.show_progress = !a.no_progress && stderr_is_terminal();
+  config.interrupt = &g_interrupted;
+
+  std::unique_ptr<EnergyMeter> energy = open_energy_meter();
+  nlohmann::json context = {
+      {"benchmark", a.benchmark},
+      {"loadgen_model", model},
+      {"scenario", scenario_label},
+      {"max_output_tokens", config.max_output_tokens},
+      {"sampling",
+       {{"temperature", config.sampling.temperature},
+        {"top_p", config.sampling.top_p},
+        {"top_k", config.sampling.top_k}}},
+      {"mlperf_conf", a.mlperf_conf.empty() ? "built-in (LoadGen 6.0.17 mlperf.conf)" : a.mlperf_conf},
+      {"user_conf", a.user_conf},
+      {"dataset", dataset.describe()},
+      {"build_and_host", describe_build_and_host()},
+      {"gpus", describe_gpus()}};
+  if (energy) {
+    context["energy_method"] = energy->method();
+  } else {
+    context["energy_absent_reason"] = context["gpus"].value("reason", "no GPU energy reading");
+  }
+  fmt::print(stderr, "moeserve bench: {} {} {} on {} ({} samples from {}), results in {}\n", a.benchmark,
+             scenario_label, a.accuracy ? "accuracy" : "performance", sut->name(), dataset.samples.size(), dataset.path,
+             config.output_dir);
+
+  g_interrupted.store(false);
+  auto previous = std::signal(SIGINT, on_sigint);
+  RunResult result;
+  try {
+    result = run_benchmark(*sut, dataset, config, energy.get());
+  } catch (...) {
+    std::signal(SIGINT, previous);
+    throw;
+  }
+  std::signal(SIGINT, previous);
+  context["system_under_test"] = sut->describe();
+  const nlohmann::json json = result_json(result, context);
+  const std::string html = write_reports(config.output_dir, json);
+  fmt::print("{}", result.summary_text);
+  fmt::print("\n{}\n", result_headline(json));
+  fmt::print("report: {}\nLoadGen logs: {}/mlperf_log_{{summary.txt,detail.txt,accuracy.json}}\n", html,
+             config.output_dir);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "benchmark a model as MLPerf Inference (LoadGen 6.0.17) does");
+  cmd->add_option("--benchmark", a->benchmark, "gpt-oss-120b or deepseek-r1")
+      ->check(CLI::IsMember({"gpt-oss-120b", "deepseek-r1"}))
+      ->capture_default_str();
+  cmd->add_option("--scenario", a->scenario, "offline, server, interactive or singlestream")
+      ->check(CLI::IsMember({"offline", "server", "interactive", "singlestream"}))
+      ->capture_default_str();
+  add_runner_options(cmd, a->runner);
+  add_engine_options(cmd, a->engine);
+  cmd->add_flag("--hash-checkpoint", a->hash_checkpoint, "record the SHA-256 of every checkpoint file");
+  cmd->add_option("--endpoint", a->endpoint, "an OpenAI-compatible or SGLang server, http://host:port");
+  cmd->add_option("--api", a->api, "openai (/v1/completions) or sglang (/generate)")
+      ->check(CLI::IsMember({"openai", "sglang"}))
+      ->capture_default_str();
+  cmd->add_option("--served-model", a->served_model, "the OpenAI 'model' field (default: the server's first)");
+  cmd->add_option("--http-threads", a->http_threads, "HTTP client I/O threads")->capture_default_str();
+  cmd->add_option("--dataset", a->dataset, "a .parquet or .jsonl file of token-id prompts, or 'synthetic'")->required();
+  cmd->add_option("--synthetic-samples", a->synthetic.samples, "synthetic dataset: samples")->capture_default_str();
+  cmd->add_option("--synthetic-input", a->synthetic.input_length,
+                  "synthetic prompt lengths: N, uniform:LO:HI or normal:MEAN:STD")
+      ->capture_default_str();
+  cmd->add_option("--synthetic-output", a->synthetic.output_length, "synthetic output lengths (same forms)")
+      ->capture_default_str();
+  cmd->add_option("--synthetic-seed", a->synthetic.seed, "synthetic dataset: seed")->capture_default_str();
+  cmd->add_option_function<int32_t>(
+      "--synthetic-vocab",
+      [a](const int32_t& v) {
+        a->synthetic.vocab_size = v;
+        a->synthetic_vocab_given = true;
+      },
+      "synthetic prompt token ids are drawn from [0, this) (default: the model's vocabulary, or 200000)");
+  cmd->add_option("--output-dir", a->output_dir,
+                  "where logs and reports go (default bench_results/BENCHMARK/SCENARIO/MODE)");
+  cmd->add_flag("--accuracy", a->accuracy, "accuracy mode: every sample once, every response logged");
+  cmd->add_option("--mlperf-conf", a->mlperf_conf, "LoadGen mlperf.conf to use instead of the built-in copy");
+  cmd->add_option("--user-conf", a->user_conf, "LoadGen user.conf overrides");
+  cmd->add_option("--log-schedule", a->log_schedule,
+                  "write one JSON line per issued sample (seq, qsl_idx, scheduled_ns)");
+  cmd->add_option("--seeds", a->seeds, "use the RNG seeds of MLPerf round v6.0 or v6.1")
+      ->check(CLI::IsMember({"v6.0", "v6.1"}));
+  cmd->add_option("--max-output-tokens", a->max_output_tokens,
+                  "max new tokens per sample (default: the benchmark's, by mode)");
+  cmd->add_option_function<float>(
+      "--temperature",
+      [a](const float& v) { a->sampling_overrides.push_back([v](SamplingParams& s) { s.temperature = v; }); },
+      "sampling temperature (default: the benchmark's)");
+  cmd->add_option_function<float>(
+      "--top-p", [a](const float& v) { a->sampling_overrides.push_back([v](SamplingParams& s) { s.top_p = v; }); },
+      "top-p (default: the benchmark's)");
+  cmd->add_option_function<int>(
+      "--top-k", [a](const int& v) { a->sampling_overrides.push_back([v](SamplingParams& s) { s.top_k = v; }); },
+      "top-k, 0 off (default: the benchmark's)");
+  cmd->add_flag("--no-progress", a->no_progress, "no live progress line");
+  add_setting_flags(cmd, *a);
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace moeserve::cli
