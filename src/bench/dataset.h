@@ -47,7 +47,8 @@ struct SyntheticSpec {
 };
 Dataset make_synthetic_dataset(const SyntheticSpec& spec);
 
-// Picks the loader by the file name: .parquet, .jsonl; "synthetic" makes one from `synthetic`.
+// Picks the loader by the file name: .parquet, .jsonl; "synthetic" makes one from `synthetic`. (PubMed articles,
+// which need a tokenizer and Harmony, load through pubmed.h.)
 Dataset load_dataset(const std::string& path_or_synthetic, const SyntheticSpec& synthetic);
 
 }  // namespace moeserve::bench

@@ -12,6 +12,7 @@
 #include "bench/driver.h"
 #include "bench/gpu_info.h"
 #include "bench/progress.h"
+#include "bench/pubmed.h"
 #include "bench/report.h"
 #include "bench/repro.h"
 #include "bench/sut_http.h"
@@ -41,6 +42,7 @@ struct BenchArgs {
   std::string served_model;
   int http_threads = 1;
   std::string dataset;
+  std::string reasoning_effort = "low";
   SyntheticSpec synthetic;
   bool synthetic_vocab_given = false;
   std::string output_dir;
@@ -171,6 +173,17 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }
 
+// --dataset: a file, "synthetic", or "pubmed:FILE" rendered in Harmony with the model's tokenizer (o200k_harmony
+// when the model is behind an endpoint).
+Dataset load_bench_dataset(const BenchArgs& a, const SyntheticSpec& synthetic) {
+  const std::string pubmed = "pubmed:";
+  if (a.dataset.rfind(pubmed, 0) != 0) return load_dataset(a.dataset, synthetic);
+  const std::shared_ptr<const Tokenizer> tokenizer =
+      a.runner.model.empty() ? Tokenizer::o200k_harmony() : Tokenizer::from_model_dir(a.runner.model);
+  return load_pubmed_dataset(a.dataset.substr(pubmed.size()), *tokenizer,
+                             harmony::parse_reasoning_effort(a.reasoning_effort));
+}
+
 void run(const BenchArgs& a) {
   MOESERVE_CHECK(a.endpoint.empty() != (a.runner.model.empty() && a.runner.synthetic.empty()),
                  "give either --model DIR (in-process) or --endpoint URL");
@@ -189,7 +202,7 @@ void run(const BenchArgs& a) {
   }
   SyntheticSpec synthetic = a.synthetic;
   if (!a.synthetic_vocab_given) synthetic.vocab_size = vocab_size;
-  const Dataset dataset = load_dataset(a.dataset, synthetic);
+  const Dataset dataset = load_bench_dataset(a, synthetic);
 
   BenchConfig config;
   const auto n = static_cast<uint64_t>(dataset.samples.size());

@@ -10,6 +10,7 @@
 #include "bench/dataset.h"
 #include "bench/parquet/encoding.h"
 #include "bench/parquet/reader.h"
+#include "bench/pubmed.h"
 #include "bench_test_util.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -150,6 +151,28 @@ TEST(Datasets, ParquetJsonlAndSyntheticLoaders) {
               make_synthetic_dataset(spec);
             }).find("expected N, uniform:LO:HI or normal:MEAN:STD"),
             std::string::npos);
+}
+
+TEST(Datasets, PubMedRenderedInHarmonyForCompletion) {
+  const auto tokenizer = Tokenizer::o200k_harmony();
+  const Dataset d = load_pubmed_dataset(MOESERVE_SOURCE_DIR "/../shared/data/pubmed_summarization/pubmed_test_sample.txt",
+                                        *tokenizer);
+  ASSERT_EQ(d.samples.size(), 10u);
+  const auto start = tokenizer->special_id("<|start|>");
+  for (const DatasetSample& s : d.samples) {
+    ASSERT_GT(s.prompt.size(), 150u);  // the system and developer messages and the article (one is a single sentence)
+    EXPECT_EQ(s.prompt.front(), start);
+    // "<|start|>assistant": what the model completes.
+    EXPECT_EQ(tokenizer->decode(std::span(s.prompt).last(2)), "<|start|>assistant");
+    EXPECT_EQ(s.source, "pubmed_summarization");
+    EXPECT_EQ(s.ground_truth.find("<S>"), std::string::npos);
+  }
+  const std::string text = tokenizer->decode(d.samples[0].prompt);
+  EXPECT_NE(text.find("Reasoning: low"), std::string::npos);
+  EXPECT_NE(text.find("Current date: 2025-09-30"), std::string::npos);
+  EXPECT_NE(text.find("<|start|>developer<|message|># Instructions\n\nYou are an expert at reading and summarizing"),
+            std::string::npos);
+  EXPECT_NE(text.find("<|start|>user<|message|>forensic odontology has established itself"), std::string::npos);
 }
 
 }  // namespace
