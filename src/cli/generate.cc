@@ -7,6 +7,8 @@
 #include "cli/commands.h"
 #include "cli/runner_args.h"
 #include "engine/generate.h"
+#include "harmony/completion.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/parse.h"
 
@@ -32,14 +34,22 @@ void register_generate(CLI::App& app) {
   struct Args {
     RunnerArgs runner;
     std::string tokens;
+    std::string prompt;
+    std::string reasoning = "medium";
     GenerateOptions options;
     bool ignore_eos = false;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("generate", "generate tokens from a prompt of token ids");
+  auto* cmd = app.add_subcommand(
+      "generate", "generate from token ids (printed as ids), or from a text prompt rendered with Harmony (printed by channel)");
   auto& o = args->options;
   add_runner_options(cmd, args->runner);
-  cmd->add_option("--tokens", args->tokens, "prompt token ids, comma-separated")->required();
+  auto* tokens = cmd->add_option("--tokens", args->tokens, "prompt token ids, comma-separated");
+  auto* text = cmd->add_option("--prompt", args->prompt, "a user message, rendered with Harmony's system message");
+  tokens->excludes(text);
+  cmd->add_option("--reasoning", args->reasoning, "reasoning effort for --prompt")
+      ->check(CLI::IsMember({"low", "medium", "high"}))
+      ->capture_default_str();
   cmd->add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("--temperature", o.sampling.temperature, "0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", o.sampling.top_k, "0 disables")->capture_default_str();
@@ -48,13 +58,32 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", o.sampling.seed)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's end-of-sequence tokens");
   cmd->callback([args] {
+    MOESERVE_CHECK(!args->tokens.empty() || !args->prompt.empty(), "give --tokens or --prompt");
     OpenedRunner opened = open_runner(args->runner);
     ModelRunner& runner = *opened.runner;
     GenerateOptions options = args->options;
-    if (!args->ignore_eos) options.stop_tokens = runner.config().eos_token_ids;
-    std::vector<int32_t> prompt = parse_token_list(args->tokens);
+    std::vector<int32_t> prompt;
+    std::unique_ptr<Tokenizer> tokenizer;
+    if (!args->prompt.empty()) {
+      tokenizer = args->runner.model.empty() ? Tokenizer::o200k_harmony() : Tokenizer::from_model_dir(args->runner.model);
+      prompt = harmony::render_prompt(*tokenizer, args->prompt, harmony::parse_reasoning_effort(args->reasoning));
+      options.stop_tokens = harmony::assistant_stop_tokens();
+    } else {
+      prompt = parse_token_list(args->tokens);
+      if (!args->ignore_eos) options.stop_tokens = runner.config().eos_token_ids;
+    }
     GenerateResult result = generate_sequence(runner, prompt, options);
-    fmt::print("{}\n", fmt::join(result.tokens, ","));
+    if (tokenizer) {
+      const harmony::AssistantReply reply = harmony::parse_assistant_reply(*tokenizer, result.tokens);
+      fmt::print("analysis: {}\nfinal: {}\n", reply.analysis, reply.final);
+      if (reply.error)
+        fmt::print(stderr, "moeserve: the output is not well-formed Harmony ({}); its text: {}\n", *reply.error,
+                   tokenizer->decode(result.tokens));
+      else if (!reply.stopped)
+        fmt::print(stderr, "moeserve: the output was cut at --max-tokens {}\n", options.max_tokens);
+    } else {
+      fmt::print("{}\n", fmt::join(result.tokens, ","));
+    }
     const double decode_tokens = static_cast<double>(result.tokens.size()) - 1;
     fmt::print(stderr, "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n",
                prompt.size(), result.prefill_seconds, prompt.size() / result.prefill_seconds, decode_tokens,

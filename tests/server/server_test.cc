@@ -406,11 +406,24 @@ TEST(ServeCommand, SigtermDrainsInFlightRequestsAndExitsZero) {
     if (at != std::string::npos) port = static_cast<uint16_t>(std::stoi(text.substr(at + 20)));
   }
   ASSERT_NE(port, 0) << "serve did not start";
+  // Chat: the same prompt as `moeserve generate --prompt`, greedy; the random model's output is not Harmony, so
+  // both show it as plain text.
+  auto chat = post_json(port, "/v1/chat/completions",
+                        {{"model", "model"}, {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+                         {"reasoning_effort", "low"}, {"temperature", 0}, {"max_tokens", 8}});
+  ASSERT_EQ(chat.status, 200u) << chat.body;
+  auto generated_chat = testing::run_command(std::string(MOESERVE_BINARY) + " generate --model " + dir +
+                                             "/model --temperature 0 --max-tokens 8 --reasoning low --prompt 'What is 2+2?'");
+  const std::string& out = generated_chat.output;
+  const size_t text_at = out.find("its text: ");
+  ASSERT_NE(text_at, std::string::npos) << out;
+  EXPECT_EQ(out.substr(text_at + 10, out.find("\nprefill ") - text_at - 10),
+            json::parse(chat.body)["choices"][0]["message"]["content"].get<std::string>());
   const std::vector<int32_t> prompt = {200006, 1428, 200008, 17, 200007, 200006, 173781};
   testing::HttpResult result;
   std::thread request([&] {
     result = post_json(port, "/v1/completions",
-                       {{"model", "model"}, {"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}});
+                       {{"model", "model"}, {"prompt", prompt}, {"max_tokens", 200}, {"temperature", 0}, {"ignore_eos", true}});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the request is in flight
   kill(pid, SIGTERM);
@@ -421,12 +434,12 @@ TEST(ServeCommand, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   ASSERT_EQ(result.status, 200u) << result.body;
   const auto ids = json::parse(result.body)["choices"][0]["token_ids"].get<std::vector<int32_t>>();
-  EXPECT_EQ(ids.size(), 40u);
+  EXPECT_EQ(ids.size(), 200u);
   // The same greedy tokens as `moeserve generate`.
   std::string list;
   for (int32_t t : prompt) list += (list.empty() ? "" : ",") + std::to_string(t);
   auto generated = testing::run_command(std::string(MOESERVE_BINARY) + " generate --model " + dir +
-                                        "/model --temperature 0 --ignore-eos --max-tokens 40 --tokens " + list);
+                                        "/model --temperature 0 --ignore-eos --max-tokens 200 --tokens " + list);
   ASSERT_EQ(generated.exit_code, 0) << generated.output;
   std::string expected;
   for (int32_t t : ids) expected += (expected.empty() ? "" : ",") + std::to_string(t);
