@@ -210,8 +210,8 @@ std::string result_headline(const nlohmann::json& j) {
                        r.value(offline ? "tokens_per_second" : "completed_tokens_per_second", 0.0),
                        offline ? "tokens/s" : "completed tokens/s", r.value("samples", 0), r.value("output_tokens", 0));
     if (r.contains("ttft_ns"))
-      out += fmt::format(" | p99 TTFT {:.1f} ms, p99 TPOT {:.2f} ms", r["ttft_ns"].value("p99", 0) / 1e6,
-                         r["tpot_ns"].value("p99", 0) / 1e6);
+      out += fmt::format(" | p99 TTFT {:.1f} ms, p99 TPOT {:.2f} ms", r["ttft_ns"]["p99"].get<double>() / 1e6,
+                         r["tpot_ns"]["p99"].get<double>() / 1e6);
     for (const auto& reason : r["reasons"]) out += "\n  INVALID: " + reason.get<std::string>();
   }
   if (j.contains("energy") && j["energy"].contains("joules"))
