@@ -15,7 +15,7 @@ namespace {
 std::string clean_artifacts(std::string_view text) {
   std::string s(text);
   const bool wrapped = (s.starts_with("['") || s.starts_with("[\"")) && (s.ends_with("']") || s.ends_with("\"]"));
-  if (wrapped && s.size() >= 4) s = std::string(python_strip(std::string_view(s).substr(2, s.size() - 4)));
+  if (wrapped) s = s.size() >= 4 ? std::string(python_strip(std::string_view(s).substr(2, s.size() - 4))) : "";
   return replace_all(replace_all(s, "\\n", "\n"), "\\'", "'");
 }
 

@@ -223,24 +223,34 @@ LcbVerdict LcbRunner::run(const LcbProblem& problem, const std::string& code) co
       verdict.detail = fmt::format("the harness wrote something else: {}", shorten(line));
       return false;
     }
+    // A field's text ("" when absent): the program shares the harness's process, so nothing here is trusted.
+    const auto text = [&](const char* name) {
+      auto it = record.find(name);
+      if (it == record.end()) return std::string();
+      return it->is_string() ? it->get<std::string>() : it->dump();
+    };
     if (record.contains("event")) {
       compiled = record["event"] == "compiled";
-      if (!compiled) verdict.detail = fmt::format("compile error: {}", record.value("error", std::string()));
+      if (!compiled) verdict.detail = fmt::format("compile error: {}", text("error"));
       return compiled;
     }
-    const size_t index = record.value("test", size_t{0});
-    const std::string status = record.value("status", std::string());
+    const auto test = record.find("test");
+    if (test == record.end() || !test->is_number_unsigned()) {
+      verdict.detail = fmt::format("the harness wrote something else: {}", shorten(line));
+      return false;
+    }
+    const size_t index = test->get<size_t>();
+    const std::string status = text("status");
     if (!compiled || index != static_cast<size_t>(verdict.tests_passed) || index >= tests.size()) {
       verdict.detail = fmt::format("the harness reported test {} out of order", index);
       return false;
     }
     if (status != "ok") {
       verdict.detail = status == "timeout" ? fmt::format("test {}: time limit exceeded", index)
-                                           : fmt::format("test {}: runtime error: {}", index,
-                                                         record.value("error", std::string()));
+                                           : fmt::format("test {}: runtime error: {}", index, text("error"));
       return false;
     }
-    const std::string output = record.value("output", std::string());
+    const std::string output = text("output");
     const bool match = call_based ? lcb_call_output_matches(output, tests[index].output)
                                   : lcb_stdio_output_matches(output, tests[index].output);
     if (!match) {

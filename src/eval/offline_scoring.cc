@@ -151,12 +151,25 @@ std::string offline_report_text(const OfflineResult& result) {
                        static_cast<double>(t.correct) / t.repeats, t.total > 0 ? 100.0 * t.correct / t.total : 0.0);
   }
   out += rule + "\n";
+  // The submission checker's targets (tools/submission/submission_checker/constants.py), meaningful on the full
+  // accuracy sets.
+  const auto verdict = [](bool pass) { return pass ? "PASS" : "FAIL"; };
   if (result.rules == Rules::gpt_oss) {
     out += fmt::format("\nFINAL SCORE: {:.2f}%\n\n'exact_match': {:.3f}\n", result.exact_match, result.exact_match);
+    const double target = 0.99 * 83.13;
+    out += fmt::format("MLPerf target (gpt-oss-120b): exact_match >= {:.4f}: {}\n", target,
+                       verdict(result.exact_match >= target));
   } else {
     out += fmt::format("\n{{'exact_match': {}, 'tokens_per_sample': {}, 'num-samples': {}}}\n",
                        python_float_text(result.exact_match), python_float_text(result.tokens_per_sample),
                        result.outputs.size());
+    const double target = 0.99 * 81.3582;
+    const double low = 0.9 * 3886.2274;
+    const double high = 1.1 * 3886.2274;
+    out += fmt::format("MLPerf target (deepseek-r1): exact_match >= {:.4f}: {}; tokens per sample in [{:.4f}, {:.4f}]: "
+                       "{}\n",
+                       target, verdict(result.exact_match >= target), low, high,
+                       verdict(result.tokens_per_sample >= low && result.tokens_per_sample <= high));
   }
   return out;
 }

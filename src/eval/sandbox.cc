@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "eval/sandbox_child.h"
@@ -233,6 +234,7 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
     control.write.reset();  // the keeper sees the pipe close and kills the tree
   };
   std::string partial_line;
+  std::exception_ptr handler_error;
   const auto take_stdout = [&](const char* data, size_t n) {
     if (ended_by_us) return;
     if (!on_line) {
@@ -243,7 +245,13 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
     partial_line.append(data, n);
     size_t begin = 0;
     for (size_t newline; (newline = partial_line.find('\n', begin)) != std::string::npos; begin = newline + 1) {
-      if (!on_line(std::string_view(partial_line).substr(begin, newline - begin))) {
+      bool go_on = false;
+      try {
+        go_on = on_line(std::string_view(partial_line).substr(begin, newline - begin));
+      } catch (...) {  // rethrown once the tree is gone
+        handler_error = std::current_exception();
+      }
+      if (!go_on) {
         stop(SandboxResult::End::stopped);
         return;
       }
@@ -309,6 +317,7 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
     result.setup_error = fmt::format("the sandbox keeper ended without a report (status {})", keeper_status);
   }
   result.stdout_text += partial_line;
+  if (handler_error) std::rethrow_exception(handler_error);
   return result;
 }
 

@@ -73,6 +73,8 @@ std::vector<ScoredSample> SampleScorer::score(const std::vector<SampleToScore>& 
     auto problem = problems_.find(sample.ground_truth);
     if (!s.extracted) {
       s.detail = "No code extracted from model output";
+    } else if (s.extracted->empty()) {
+      s.detail = "No code or question_id provided";  // an empty block: evaluate_livecodebench_detailed refuses it
     } else if (problem == problems_.end()) {
       s.detail = fmt::format("Question ID '{}' not found in benchmark", sample.ground_truth);
     } else {

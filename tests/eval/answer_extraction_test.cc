@@ -97,6 +97,7 @@ TEST(Gpqa, ParsesLikeTheReference) {
           {harmony(""), std::nullopt},
           {harmony(R"(Reasoning\nAnswer: C)"), 'C'},  // an escaped newline becomes one
           {harmony("['B']"), 'B'},
+          {harmony("[']"), std::nullopt},  // the wrapper's inside is empty
           {harmony("Final answer: **D**"), 'D'},
           {harmony("\u00c9 B"), 'B'},  // É is not in [a-zA-Z]
       },

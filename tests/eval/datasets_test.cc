@@ -151,6 +151,18 @@ TEST(Prompts, CarryTheDatasetInstructions) {
   EXPECT_THAT(dataset_instructions(ScorerKind::livecodebench), HasSubstr("problem.Do not repeat steps"));
 }
 
+TEST(Scoring, CodeThatCannotRunIsWrongWithoutRunning) {
+  const SampleScorer scorer(Rules::gpt_oss, {}, nullptr);  // no runner: nothing may be run
+  const std::vector<ScoredSample> s = scorer.score({{"livecodebench_v6", "2727", harmony_reply("no code")},
+                                                    {"livecodebench_v6", "2727", harmony_reply("```python\n```")},
+                                                    {"livecodebench_v6", "9999", harmony_reply("```python\nx\n```")}});
+  EXPECT_EQ(s[0].detail, "No code extracted from model output");
+  EXPECT_EQ(s[1].detail, "No code or question_id provided");
+  EXPECT_EQ(s[2].detail, "Question ID '9999' not found in benchmark");
+  for (const ScoredSample& x : s) EXPECT_FALSE(x.correct);
+  EXPECT_THROW(scorer.score({{"healthbench", "x", "y"}}), Error);
+}
+
 TEST(PassAtOne, AveragesQuestionsWithANormalInterval) {
   const PassAtOne p = pass_at_one({{true, true, false, false}, {true, true, true, false}, {true, false, false, false}});
   EXPECT_EQ(p.questions, 3);

@@ -89,6 +89,7 @@ TEST(OfflineScoring, GptOssExactMatchWeighsDatasetsByRepeats) {
   const std::string text = offline_report_text(result);
   EXPECT_NE(text.find(fmt::format("'exact_match': {:.3f}", expected)), std::string::npos) << text;
   EXPECT_NE(text.find("warning: qsl_idx 999"), std::string::npos);
+  EXPECT_NE(text.find("MLPerf target (gpt-oss-120b): exact_match >= 82.2987: FAIL"), std::string::npos);
   const nlohmann::json json = offline_result_json(result);
   EXPECT_EQ(json["detailed_results"].size(), 33u);
   EXPECT_EQ(json["detailed_results"][29]["evaluation_details"], "Question ID 'missing_question' not found in benchmark");
@@ -111,7 +112,12 @@ TEST(OfflineScoring, DeepSeekSkipsDuplicatesAndAveragesSamples) {
   double tokens = 0;
   for (const ModelOutput& o : result.outputs) tokens += static_cast<double>(o.token_count);
   EXPECT_DOUBLE_EQ(result.tokens_per_sample, tokens / 4);
-  EXPECT_NE(offline_report_text(result).find("{'exact_match': 75.0, 'tokens_per_sample': "), std::string::npos);
+  const std::string text = offline_report_text(result);
+  EXPECT_NE(text.find("{'exact_match': 75.0, 'tokens_per_sample': "), std::string::npos);
+  EXPECT_NE(text.find("MLPerf target (deepseek-r1): exact_match >= 80.5446: FAIL; tokens per sample in "
+                      "[3497.6047, 4274.8501]: FAIL"),
+            std::string::npos)
+      << text;
 }
 
 TEST(OfflineScoring, UnknownDatasetsAndBadRecordsAreErrors) {
