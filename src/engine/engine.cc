@@ -81,7 +81,13 @@ void Engine::loop() {
       }
       auto on_event = [this, user = std::move(p.on_event)](const RequestEvent& e) {
         if (user) user(e);
-        if (e.finish != FinishReason::none && --in_flight_ == 0) {
+        if (e.finish == FinishReason::none) return;
+        {
+          // Published before in_flight() drops, so whoever sees it drop sees this request in the metrics.
+          std::lock_guard lock(metrics_mutex_);
+          metrics_snapshot_ = core_->metrics();
+        }
+        if (--in_flight_ == 0) {
           std::lock_guard lock(mutex_);
           idle_.notify_all();
         }

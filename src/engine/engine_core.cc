@@ -131,6 +131,16 @@ void EngineCore::finish(Sequence& seq, FinishReason reason, std::vector<int32_t>
   if (owned->on_event) owned->on_event(event);
 }
 
+EngineMetrics EngineCore::metrics() const {
+  EngineMetrics snapshot = metrics_;
+  snapshot.running = scheduler_.num_running();
+  snapshot.waiting = scheduler_.num_waiting();
+  snapshot.kv_blocks_in_use = kv_.pool().num_in_use();
+  snapshot.prefix_queried_tokens = kv_.prefix_queried_tokens();
+  snapshot.prefix_hit_tokens = kv_.prefix_hit_tokens();
+  return snapshot;
+}
+
 void EngineCore::update_gauges() {
   metrics_.running = scheduler_.num_running();
   metrics_.waiting = scheduler_.num_waiting();

@@ -54,7 +54,8 @@ class EngineCore {
 
   // The longest sequence (prompt plus output) that fits the model's context and the whole KV pool.
   int64_t max_sequence_tokens() const;
-  const EngineMetrics& metrics() const { return metrics_; }
+  // Counters as of now and gauges read fresh (also valid from inside an event callback during step()).
+  EngineMetrics metrics() const;
   const KvCacheManager& kv() const { return kv_; }
   const StepCostModel& step_cost() const { return cost_; }
   // "KV cache: N blocks of B tokens (X MiB), holds T tokens of full-attention context".

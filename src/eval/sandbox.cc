@@ -16,6 +16,9 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <random>
 
 #include "eval/sandbox_child.h"
 #include "util/error.h"
@@ -25,6 +28,8 @@ namespace moeserve::eval {
 namespace {
 
 using sandbox_detail::ChildPlan;
+using sandbox_detail::kRunUidCount;
+using sandbox_detail::kRunUidFirst;
 using sandbox_detail::kSandboxId;
 using sandbox_detail::ReportRecord;
 using Clock = std::chrono::steady_clock;
@@ -82,7 +87,8 @@ Pipe make_pipe() {
 // The run's directory: removed, with whatever the program left in work/, when the run ends.
 class RunDirectory {
  public:
-  RunDirectory(const std::string& root, const std::vector<SandboxFile>& files, bool give_to_sandbox_id) {
+  // owner: the host uid the program runs as, when work/ must be given to it (the evaluator is root).
+  RunDirectory(const std::string& root, const std::vector<SandboxFile>& files, std::optional<uint32_t> owner) {
     std::string pattern = (std::filesystem::path(root) / "moeserve-sandbox-XXXXXX").string();
     MOESERVE_CHECK(::mkdtemp(pattern.data()) != nullptr, "sandbox: mkdtemp in {}: {}", root, std::strerror(errno));
     path_ = pattern;
@@ -97,8 +103,8 @@ class RunDirectory {
     }
     work_ = path_ + "/work";
     MOESERVE_CHECK(::mkdir(work_.c_str(), 0700) == 0, "sandbox: mkdir {}: {}", work_, std::strerror(errno));
-    if (give_to_sandbox_id) {
-      MOESERVE_CHECK(::chown(work_.c_str(), kSandboxId, kSandboxId) == 0, "sandbox: chown {}: {}", work_,
+    if (owner) {
+      MOESERVE_CHECK(::chown(work_.c_str(), *owner, kSandboxId) == 0, "sandbox: chown {}: {}", work_,
                      std::strerror(errno));
     }
   }
@@ -141,6 +147,15 @@ ChildPlan make_plan(Isolation isolation, const SandboxLimits& limits) {
   plan.file_size_bytes = limits.file_size_bytes;
   plan.max_processes = static_cast<rlim_t>(std::max(1, limits.max_processes));
   return plan;
+}
+
+// A uid for one run, from kRunUidFirst..+kRunUidCount. Random rather than counted so that evaluators in
+// different processes rarely meet; two runs that did would only share their process count.
+uint32_t pick_run_uid() {
+  static std::mutex mutex;
+  static std::mt19937_64 random{std::random_device{}()};
+  const std::lock_guard lock(mutex);
+  return kRunUidFirst + static_cast<uint32_t>(random() % kRunUidCount);
 }
 
 void append_capped(std::string& out, const char* data, size_t n, size_t cap) {
@@ -194,13 +209,17 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
   const SandboxLimits& limits = request.limits;
   SandboxResult result;
   result.isolation = isolation_;
-  RunDirectory directory(options_.temp_root, request.files, ::geteuid() == 0);
   const CStrings argv(request.argv);
   const CStrings envp({"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"});
   ChildPlan plan = make_plan(isolation_, limits);
   const std::string tmpfs_options = fmt::format("size={},mode=0777", limits.file_size_bytes);
-  const std::string uid_map = fmt::format("{} {} 1\n", kSandboxId, ::geteuid() == 0 ? kSandboxId : ::geteuid());
+  // Root gives each run a uid of its own (kRunUidFirst...); in a user namespace the program still sees 65534.
+  const bool root = ::geteuid() == 0;
+  const uint32_t host_uid = root ? pick_run_uid() : ::geteuid();
+  if (root && !plan.user_namespace) plan.program_uid = host_uid;
+  const std::string uid_map = fmt::format("{} {} 1\n", kSandboxId, host_uid);
   const std::string gid_map = fmt::format("{} {} 1\n", kSandboxId, ::geteuid() == 0 ? kSandboxId : ::getegid());
+  RunDirectory directory(options_.temp_root, request.files, root ? std::optional<uint32_t>(host_uid) : std::nullopt);
   plan.work_dir = directory.work().c_str();
   plan.tmpfs_options = tmpfs_options.c_str();
   plan.uid_map = uid_map.c_str();

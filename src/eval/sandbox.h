@@ -11,15 +11,20 @@
 //   - a wall-clock deadline, after which the whole tree is killed.
 // Isolation, strongest first (isolation() says which this machine allows; each run uses the strongest):
 //   namespaces:      new user, PID, network, mount, IPC and UTS namespaces. The program runs as uid/gid 65534
-//                    (nobody when the evaluator is root, else the evaluator's own uid seen as 65534), so
-//                    RLIMIT_NPROC holds even for root and its capabilities are gone after exec; the network
+//                    (when the evaluator is root, a uid of the run's own on the host, see below; else the
+//                    evaluator's own uid seen as 65534), so RLIMIT_NPROC holds even for root and its
+//                    capabilities are gone after exec; the network
 //                    namespace has no interface up (connect fails); every mount is read-only and work/ is a
 //                    fresh tmpfs of file_size_bytes; the PID namespace dies with its init, taking every
 //                    process in it along.
 //   root_namespaces: the same without a user namespace (the kernel refuses one but we are root): the program
-//                    drops to uid/gid 65534 itself.
-//   processes_only:  rlimits, a new session, and uid/gid 65534 when root; no network or filesystem isolation
-//                    beyond file permissions (a non-root evaluator's files are writable to the program).
+//                    drops to the run's uid and gid 65534 itself.
+//   processes_only:  rlimits, a new session, and the run's uid and gid 65534 when root; no network or filesystem
+//                    isolation beyond file permissions (a non-root evaluator's files are writable to the program).
+// Run uids: when the evaluator is root, every run's program gets a host uid of its own, drawn at random from
+// 2,000,000,000 + [0, 2^24) (no real account), because the kernel counts RLIMIT_NPROC per real uid: with one
+// shared uid, concurrent runs (the LiveCodeBench runner's workers) would share one process budget and a fork
+// bomb in one sample would fail another.
 // In every mode a keeper process that is a child subreaper owns the tree: when the program ends, the caller
 // stops it, or the deadline passes, it kills every descendant, including ones that left the process group or
 // daemonised, and exits only when none is left. run() returns after the keeper is reaped, so nothing the
@@ -27,8 +32,9 @@
 // does the same.
 //
 // Limits: memory is bounded per process (RLIMIT_AS), so a tree may use up to max_processes times that; no
-// cgroup limits are set. In processes_only mode RLIMIT_NPROC counts every process of uid 65534 on the machine,
-// and the program can write wherever uid 65534 (or a non-root evaluator) may, e.g. /tmp.
+// cgroup limits are set. A non-root evaluator's runs share its uid, so RLIMIT_NPROC counts all of them and its
+// other processes too. In processes_only mode the program can write wherever any user (or a non-root
+// evaluator) may, e.g. /tmp.
 #pragma once
 
 #include <cstdint>

@@ -141,7 +141,7 @@ void kill_own_children() {
     // Raw system calls: glibc's wrappers would signal the evaluator's other threads, which are not here.
     if (syscall(SYS_setgroups, 0, nullptr) != 0 && !plan.deny_setgroups) fail_setup('i');
     if (syscall(SYS_setresgid, kSandboxId, kSandboxId, kSandboxId) != 0) fail_setup('i');
-    if (syscall(SYS_setresuid, kSandboxId, kSandboxId, kSandboxId) != 0) fail_setup('i');
+    if (syscall(SYS_setresuid, plan.program_uid, plan.program_uid, plan.program_uid) != 0) fail_setup('i');
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_setup('n');
   if (chdir(plan.work_dir) != 0) fail_setup('d');

@@ -8,7 +8,7 @@
 //   init:               makes mounts private and read-only and mounts the work/ tmpfs (mount namespace), forks
 //                       the program, reaps until the program ends, reports its wait status and exits (which, as
 //                       PID 1 of a PID namespace, kills what is left in it).
-//   program:            rlimits, uid/gid 65534, no_new_privs, work/ as cwd, fds 0-2 only, execve.
+//   program:            rlimits, its uid and gid 65534, no_new_privs, work/ as cwd, fds 0-2 only, execve.
 //
 // Records the three write on the report pipe: 'E' a setup step failed (stage, errno), 'X' execve failed (errno),
 // 'S' the program's wait status.
@@ -22,6 +22,11 @@
 namespace moeserve::eval::sandbox_detail {
 
 inline constexpr uint32_t kSandboxId = 65534;
+// When the evaluator is root each run's program gets a uid of its own from this range (never a real account's),
+// so that RLIMIT_NPROC, which the kernel counts per real uid, counts only that run's processes: concurrent runs
+// (the LiveCodeBench runner's workers, or other evaluators) cannot starve one another of processes.
+inline constexpr uint32_t kRunUidFirst = 2'000'000'000;
+inline constexpr uint32_t kRunUidCount = 1u << 24;
 
 struct ReportRecord {
   char kind;   // 'E', 'X' or 'S'
@@ -33,7 +38,8 @@ struct ChildPlan {
   unsigned long clone_flags = 0;  // namespaces to create (0: none)
   bool user_namespace = false;
   bool mount_namespace = false;
-  bool drop_to_sandbox_id = false;  // setresuid/setresgid 65534 in the program
+  bool drop_to_sandbox_id = false;  // setresuid(program_uid)/setresgid(65534) in the program
+  uint32_t program_uid = kSandboxId; // as seen in the program's user namespace (the host's when there is none)
   bool deny_setgroups = false;      // an unprivileged writer of gid_map must deny setgroups first
   const char* work_dir = nullptr;
   const char* tmpfs_options = nullptr;

@@ -302,8 +302,15 @@ TEST(Server, DisconnectingClientCancelsItsRequestAndFreesItsKv) {
     char buffer[512];
     socket.read_some(boost::asio::buffer(buffer));  // the stream has started
   }  // closed mid-stream
+  // The engine publishes its metrics after the step in which the request ended, so wait for both.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (h.engine->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+  const auto settled = [&] {
+    const auto m = h.engine->metrics();
+    const auto cancelled = m.finished.find(FinishReason::cancelled);
+    return h.engine->in_flight() == 0 && cancelled != m.finished.end() && cancelled->second == 1 &&
+           m.kv_blocks_in_use == 0;
+  };
+  while (!settled() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(h.engine->in_flight(), 0);
   auto m = h.engine->metrics();
