@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/error.h"
+
 namespace moeserve {
 
 KvGroups kv_groups_of(const ModelConfig& config) {
@@ -17,6 +19,10 @@ KvGroups kv_groups_of(const ModelConfig& config) {
     groups.slot_of_layer.push_back(groups.layers_in_group[g]++);
   }
   return groups;
+}
+
+void ModelRunner::move_kv_slots(std::span<const std::span<const int32_t>>, std::span<const KvSlotMove>) {
+  fail("the {} runner cannot move KV slots (tree verification is not implemented there)", name());
 }
 
 }  // namespace moeserve

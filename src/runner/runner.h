@@ -45,6 +45,19 @@ struct SequenceStep {
   int32_t num_logits = 1;  // logits rows for the last num_logits tokens (0 for a prefill chunk that is not the last)
   const SamplingParams* sampling = nullptr;  // when set, one token is sampled from every logits row
   uint64_t sample_index = 0;                 // sampling stream position of the first row (tokens generated so far)
+  // Tree verification (speculative decoding): when set, tree_parent[i] is the index within this step of token i's
+  // parent (-1: the cached prefix's last token; parents come before their children). Token i then attends to the
+  // cached prefix [0, start_position) and its own ancestors only, sits at position start_position + depth(i)
+  // (depth 0 for a parent of -1) for RoPE and the sliding window, and its KV is written at slot
+  // start_position + i, not at its position: siblings share a position but not a slot. A path is committed to
+  // contiguous positions with ModelRunner::move_kv_slots. Empty: the tokens are a causal run (slot = position).
+  std::span<const int32_t> tree_parent;
+};
+
+// Copy the K and V of every layer at slot `from` to slot `to`, within one sequence's block tables.
+struct KvSlotMove {
+  int32_t from;
+  int32_t to;
 };
 
 struct ForwardBatch {
@@ -76,6 +89,14 @@ class ModelRunner {
   virtual const KvCacheLayout& kv_cache_layout() const = 0;
 
   virtual void forward(const ForwardBatch& batch, ForwardOutput& output) = 0;
+
+  // Moves KV slots within one sequence, in order (a later move may read a slot an earlier one wrote). The engine
+  // commits the accepted path of a verified tree this way: node i of a step at slot start + i goes to position
+  // start + depth(i), so the path ends up contiguous exactly as if it had been computed causally; slots past the
+  // path are left as they are (rejected KV, overwritten later). Copying the accepted path keeps the block tables
+  // and the prefix cache untouched, which re-mapping blocks could not do at slot granularity. The default fails:
+  // a runner that cannot verify trees never gets here.
+  virtual void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves);
 };
 
 }  // namespace moeserve

@@ -27,23 +27,51 @@ void CpuRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   kv_cache_.assign(kv_block_bytes(layout.block_size) / sizeof(float) * layout.num_blocks, 0.0f);
 }
 
-// K (kv = 0) or V (kv = 1) of `layer` at `position` of a sequence: [kv_heads, head_dim] floats.
-float* CpuRunner::kv_slot(int layer, const SequenceStep& step, int32_t position, int kv) {
+// K (kv = 0) or V (kv = 1) of `layer` at `slot` of a sequence: [kv_heads, head_dim] floats.
+float* CpuRunner::kv_slot(int layer, std::span<const std::span<const int32_t>> block_tables, int32_t slot, int kv) {
   const int group = groups_.group_of_layer[layer];
-  const auto& table = step.block_tables[group];
-  const int64_t logical = position / layout_.block_size;
-  MOESERVE_CHECK(logical < static_cast<int64_t>(table.size()), "block table of KV group {} has {} blocks, position {} needs {}",
-                 group, table.size(), position, logical + 1);
+  const auto& table = block_tables[group];
+  const int64_t logical = slot / layout_.block_size;
+  MOESERVE_CHECK(logical < static_cast<int64_t>(table.size()), "block table of KV group {} has {} blocks, slot {} needs {}",
+                 group, table.size(), slot, logical + 1);
   const int32_t block = table[logical];
-  MOESERVE_CHECK(block >= 0 && block < layout_.num_blocks, "KV block {} for position {} is not in the pool of {}", block,
-                 position, layout_.num_blocks);
+  MOESERVE_CHECK(block >= 0 && block < layout_.num_blocks, "KV block {} for slot {} is not in the pool of {}", block,
+                 slot, layout_.num_blocks);
   const int64_t kv_dim = config().kv_dim();
   const int64_t offset =
       (((static_cast<int64_t>(block) * max_layers_per_group_ + groups_.slot_of_layer[layer]) * 2 + kv) *
            layout_.block_size +
-       position % layout_.block_size) *
+       slot % layout_.block_size) *
       kv_dim;
   return kv_cache_.data() + offset;
+}
+
+void CpuRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) {
+  MOESERVE_CHECK(static_cast<int>(block_tables.size()) == groups_.num_groups(), "{} block tables for {} KV groups",
+                 block_tables.size(), groups_.num_groups());
+  const int64_t kv_dim = config().kv_dim();
+  for (const KvSlotMove& move : moves)
+    for (int layer = 0; layer < config().num_layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv)
+        std::copy_n(kv_slot(layer, block_tables, move.from, kv), kv_dim, kv_slot(layer, block_tables, move.to, kv));
+}
+
+void CpuRunner::key_slots(const SequenceStep& step, const TokenInfo& token, bool sliding,
+                          std::vector<int32_t>& slots) const {
+  const ModelConfig& c = config();
+  const int32_t lo = sliding ? std::max(0, token.position - c.sliding_window + 1) : 0;
+  slots.clear();
+  for (int32_t p = lo; p < step.start_position; ++p) slots.push_back(p);
+  if (step.tree_parent.empty()) {
+    for (int32_t p = std::max(lo, step.start_position); p <= token.position; ++p) slots.push_back(p);
+    return;
+  }
+  // Ancestors from the token up, kept while inside the window (positions only fall going up), then reversed.
+  const size_t prefix = slots.size();
+  int32_t position = token.position;
+  for (int32_t i = token.index; i >= 0 && position >= lo; i = step.tree_parent[i], --position)
+    slots.push_back(step.start_position + i);
+  std::reverse(slots.begin() + static_cast<std::ptrdiff_t>(prefix), slots.end());
 }
 
 void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
@@ -64,10 +92,22 @@ void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
                        step.start_position + static_cast<int64_t>(step.tokens.size()) <= c.max_position_embeddings,
                    "sequence {}: positions {}..{} exceed the model's context of {}", s, step.start_position,
                    step.start_position + step.tokens.size(), c.max_position_embeddings);
+    const bool tree = !step.tree_parent.empty();
+    MOESERVE_CHECK(!tree || step.tree_parent.size() == step.tokens.size(), "sequence {}: {} tree parents for {} tokens",
+                   s, step.tree_parent.size(), step.tokens.size());
+    const size_t first = tokens.size();
     for (size_t i = 0; i < step.tokens.size(); ++i) {
       MOESERVE_CHECK(step.tokens[i] >= 0 && step.tokens[i] < c.vocab_size, "sequence {}: token id {} is outside the vocabulary of {}",
                      s, step.tokens[i], c.vocab_size);
-      tokens.push_back({static_cast<int32_t>(s), step.start_position + static_cast<int32_t>(i)});
+      const int32_t index = static_cast<int32_t>(i);
+      int32_t depth = index;
+      if (tree) {
+        const int32_t parent = step.tree_parent[i];
+        MOESERVE_CHECK(parent >= -1 && parent < index, "sequence {}: token {} has tree parent {} (must be -1 or earlier)",
+                       s, i, parent);
+        depth = parent < 0 ? 0 : tokens[first + parent].position - step.start_position + 1;
+      }
+      tokens.push_back({static_cast<int32_t>(s), index, step.start_position + depth, step.start_position + index});
       ids.push_back(step.tokens[i]);
     }
   }
@@ -138,11 +178,12 @@ void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const std:
 
   for (int64_t t = 0; t < T; ++t) {
     const SequenceStep& step = batch.sequences[tokens[t].sequence];
-    std::copy_n(k_.data() + t * KV, KV, kv_slot(layer, step, tokens[t].position, 0));
-    std::copy_n(v_.data() + t * KV, KV, kv_slot(layer, step, tokens[t].position, 1));
+    std::copy_n(k_.data() + t * KV, KV, kv_slot(layer, step.block_tables, tokens[t].slot, 0));
+    std::copy_n(v_.data() + t * KV, KV, kv_slot(layer, step.block_tables, tokens[t].slot, 1));
   }
 
-  // Key range of a query at position p: the window's last `sliding_window` positions, or all of [0, p].
+  // Keys of a query at position p: the window's last `sliding_window` positions, or all of [0, p]; in a tree step
+  // only the ancestors among the step's tokens (key_slots).
   const bool sliding = c.layer_types[layer] == AttentionKind::sliding;
   const float scale = c.attention_scale();
   attn_.resize(T * Q);
@@ -150,19 +191,19 @@ void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const std:
   pool_.parallel_for(T * c.num_kv_heads, 1, [&](size_t begin, size_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<const float*> key_rows, value_rows;
+    thread_local std::vector<int32_t> slots;
     for (size_t item = begin; item < end; ++item) {
       const int64_t t = static_cast<int64_t>(item) / c.num_kv_heads;
       const int kv_head = static_cast<int>(item % c.num_kv_heads);
       const SequenceStep& step = batch.sequences[tokens[t].sequence];
-      const int32_t p = tokens[t].position;
-      const int32_t lo = sliding ? std::max(0, p - c.sliding_window + 1) : 0;
-      const int64_t n = p - lo + 1;
+      key_slots(step, tokens[t], sliding, slots);
+      const int64_t n = static_cast<int64_t>(slots.size());
       key_rows.resize(n);
       value_rows.resize(n);
       scores.resize(n);
       for (int64_t j = 0; j < n; ++j) {
-        key_rows[j] = kv_slot(layer, step, lo + static_cast<int32_t>(j), 0) + kv_head * D;
-        value_rows[j] = kv_slot(layer, step, lo + static_cast<int32_t>(j), 1) + kv_head * D;
+        key_rows[j] = kv_slot(layer, step.block_tables, slots[j], 0) + kv_head * D;
+        value_rows[j] = kv_slot(layer, step.block_tables, slots[j], 1) + kv_head * D;
       }
       for (int m = 0; m < per_kv; ++m) {
         const int head = kv_head * per_kv + m;

@@ -23,6 +23,7 @@ class CpuRunner : public ModelRunner {
   void allocate_kv_cache(const KvCacheLayout& layout) override;
   const KvCacheLayout& kv_cache_layout() const override { return layout_; }
   void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+  void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) override;
 
   // How often the SwiGLU clamp was reached (the tiny model is built so that it is).
   const cpu::SwigluCounters& swiglu_counters() const { return swiglu_counters_; }
@@ -30,12 +31,17 @@ class CpuRunner : public ModelRunner {
  private:
   struct TokenInfo {
     int32_t sequence;
-    int32_t position;
+    int32_t index;     // within its sequence's step
+    int32_t position;  // for RoPE and the window: start + index, or start + depth in a tree step
+    int32_t slot;      // where its KV goes: start + index
   };
 
   void attention_layer(int layer, const ForwardBatch& batch, const std::vector<TokenInfo>& tokens);
   void moe_layer(int layer, int64_t T);
-  float* kv_slot(int layer, const SequenceStep& step, int32_t position, int kv);
+  float* kv_slot(int layer, std::span<const std::span<const int32_t>> block_tables, int32_t slot, int kv);
+  // Slots of the keys token t attends to, in position order: the window's share of the cached prefix, then (tree
+  // steps) its ancestors root first, or (causal runs) the step's tokens up to itself.
+  void key_slots(const SequenceStep& step, const TokenInfo& token, bool sliding, std::vector<int32_t>& slots) const;
 
   std::shared_ptr<const Checkpoint> checkpoint_;
   ThreadPool pool_;

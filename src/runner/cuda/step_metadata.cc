@@ -18,6 +18,10 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
     const SequenceStep& step = batch.sequences[s];
     const int64_t n = static_cast<int64_t>(step.tokens.size());
     MOESERVE_CHECK(n > 0, "sequence {}: no tokens in the step", s);
+    // Chain verification is a causal run and needs nothing new; tree attention masks are not implemented yet.
+    MOESERVE_CHECK(step.tree_parent.empty(),
+                   "sequence {}: the CUDA runner does not verify draft trees yet (use a chain: speculative_eagle_topk 1)",
+                   s);
     MOESERVE_CHECK(static_cast<int>(step.block_tables.size()) == groups_, "sequence {}: {} block tables for {} KV groups",
                    s, step.block_tables.size(), groups_);
     MOESERVE_CHECK(step.num_logits >= 0 && step.num_logits <= n, "sequence {}: num_logits {} for {} tokens", s,
