@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "engine/sampler.h"
+#include "engine/speculative/draft_round.h"
+#include "engine/speculative/verifier.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -46,6 +48,7 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig config, NowFn now)
       cost_(config.initial_step_cost),
       scheduler_(config.scheduler, kv_, cost_) {
   metrics_.kv_blocks_total = kv_.pool().num_blocks();
+  if (config_.drafter) aux_layers_ = config_.drafter->aux_layers();
 }
 
 std::string EngineCore::capacity_summary() const {
@@ -83,6 +86,11 @@ void EngineCore::validate(const RequestSpec& spec) const {
                  "prompt of {} tokens plus max_tokens {} needs {} KV blocks; the pool has {}", spec.prompt.size(),
                  spec.max_tokens, kv_.blocks_needed(total), kv_.pool().num_blocks());
   validate_sampling_params(spec.sampling);
+  if (spec.speculation) {
+    speculative::validate_draft_shape(*spec.speculation);
+    MOESERVE_CHECK(spec.speculation->num_draft_tokens == 0 || config_.drafter,
+                   "the request asks for speculative decoding but the engine has no drafter (--speculative-config)");
+  }
 }
 
 void EngineCore::add_request(uint64_t id, RequestSpec spec, EventCallback on_event) {
@@ -94,6 +102,9 @@ void EngineCore::add_request(uint64_t id, RequestSpec spec, EventCallback on_eve
   seq->prompt_length = static_cast<int>(spec.prompt.size());
   seq->timing.arrival = spec.arrival.value_or(now_());
   seq->timing.prompt_tokens = seq->prompt_length;
+  if (config_.drafter)
+    seq->speculation = spec.speculation.value_or(config_.speculative.enabled() ? config_.speculative.shape()
+                                                                                : speculative::DraftShape{});
   seq->spec = std::move(spec);
   seq->on_event = std::move(on_event);
   scheduler_.add(seq.get());
@@ -116,6 +127,7 @@ void EngineCore::record_finish_metrics(const Sequence& seq, FinishReason reason)
 
 void EngineCore::finish(Sequence& seq, FinishReason reason, std::vector<int32_t> tokens, std::string error) {
   kv_.release(seq);
+  if (seq.speculates()) config_.drafter->release(seq.id);
   scheduler_.remove(&seq);
   seq.status = SequenceStatus::finished;
   RequestEvent event;
@@ -149,6 +161,77 @@ void EngineCore::update_gauges() {
   metrics_.prefix_hit_tokens = kv_.prefix_hit_tokens();
 }
 
+bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoint produced) {
+  const int64_t max_context = runner_.config().max_position_embeddings;
+  const auto& stops = seq.spec.stop_tokens;
+  if (!seq.timing.first_token) seq.timing.first_token = produced;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    seq.tokens.push_back(tokens[i]);
+    ++seq.timing.output_tokens;
+    ++metrics_.generated_tokens;
+    FinishReason reason = FinishReason::none;
+    if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end())
+      reason = FinishReason::stop;
+    else if (seq.num_generated() >= seq.spec.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context)
+      reason = FinishReason::length;
+    if (reason != FinishReason::none) {
+      // Whatever an accepted run holds past the end is dropped.
+      finish(seq, reason, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(i) + 1));
+      return true;
+    }
+  }
+  kv_.commit(seq);
+  if (seq.on_event) seq.on_event(RequestEvent{seq.id, tokens, produced, FinishReason::none, {}});
+  return false;
+}
+
+std::vector<int32_t> EngineCore::verify(Sequence& seq, std::span<const float> logits, int64_t first_token_row,
+                                        std::vector<int64_t>& fed_rows) {
+  const speculative::DraftTree& draft = seq.draft;
+  const speculative::Verdict verdict =
+      speculative::verify_draft(draft, logits, runner_.config().vocab_size, seq.spec.sampling,
+                                static_cast<uint64_t>(seq.num_generated()), config_.speculative.test_acceptance_rate);
+  // Node i was computed at slot root + 1 + i; the path's node at depth j + 1 belongs at position root + 1 + j. A
+  // chain's path is already in place; a tree's is moved there (in order: a move never overwrites a later source).
+  const int32_t root = seq.num_computed;
+  std::vector<KvSlotMove> moves;
+  fed_rows.assign(1, first_token_row);
+  for (size_t j = 0; j < verdict.path.size(); ++j) {
+    const int32_t node = verdict.path[j];
+    if (node != static_cast<int32_t>(j)) moves.push_back({root + 1 + node, root + 1 + static_cast<int32_t>(j)});
+    fed_rows.push_back(first_token_row + 1 + node);
+  }
+  if (!moves.empty()) {
+    std::vector<std::span<const int32_t>> tables(seq.block_tables.begin(), seq.block_tables.end());
+    runner_.move_kv_slots(tables, moves);
+  }
+  seq.num_computed = root + 1 + static_cast<int>(verdict.path.size());
+  kv_.truncate(seq);
+
+  ++metrics_.spec_drafts;
+  metrics_.spec_draft_tokens += draft.size();
+  metrics_.spec_accepted_tokens += verdict.path.size();
+  auto& per_position = metrics_.spec_accepted_per_position;
+  if (per_position.size() < verdict.path.size()) per_position.resize(verdict.path.size(), 0);
+  for (size_t j = 0; j < verdict.path.size(); ++j) ++per_position[j];
+  return verdict.tokens;
+}
+
+speculative::DraftShape EngineCore::next_draft_shape(const Sequence& seq) const {
+  speculative::DraftShape shape = seq.speculation;
+  // A verify step emits up to depth + 1 tokens and writes tree-size slots past the root; neither may pass
+  // max_tokens or the context, and all of it must fit one step's token budget.
+  const int slots = static_cast<int>(std::min<int64_t>(
+      runner_.config().max_position_embeddings - static_cast<int64_t>(seq.tokens.size()),
+      config_.scheduler.max_batched_tokens - 1));
+  const int depth = std::min({shape.num_draft_tokens, seq.spec.max_tokens - seq.num_generated() - 1, slots});
+  shape.num_draft_tokens = std::max(depth, 0);
+  if (!shape.is_chain()) shape.total_tokens = std::min(shape.total_tokens, slots);
+  if (seq.num_uncomputed() != 1 || (!shape.is_chain() && shape.total_tokens == 0))
+    shape.num_draft_tokens = 0;  // mid-prefill, or no room: only extend the drafter's state
+  return shape;
+}
+
 StepReport EngineCore::step() {
   StepReport report;
   std::vector<Sequence*> cancelled;
@@ -166,7 +249,10 @@ StepReport EngineCore::step() {
 
   ForwardBatch batch;
   batch.return_logits = false;
-  for (const ScheduledChunk& chunk : plan.chunks) {
+  // A verify step's tokens: the last committed token (the root) and the draft; parents for a tree.
+  std::vector<std::vector<int32_t>> verify_tokens(plan.chunks.size()), verify_parents(plan.chunks.size());
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ScheduledChunk& chunk = plan.chunks[c];
     Sequence& seq = *chunk.seq;
     SequenceStep step;
     step.tokens = std::span(seq.tokens).subspan(seq.num_computed, chunk.num_tokens);
@@ -175,6 +261,17 @@ StepReport EngineCore::step() {
     step.num_logits = chunk.samples ? 1 : 0;
     step.sampling = &seq.spec.sampling;
     step.sample_index = static_cast<uint64_t>(seq.num_generated());
+    if (chunk.num_draft > 0) {
+      verify_tokens[c] = {seq.tokens.back()};
+      verify_tokens[c].insert(verify_tokens[c].end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
+      verify_parents[c] = speculative::verify_tree_parents(seq.draft);
+      step.tokens = verify_tokens[c];
+      step.tree_parent = verify_parents[c];
+      step.num_logits = 1 + chunk.num_draft;
+      step.sampling = nullptr;  // verified here, from the logits
+      batch.return_logits = true;
+    }
+    if (seq.speculates()) batch.capture_layers = aux_layers_;
     batch.sequences.push_back(std::move(step));
   }
   const auto started = Clock::now();
@@ -192,33 +289,50 @@ StepReport EngineCore::step() {
   report.prefill_tokens = plan.prefill_tokens;
 
   const TimePoint produced = now_();
-  const int64_t max_context = runner_.config().max_position_embeddings;
-  int64_t row = 0;
+  const int64_t vocab = runner_.config().vocab_size;
+  std::optional<speculative::DraftRound> round;
+  if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.seq->speculates(); }))
+    round.emplace(*config_.drafter, output_.captured, runner_.config().hidden_size);
+  int64_t row = 0, token_row = 0;
+  std::vector<int64_t> fed_rows;
   for (const ScheduledChunk& chunk : plan.chunks) {
     Sequence& seq = *chunk.seq;
+    const int32_t start = seq.num_computed;
+    const int64_t step_tokens = chunk.num_tokens + chunk.num_draft;
     metrics_.prompt_tokens_computed += std::clamp(seq.prompt_length - seq.num_computed, 0, chunk.num_tokens);
-    seq.num_computed += chunk.num_tokens;
-    if (!chunk.samples) {
+    std::vector<int32_t> emitted;
+    if (chunk.num_draft > 0) {
+      try {
+        emitted = verify(seq, std::span(output_.logits).subspan(row * vocab, step_tokens * vocab), token_row, fed_rows);
+      } catch (const std::exception& e) {
+        finish(seq, FinishReason::error, {}, e.what());
+        row += step_tokens;
+        token_row += step_tokens;
+        continue;
+      }
+      row += step_tokens;
+    } else {
+      seq.num_computed += chunk.num_tokens;
+      fed_rows.resize(chunk.num_tokens);
+      for (int i = 0; i < chunk.num_tokens; ++i) fed_rows[i] = token_row + i;
+      if (chunk.samples) emitted = {output_.sampled.at(row++)};
+    }
+    token_row += step_tokens;
+    seq.draft = {};
+    if (emitted.empty())
       kv_.commit(seq);
+    else if (emit(seq, emitted, produced))
       continue;
+    if (seq.speculates()) round->add(seq, start, fed_rows, next_draft_shape(seq));
+  }
+  if (round && !round->empty()) {
+    try {
+      round->propose();
+    } catch (const std::exception& e) {
+      // The drafter's state for these sequences is unknown now: end them with the error, as a failed step does.
+      for (Sequence* seq : round->sequences())
+        finish(*seq, FinishReason::error, {}, fmt::format("drafter: {}", e.what()));
     }
-    const int32_t token = output_.sampled.at(row++);
-    seq.tokens.push_back(token);
-    ++seq.timing.output_tokens;
-    ++metrics_.generated_tokens;
-    if (!seq.timing.first_token) seq.timing.first_token = produced;
-    kv_.commit(seq);
-    const auto& stops = seq.spec.stop_tokens;
-    FinishReason reason = FinishReason::none;
-    if (std::find(stops.begin(), stops.end(), token) != stops.end())
-      reason = FinishReason::stop;
-    else if (seq.num_generated() >= seq.spec.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context)
-      reason = FinishReason::length;
-    if (reason != FinishReason::none) {
-      finish(seq, reason, {token});
-      continue;
-    }
-    if (seq.on_event) seq.on_event(RequestEvent{seq.id, {token}, produced, FinishReason::none, {}});
   }
 
   ++metrics_.steps;

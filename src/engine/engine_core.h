@@ -13,6 +13,8 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative/drafter.h"
+#include "engine/speculative/speculative_config.h"
 #include "engine/step_cost.h"
 #include "runner/runner.h"
 
@@ -27,11 +29,15 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   StepCost initial_step_cost;   // the slo policy's step-time model until measurements refine it
   bool learn_step_cost = true;  // refit the model from measured step times (off for virtual-clock simulations)
+  // Speculative decoding: the default draft shape of every request and the test switch (speculative_config.h),
+  // and the drafter that proposes drafts (built from `speculative` by make_drafter, or a test drafter).
+  speculative::SpeculativeConfig speculative;
+  std::shared_ptr<speculative::Drafter> drafter;
 };
 
 struct StepReport {
   int sequences = 0;
-  int decode_tokens = 0;
+  int decode_tokens = 0;  // including draft tokens verified
   int prefill_tokens = 0;
   int preempted = 0;
   double seconds = 0;  // measured on the steady clock, whatever clock timestamps come from
@@ -63,6 +69,15 @@ class EngineCore {
 
  private:
   void finish(Sequence& seq, FinishReason reason, std::vector<int32_t> tokens, std::string error = {});
+  // Appends a step's new tokens to seq, up to and including the first that ends it (stop token, max_tokens, the
+  // context), and streams them as one event. True when seq finished (and is gone).
+  bool emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoint produced);
+  // Verifies seq's draft against logits rows [1 + draft], commits the accepted path's KV and rolls back the
+  // rest; returns the tokens to emit. The step's token rows of the root and the accepted nodes go to fed_rows.
+  std::vector<int32_t> verify(Sequence& seq, std::span<const float> logits, int64_t first_token_row,
+                              std::vector<int64_t>& fed_rows);
+  // The draft seq may ask for now: its shape cut to what max_tokens, the context and the step budget leave.
+  speculative::DraftShape next_draft_shape(const Sequence& seq) const;
   void record_finish_metrics(const Sequence& seq, FinishReason reason);
   void update_gauges();
 
@@ -75,6 +90,7 @@ class EngineCore {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   EngineMetrics metrics_;
   ForwardOutput output_;
+  std::vector<int> aux_layers_;  // the drafter's feature layers, captured in steps with speculating sequences
 };
 
 }  // namespace moeserve

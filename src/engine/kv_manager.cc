@@ -44,7 +44,7 @@ int KvCacheManager::match_prefix(Sequence& seq) {
   if (!prefix_caching_) return 0;
   const int bs = block_size();
   // Candidate hit: k full blocks, with at least one token left to compute.
-  const int64_t max_blocks = (length - 1) / bs;
+  const int64_t max_blocks = std::min<int64_t>(length - 1, seq.max_prefix_hit()) / bs;
   extend_hashes(seq, max_blocks);
   int64_t full_hit = 0;
   int full_group = -1;
@@ -133,6 +133,17 @@ void KvCacheManager::commit(Sequence& seq) {
         table[b] = -1;
       }
   }
+}
+
+void KvCacheManager::truncate(Sequence& seq) {
+  const int64_t keep = (seq.num_computed + block_size() - 1) / block_size();
+  MOESERVE_CHECK(seq.registered_blocks <= keep, "sequence {}: truncating to {} blocks would drop {} cached ones", seq.id,
+                 keep, seq.registered_blocks);
+  for (auto& table : seq.block_tables)
+    while (static_cast<int64_t>(table.size()) > keep) {
+      if (table.back() >= 0) pool_.release(table.back());
+      table.pop_back();
+    }
 }
 
 void KvCacheManager::release(Sequence& seq) {

@@ -25,13 +25,16 @@ class KvCacheManager {
   int64_t blocks_needed(int64_t tokens) const;
 
   // At admission: reuses cached blocks for the longest cached prefix of seq.tokens (never all of it, so at least
-  // one token is computed and yields logits). Sets num_computed and returns the number of tokens hit.
+  // one token is computed and yields logits, nor past seq.max_prefix_hit()). Sets num_computed and returns the number of tokens hit.
   int match_prefix(Sequence& seq);
   // Ensures seq's tables cover the next `new_tokens` tokens; false (and no change) when the pool is short.
   bool allocate(Sequence& seq, int new_tokens);
   // After a step: offers newly full, computed blocks to the prefix cache, and gives back sliding-window blocks
   // that the next token's window no longer reaches.
   void commit(Sequence& seq);
+  // After a verify step rolled num_computed back below what was allocated: gives back the blocks past
+  // num_computed (they hold only rejected draft tokens' KV and were never offered to the prefix cache).
+  void truncate(Sequence& seq);
   // Gives back every block of seq and clears its tables (finish, cancel, preemption).
   void release(Sequence& seq);
 

@@ -51,6 +51,19 @@ struct EngineMetrics {
   uint64_t preemptions = 0;
   std::map<FinishReason, uint64_t> finished;
   double busy_seconds = 0;  // time spent in steps
+  // Speculative decoding, as vLLM's spec_decode counters: verify steps that carried a draft, draft tokens
+  // proposed, draft tokens accepted, and accepted tokens by draft position (depth 1 first).
+  uint64_t spec_drafts = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_position;
+  // vLLM's mean acceptance length: tokens emitted per verify step, 1 + accepted / drafts (the bonus or correction
+  // token counts). 0 before any verify step.
+  double spec_acceptance_length() const {
+    return spec_drafts ? 1.0 + static_cast<double>(spec_accepted_tokens) / spec_drafts : 0.0;
+  }
+  // Fraction of verify steps that accepted a draft token at depth position + 1.
+  std::vector<double> spec_acceptance_rates() const;
   // Last step.
   int last_step_tokens = 0;
   double last_step_seconds = 0;

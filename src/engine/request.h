@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/speculative/drafter.h"
 
 namespace moeserve {
 
@@ -29,9 +30,12 @@ struct RequestSpec {
   // When the request was issued; defaults to submission time. Benchmarks set the scheduled time here so that
   // queue time and TTFT count from it, as LoadGen does.
   std::optional<TimePoint> arrival;
+  // Speculative decoding for this request; unset takes the engine's --speculative-config (num_draft_tokens 0: off).
+  std::optional<speculative::DraftShape> speculation;
 };
 
-// One event of a request's stream: new tokens (usually one) and, on the last event, the finish reason.
+// One event of a request's stream: new tokens (one per step, or all the tokens a speculative verify step
+// emitted) and, on the last event, the finish reason.
 struct RequestEvent {
   uint64_t request_id = 0;
   std::vector<int32_t> tokens;

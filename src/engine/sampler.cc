@@ -38,9 +38,13 @@ double sampling_uniform(uint64_t seed, uint64_t sample_index) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index) {
-  if (params.greedy()) return argmax(logits);
+std::vector<double> filtered_weights(std::span<const float> logits, const SamplingParams& params) {
   const size_t n = logits.size();
+  if (params.greedy()) {
+    std::vector<double> one_hot(n, 0.0);
+    one_hot[argmax(logits)] = 1.0;
+    return one_hot;
+  }
   const float max_logit = logits[argmax(logits)];
   // Probabilities up to normalisation, in double so that the cumulative walk is exact enough at 200k tokens.
   std::vector<double> weight(n);
@@ -82,18 +86,27 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
     for (auto& w : weight)
       if (w < params.min_p * largest) w = 0.0;
   }
+  return weight;
+}
+
+int32_t sample_from_weights(std::span<const double> weight, double uniform) {
   double total = 0.0;
   for (double w : weight) total += w;
-  double target = sampling_uniform(params.seed, sample_index) * total;
+  double target = uniform * total;
   double cumulative = 0.0;
   int32_t last_kept = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < weight.size(); ++i) {
     if (weight[i] == 0.0) continue;
     cumulative += weight[i];
     last_kept = static_cast<int32_t>(i);
     if (cumulative > target) return last_kept;
   }
   return last_kept;  // rounding left target at the very end
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index) {
+  if (params.greedy()) return argmax(logits);
+  return sample_from_weights(filtered_weights(logits, params), sampling_uniform(params.seed, sample_index));
 }
 
 }  // namespace moeserve

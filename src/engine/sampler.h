@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/sampling_params.h"
 
@@ -16,6 +17,12 @@ int32_t argmax(std::span<const float> logits);
 
 // The uniform draw in [0, 1) for a sequence's sample_index-th token.
 double sampling_uniform(uint64_t seed, uint64_t sample_index);
+
+// The request's distribution over the vocabulary up to normalisation: temperature, then top-k, top-p and min-p
+// zero the tokens they drop (greedy: one-hot at the argmax). Speculative verification accepts and resamples from it.
+std::vector<double> filtered_weights(std::span<const float> logits, const SamplingParams& params);
+// Inverse-CDF draw from unnormalised weights with a uniform in [0, 1); only tokens of non-zero weight come out.
+int32_t sample_from_weights(std::span<const double> weight, double uniform);
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index);
 

@@ -73,6 +73,21 @@ int Scheduler::allocate_chunk(Sequence& seq, int wanted) {
   return 0;
 }
 
+ScheduledChunk Scheduler::plan_chunk(Sequence& seq, int budget) {
+  const int draft = static_cast<int>(seq.draft.size());
+  if (seq.num_uncomputed() == 1 && draft > 0 && 1 + draft <= budget && kv_.allocate(seq, 1 + draft))
+    return {&seq, 1, true, draft};
+  const int n = allocate_chunk(seq, std::min(seq.num_uncomputed(), budget));
+  return {&seq, n, seq.num_computed + n == static_cast<int>(seq.tokens.size())};
+}
+
+void Scheduler::add_chunk(const ScheduledChunk& chunk, SchedulerOutput& out, int& budget) const {
+  out.chunks.push_back(chunk);
+  const int n = chunk.num_tokens + chunk.num_draft;
+  (chunk.samples && chunk.num_tokens == 1 ? out.decode_tokens : out.prefill_tokens) += n;
+  budget -= n;
+}
+
 SchedulerOutput Scheduler::schedule(TimePoint now) {
   SchedulerOutput out;
   int budget = token_budget();
@@ -81,13 +96,9 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
   // Running sequences first, in order; when KV runs out, the last in order is preempted (possibly this one). The
   // victim is never one already scheduled in this step: those come before the current sequence.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence* seq = running_[i];
-    const int n = allocate_chunk(*seq, std::min(seq->num_uncomputed(), budget));
-    if (n > 0) {
-      const bool samples = seq->num_computed + n == static_cast<int>(seq->tokens.size());
-      out.chunks.push_back({seq, n, samples});
-      (samples && n == 1 ? out.decode_tokens : out.prefill_tokens) += n;
-      budget -= n;
+    const ScheduledChunk chunk = plan_chunk(*running_[i], budget);
+    if (chunk.num_tokens > 0) {
+      add_chunk(chunk, out, budget);
       ++i;
       continue;
     }
@@ -103,8 +114,8 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
       const int hit = kv_.match_prefix(*seq);
       if (!seq->timing.first_scheduled) seq->timing.cached_prompt_tokens = hit;
     }
-    const int n = allocate_chunk(*seq, std::min(seq->num_uncomputed(), budget));
-    if (n == 0) {
+    const ScheduledChunk chunk = plan_chunk(*seq, budget);
+    if (chunk.num_tokens == 0) {
       if (fresh) kv_.release(*seq);
       break;
     }
@@ -112,10 +123,7 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
     seq->status = SequenceStatus::running;
     if (!seq->timing.first_scheduled) seq->timing.first_scheduled = now;
     running_.push_back(seq);
-    const bool samples = seq->num_computed + n == static_cast<int>(seq->tokens.size());
-    out.chunks.push_back({seq, n, samples});
-    (samples && n == 1 ? out.decode_tokens : out.prefill_tokens) += n;
-    budget -= n;
+    add_chunk(chunk, out, budget);
   }
   return out;
 }

@@ -33,8 +33,9 @@ struct SchedulerConfig {
 
 struct ScheduledChunk {
   Sequence* seq;
-  int num_tokens;  // tokens[seq->num_computed, + num_tokens) are computed this step
-  bool samples;    // this chunk reaches the end of seq's tokens, so a new token is sampled
+  int num_tokens;     // tokens[seq->num_computed, + num_tokens) are computed this step
+  bool samples;       // this chunk reaches the end of seq's tokens, so a new token is sampled
+  int num_draft = 0;  // seq->draft's tokens verified after that last token (speculative decoding)
 };
 
 struct SchedulerOutput {
@@ -64,6 +65,11 @@ class Scheduler {
   void preempt(Sequence* seq, SchedulerOutput& out);
   // Allocates KV for the largest chunk of at most `wanted` tokens that fits (halving); 0 when none does.
   int allocate_chunk(Sequence& seq, int wanted);
+  // The chunk seq computes within `budget`, its KV allocated: the last token and its whole draft when budget and
+  // KV allow (a speculating sequence reserves room for all of it), else what allocate_chunk finds (a draft that
+  // does not fit is not verified this step). num_tokens 0 when nothing fits.
+  ScheduledChunk plan_chunk(Sequence& seq, int budget);
+  void add_chunk(const ScheduledChunk& chunk, SchedulerOutput& out, int& budget) const;
 
   SchedulerConfig config_;
   KvCacheManager& kv_;

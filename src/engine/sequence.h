@@ -27,11 +27,22 @@ struct Sequence {
   int registered_blocks = 0;                // full blocks already offered to the prefix cache
   bool cancel_requested = false;
 
+  // Speculative decoding: the draft shape (num_draft_tokens 0: this request does not speculate), the draft the
+  // drafter proposed after the last step for the next one to verify (its root is tokens.back()), and how many
+  // positions' target features the drafter has consumed.
+  speculative::DraftShape speculation;
+  speculative::DraftTree draft;
+  int draft_fed = 0;
+
   RequestTiming timing;
 
   int num_generated() const { return static_cast<int>(tokens.size()) - prompt_length; }
   // Tokens whose KV still has to be computed before the next token can be sampled.
   int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
+  bool speculates() const { return speculation.num_draft_tokens > 0; }
+  // A prefix-cache hit may not reach past what the drafter has seen: the target computes no features for cached
+  // positions, and a drafter cannot skip positions.
+  int max_prefix_hit() const { return speculates() ? draft_fed : static_cast<int>(tokens.size()); }
   // The deadline the SLO-aware policy orders by.
   TimePoint deadline(double ttft_target_seconds) const;
 };

@@ -1,0 +1,87 @@
+#include "engine/speculative/verifier.h"
+
+#include "engine/sampler.h"
+#include "util/error.h"
+
+namespace moeserve::speculative {
+namespace {
+
+// Children of each node (index draft.size() stands for the root), in the drafter's order.
+std::vector<std::vector<int32_t>> children_of(const DraftTree& draft) {
+  std::vector<std::vector<int32_t>> children(draft.size() + 1);
+  for (size_t i = 0; i < draft.size(); ++i) {
+    const int32_t parent = draft.parent[i];
+    MOESERVE_CHECK(parent >= -1 && parent < static_cast<int32_t>(i), "draft node {} has parent {} (not before it)", i,
+                   parent);
+    children[parent < 0 ? draft.size() : static_cast<size_t>(parent)].push_back(static_cast<int32_t>(i));
+  }
+  return children;
+}
+
+}  // namespace
+
+double acceptance_uniform(uint64_t seed, uint64_t sample_index, int attempt) {
+  // A stream apart from the sampler's (which uses the seed itself) for every sibling position.
+  return sampling_uniform(seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(attempt + 1)), sample_index);
+}
+
+Verdict verify_draft(const DraftTree& draft, std::span<const float> logits, int64_t vocab, const SamplingParams& params,
+                     uint64_t sample_index, std::optional<double> forced_acceptance_rate) {
+  MOESERVE_CHECK(draft.parent.size() == draft.size(), "draft has {} tokens but {} parents", draft.size(),
+                 draft.parent.size());
+  MOESERVE_CHECK(static_cast<int64_t>(logits.size()) == static_cast<int64_t>(draft.size() + 1) * vocab,
+                 "verification needs {} logits rows for a draft of {}", draft.size() + 1, draft.size());
+  const auto children = children_of(draft);
+  Verdict verdict;
+  size_t node = draft.size();  // the root
+  for (;;) {
+    const size_t row = node == draft.size() ? 0 : node + 1;
+    const std::span<const float> row_logits = logits.subspan(row * vocab, vocab);
+    const uint64_t index = sample_index + verdict.tokens.size();
+    const auto& candidates = children[node];
+    std::optional<int32_t> accepted;
+    if (forced_acceptance_rate) {
+      if (!candidates.empty() && acceptance_uniform(params.seed, index, 0) < *forced_acceptance_rate)
+        accepted = candidates.front();
+    } else if (params.greedy()) {
+      const int32_t best = argmax(row_logits);
+      for (int32_t child : candidates)
+        if (draft.tokens[child] == best) {
+          accepted = child;
+          break;
+        }
+      if (!accepted) {
+        verdict.tokens.push_back(best);
+        return verdict;
+      }
+    } else {
+      std::vector<double> weight = filtered_weights(row_logits, params);
+      double total = 0.0;
+      for (double w : weight) total += w;
+      for (size_t attempt = 0; attempt < candidates.size() && !accepted; ++attempt) {
+        const int32_t token = draft.tokens[candidates[attempt]];
+        MOESERVE_CHECK(token >= 0 && token < vocab, "draft token {} is outside the vocabulary of {}", token, vocab);
+        const double p = weight[token];
+        if (p > 0.0 && acceptance_uniform(params.seed, index, static_cast<int>(attempt)) * total < p) {
+          accepted = candidates[attempt];
+        } else {
+          weight[token] = 0.0;  // rejected: renormalise what is left (the total shrinks)
+          total -= p;
+        }
+      }
+      if (!accepted) {
+        verdict.tokens.push_back(sample_from_weights(weight, sampling_uniform(params.seed, index)));
+        return verdict;
+      }
+    }
+    if (!accepted) {  // forced acceptance rejected: the target's own sample
+      verdict.tokens.push_back(sample_token(row_logits, params, index));
+      return verdict;
+    }
+    verdict.path.push_back(*accepted);
+    verdict.tokens.push_back(draft.tokens[*accepted]);
+    node = static_cast<size_t>(*accepted);
+  }
+}
+
+}  // namespace moeserve::speculative
