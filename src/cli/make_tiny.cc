@@ -4,9 +4,11 @@
 
 #include "cli/commands.h"
 #include "model/make_tiny.h"
+#include "model/make_tiny_eagle3.h"
 #include "tokenizer/o200k.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
+#include "util/error.h"
 
 namespace moeserve::cli {
 
@@ -16,6 +18,9 @@ void register_make_tiny(CLI::App& app) {
     std::string out;
     std::string layout = "hf";
     std::string experts_format = "mxfp4";
+    bool eagle3 = false;
+    std::string target;
+    TinyEagle3Options eagle3_options;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("make-tiny", "write a deterministic GPT-OSS checkpoint with random weights");
@@ -43,7 +48,27 @@ void register_make_tiny(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shape", o.shape, "full-size dimensions with random weights")
       ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
+  // --eagle3: a draft head for an existing tiny target instead of a target.
+  auto& e = args->eagle3_options;
+  auto* eagle3 = cmd->add_flag("--eagle3", args->eagle3, "write an EAGLE-3 draft head for --target");
+  cmd->add_option("--target", args->target, "the target checkpoint the draft head is for (with --eagle3)")
+      ->needs(eagle3);
+  cmd->add_option("--draft-vocab", e.draft_vocab, "draft vocabulary size (0: min(32000, vocab / 2))")
+      ->needs(eagle3)
+      ->capture_default_str();
+  cmd->add_option("--eagle3-names", e.names, "midlayer (midlayer.*) or layers (layers.0.*)")
+      ->check(CLI::IsMember({"midlayer", "layers"}))
+      ->needs(eagle3)
+      ->capture_default_str();
+  cmd->add_flag("--eagle3-input-norm", e.input_norm, "norm_before_fc, with input_norm.weight")->needs(eagle3);
   cmd->callback([args] {
+    if (args->eagle3) {
+      MOESERVE_CHECK(!args->target.empty(), "make-tiny --eagle3 needs --target DIR");
+      args->eagle3_options.seed = args->options.seed;
+      make_tiny_eagle3(args->eagle3_options, args->target, args->out);
+      fmt::print("wrote {}\n", args->out);
+      return;
+    }
     args->options.layout = args->layout == "hf" ? CheckpointLayout::huggingface : CheckpointLayout::original;
     args->options.expert_format = args->experts_format == "mxfp4" ? ExpertFormat::mxfp4 : ExpertFormat::dense;
     make_tiny_checkpoint(args->options, args->out);

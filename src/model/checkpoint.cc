@@ -1,9 +1,9 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
-#include <set>
 
 #include "model/mxfp4.h"
+#include "model/tensor_binder.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -26,66 +26,9 @@ float ExpertMatrix::weight(int64_t expert, int64_t row, int64_t col) const {
 
 namespace {
 
-// Binds tensors by name, checks shape and dtype, and remembers which tensors were used so that
-// leftovers (a config that says fewer layers or experts than the files hold) are reported.
-class Binder {
- public:
-  explicit Binder(const TensorStore& store) : store_(store) {}
-
-  const TensorView& tensor(const std::string& name, const std::vector<int64_t>& shape,
-                           std::initializer_list<DType> dtypes) {
-    const TensorView& view = store_.get(name);
-    MOESERVE_CHECK(view.shape == shape, "{}: expected shape [{}] from config.json", view.describe(),
-                   fmt::join(shape, ", "));
-    bool dtype_ok = false;
-    for (DType d : dtypes) dtype_ok = dtype_ok || view.dtype == d;
-    MOESERVE_CHECK(dtype_ok, "{}: dtype {} is not allowed here", view.describe(), dtype_name(view.dtype));
-    used_.insert(name);
-    return view;
-  }
-
-  bool has(const std::string& name) const { return store_.find(name) != nullptr; }
-
-  Matrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const TensorView& view = tensor(name, {rows, cols}, {DType::BF16, DType::F32});
-    return Matrix{view.dtype, view.bytes.data(), rows, cols};
-  }
-
-  std::vector<float> vector(const std::string& name, int64_t size) {
-    const TensorView& view = tensor(name, {size}, {DType::BF16, DType::F32});
-    return to_floats(view, 0, size);
-  }
-
-  // A contiguous row range of a fused [rows, cols] matrix (the original layout's qkv).
-  Matrix matrix_rows(const TensorView& view, int64_t first_row, int64_t rows) {
-    int64_t cols = view.shape[1];
-    return Matrix{view.dtype, view.bytes.data() + first_row * cols * static_cast<int64_t>(dtype_size(view.dtype)),
-                  rows, cols};
-  }
-
-  static std::vector<float> to_floats(const TensorView& view, int64_t offset, int64_t count) {
-    std::vector<float> out(count);
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t j = offset + i;
-      out[i] = view.dtype == DType::BF16 ? bf16_to_float(reinterpret_cast<const uint16_t*>(view.bytes.data())[j])
-                                         : reinterpret_cast<const float*>(view.bytes.data())[j];
-    }
-    return out;
-  }
-
-  void check_all_used() const {
-    for (const auto& name : store_.names())
-      MOESERVE_CHECK(used_.contains(name), "{}: not part of a GPT-OSS model with this config.json",
-                     store_.get(name).describe());
-  }
-
- private:
-  const TensorStore& store_;
-  std::set<std::string> used_;
-};
-
-ExpertMatrix bind_mxfp4(Binder& binder, const std::string& prefix, const std::string& bias_name, int64_t experts,
-                        int64_t out, int64_t in, const char* blocks_suffix, const char* scales_suffix) {
+ExpertMatrix bind_mxfp4(TensorBinder& binder, const std::string& prefix, const std::string& bias_name,
+                        int64_t experts, int64_t out, int64_t in, const char* blocks_suffix,
+                        const char* scales_suffix) {
   ExpertMatrix m;
   m.format = ExpertFormat::mxfp4;
   m.num_experts = experts;
@@ -96,11 +39,11 @@ ExpertMatrix bind_mxfp4(Binder& binder, const std::string& prefix, const std::st
                  .bytes.data();
   m.scales = binder.tensor(prefix + scales_suffix, {experts, out, in / kMxfp4BlockSize}, {DType::U8}).bytes.data();
   const TensorView& bias = binder.tensor(bias_name, {experts, out}, {DType::BF16, DType::F32});
-  m.bias = Binder::to_floats(bias, 0, experts * out);
+  m.bias = TensorBinder::to_floats(bias, 0, experts * out);
   return m;
 }
 
-ExpertMatrix bind_dense_experts(Binder& binder, const std::string& name, const std::string& bias_name,
+ExpertMatrix bind_dense_experts(TensorBinder& binder, const std::string& name, const std::string& bias_name,
                                 int64_t experts, int64_t out, int64_t in) {
   ExpertMatrix m;
   m.format = ExpertFormat::dense;
@@ -109,7 +52,8 @@ ExpertMatrix bind_dense_experts(Binder& binder, const std::string& name, const s
   m.in_features = in;
   const TensorView& view = binder.tensor(name, {experts, in, out}, {DType::BF16, DType::F32});
   m.dense = Matrix{view.dtype, view.bytes.data(), experts * in, out};
-  m.bias = Binder::to_floats(binder.tensor(bias_name, {experts, out}, {DType::BF16, DType::F32}), 0, experts * out);
+  const TensorView& bias = binder.tensor(bias_name, {experts, out}, {DType::BF16, DType::F32});
+  m.bias = TensorBinder::to_floats(bias, 0, experts * out);
   return m;
 }
 
@@ -142,7 +86,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
 
 void Checkpoint::bind_weights() {
   const ModelConfig& c = config_;
-  Binder binder(store_);
+  TensorBinder binder(store_);
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size,
                 V = c.vocab_size;
   const bool hf = c.layout == CheckpointLayout::huggingface;
@@ -181,13 +125,13 @@ void Checkpoint::bind_weights() {
       std::string p = fmt::format("block.{}.", i);
       l.attn_norm = binder.vector(p + "attn.norm.scale", H);
       const TensorView& qkv = binder.tensor(p + "attn.qkv.weight", {Q + 2 * KV, H}, {DType::BF16, DType::F32});
-      l.q = binder.matrix_rows(qkv, 0, Q);
-      l.k = binder.matrix_rows(qkv, Q, KV);
-      l.v = binder.matrix_rows(qkv, Q + KV, KV);
+      l.q = TensorBinder::matrix_rows(qkv, 0, Q);
+      l.k = TensorBinder::matrix_rows(qkv, Q, KV);
+      l.v = TensorBinder::matrix_rows(qkv, Q + KV, KV);
       const TensorView& qkv_bias = binder.tensor(p + "attn.qkv.bias", {Q + 2 * KV}, {DType::BF16, DType::F32});
-      l.q_bias = Binder::to_floats(qkv_bias, 0, Q);
-      l.k_bias = Binder::to_floats(qkv_bias, Q, KV);
-      l.v_bias = Binder::to_floats(qkv_bias, Q + KV, KV);
+      l.q_bias = TensorBinder::to_floats(qkv_bias, 0, Q);
+      l.k_bias = TensorBinder::to_floats(qkv_bias, Q, KV);
+      l.v_bias = TensorBinder::to_floats(qkv_bias, Q + KV, KV);
       l.o = binder.matrix(p + "attn.out.weight", H, Q);
       l.o_bias = binder.vector(p + "attn.out.bias", H);
       l.sinks = binder.vector(p + "attn.sinks", c.num_heads);
@@ -198,7 +142,7 @@ void Checkpoint::bind_weights() {
       l.mlp2 = bind_mxfp4(binder, p + "mlp.mlp2_weight", p + "mlp.mlp2_bias", E, H, I, ".blocks", ".scales");
     }
   }
-  binder.check_all_used();
+  binder.check_all_used("a GPT-OSS model");
 }
 
 }  // namespace moeserve

@@ -6,27 +6,12 @@
 
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_fields.h"
 
 namespace moeserve {
 namespace {
 
 using nlohmann::json;
-
-template <typename T>
-T required(const json& j, const char* key, const std::string& where) {
-  MOESERVE_CHECK(j.contains(key), "{}: missing \"{}\"", where, key);
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    fail("{}: \"{}\" has the wrong type ({})", where, key, j.at(key).dump());
-  }
-}
-
-template <typename T>
-T optional(const json& j, const char* key, T fallback, const std::string& where) {
-  if (!j.contains(key) || j.at(key).is_null()) return fallback;
-  return required<T>(j, key, where);
-}
 
 std::vector<AttentionKind> alternating_layer_types(int num_layers) {
   // Sliding on even layers (0, 2, ...), full on odd ones: gpt_oss/torch and HF's default layer_types.
@@ -36,17 +21,17 @@ std::vector<AttentionKind> alternating_layer_types(int num_layers) {
 }
 
 void parse_rope_parameters(const json& rope, RopeConfig& out, const std::string& where) {
-  std::string type = optional<std::string>(rope, "rope_type", optional<std::string>(rope, "type", "yarn", where),
-                                           where);
+  std::string type = optional_field<std::string>(
+      rope, "rope_type", optional_field<std::string>(rope, "type", "yarn", where), where);
   MOESERVE_CHECK(type == "yarn", "{}: rope_type \"{}\" is not supported (GPT-OSS uses yarn)", where, type);
-  out.factor = optional<double>(rope, "factor", out.factor, where);
-  out.beta_fast = optional<double>(rope, "beta_fast", out.beta_fast, where);
-  out.beta_slow = optional<double>(rope, "beta_slow", out.beta_slow, where);
+  out.factor = optional_field<double>(rope, "factor", out.factor, where);
+  out.beta_fast = optional_field<double>(rope, "beta_fast", out.beta_fast, where);
+  out.beta_slow = optional_field<double>(rope, "beta_slow", out.beta_slow, where);
   out.original_max_position =
-      optional<int64_t>(rope, "original_max_position_embeddings", out.original_max_position, where);
-  out.truncate = optional<bool>(rope, "truncate", true, where);
-  out.attention_factor = optional<double>(rope, "attention_factor", 0.0, where);
-  out.theta = optional<double>(rope, "rope_theta", out.theta, where);
+      optional_field<int64_t>(rope, "original_max_position_embeddings", out.original_max_position, where);
+  out.truncate = optional_field<bool>(rope, "truncate", true, where);
+  out.attention_factor = optional_field<double>(rope, "attention_factor", 0.0, where);
+  out.theta = optional_field<double>(rope, "rope_theta", out.theta, where);
 }
 
 }  // namespace
@@ -84,33 +69,33 @@ void ModelConfig::validate(const std::string& where) const {
 
 ModelConfig parse_hf_config(const json& j, const std::string& where) {
   MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
-  std::string model_type = required<std::string>(j, "model_type", where);
+  std::string model_type = required_field<std::string>(j, "model_type", where);
   MOESERVE_CHECK(model_type == "gpt_oss", "{}: unknown model_type \"{}\" (moeserve serves gpt_oss)", where,
                  model_type);
   ModelConfig c;
   c.layout = CheckpointLayout::huggingface;
-  c.num_layers = required<int>(j, "num_hidden_layers", where);
-  c.hidden_size = required<int>(j, "hidden_size", where);
-  c.num_heads = required<int>(j, "num_attention_heads", where);
-  c.num_kv_heads = required<int>(j, "num_key_value_heads", where);
-  c.head_dim = optional<int>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, where);
-  c.num_experts = required<int>(j, "num_local_experts", where);
+  c.num_layers = required_field<int>(j, "num_hidden_layers", where);
+  c.hidden_size = required_field<int>(j, "hidden_size", where);
+  c.num_heads = required_field<int>(j, "num_attention_heads", where);
+  c.num_kv_heads = required_field<int>(j, "num_key_value_heads", where);
+  c.head_dim = optional_field<int>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, where);
+  c.num_experts = required_field<int>(j, "num_local_experts", where);
   c.experts_per_token =
-      optional<int>(j, "num_experts_per_tok", optional<int>(j, "experts_per_token", 0, where), where);
-  c.intermediate_size = required<int>(j, "intermediate_size", where);
-  c.vocab_size = required<int>(j, "vocab_size", where);
-  c.sliding_window = required<int>(j, "sliding_window", where);
-  c.rms_norm_eps = optional<double>(j, "rms_norm_eps", 1e-5, where);
-  c.swiglu_limit = optional<float>(j, "swiglu_limit", 7.0f, where);
-  c.swiglu_alpha = optional<float>(j, "swiglu_alpha", 1.702f, where);
-  c.rope.theta = optional<double>(j, "rope_theta", c.rope.theta, where);
+      optional_field<int>(j, "num_experts_per_tok", optional_field<int>(j, "experts_per_token", 0, where), where);
+  c.intermediate_size = required_field<int>(j, "intermediate_size", where);
+  c.vocab_size = required_field<int>(j, "vocab_size", where);
+  c.sliding_window = required_field<int>(j, "sliding_window", where);
+  c.rms_norm_eps = optional_field<double>(j, "rms_norm_eps", 1e-5, where);
+  c.swiglu_limit = optional_field<float>(j, "swiglu_limit", 7.0f, where);
+  c.swiglu_alpha = optional_field<float>(j, "swiglu_alpha", 1.702f, where);
+  c.rope.theta = optional_field<double>(j, "rope_theta", c.rope.theta, where);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     parse_rope_parameters(j["rope_scaling"], c.rope, where + " rope_scaling");
   else if (j.contains("rope_parameters") && !j["rope_parameters"].is_null())
     parse_rope_parameters(j["rope_parameters"], c.rope, where + " rope_parameters");
   else
     fail("{}: neither rope_scaling nor rope_parameters is given", where);
-  c.max_position_embeddings = optional<int64_t>(
+  c.max_position_embeddings = optional_field<int64_t>(
       j, "max_position_embeddings", static_cast<int64_t>(c.rope.original_max_position * c.rope.factor), where);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     MOESERVE_CHECK(j["layer_types"].is_array(), "{}: layer_types is not an array", where);
@@ -127,7 +112,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& where) {
     c.layer_types = alternating_layer_types(c.num_layers);
   }
   if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-    std::string method = optional<std::string>(j["quantization_config"], "quant_method", "", where);
+    std::string method = optional_field<std::string>(j["quantization_config"], "quant_method", "", where);
     MOESERVE_CHECK(method == "mxfp4", "{}: quantization method \"{}\" is not supported (mxfp4 or none)", where,
                    method);
   }
@@ -147,22 +132,22 @@ ModelConfig parse_original_config(const json& j, const std::string& where) {
   MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
   ModelConfig c;
   c.layout = CheckpointLayout::original;
-  c.num_layers = required<int>(j, "num_hidden_layers", where);
-  c.hidden_size = required<int>(j, "hidden_size", where);
-  c.num_heads = required<int>(j, "num_attention_heads", where);
-  c.num_kv_heads = required<int>(j, "num_key_value_heads", where);
-  c.head_dim = required<int>(j, "head_dim", where);
-  c.num_experts = required<int>(j, "num_experts", where);
-  c.experts_per_token = required<int>(j, "experts_per_token", where);
-  c.intermediate_size = required<int>(j, "intermediate_size", where);
-  c.vocab_size = required<int>(j, "vocab_size", where);
-  c.sliding_window = required<int>(j, "sliding_window", where);
-  c.swiglu_limit = required<float>(j, "swiglu_limit", where);
-  c.rope.theta = required<double>(j, "rope_theta", where);
-  c.rope.factor = required<double>(j, "rope_scaling_factor", where);
-  c.rope.beta_slow = required<double>(j, "rope_ntk_alpha", where);
-  c.rope.beta_fast = required<double>(j, "rope_ntk_beta", where);
-  c.rope.original_max_position = required<int64_t>(j, "initial_context_length", where);
+  c.num_layers = required_field<int>(j, "num_hidden_layers", where);
+  c.hidden_size = required_field<int>(j, "hidden_size", where);
+  c.num_heads = required_field<int>(j, "num_attention_heads", where);
+  c.num_kv_heads = required_field<int>(j, "num_key_value_heads", where);
+  c.head_dim = required_field<int>(j, "head_dim", where);
+  c.num_experts = required_field<int>(j, "num_experts", where);
+  c.experts_per_token = required_field<int>(j, "experts_per_token", where);
+  c.intermediate_size = required_field<int>(j, "intermediate_size", where);
+  c.vocab_size = required_field<int>(j, "vocab_size", where);
+  c.sliding_window = required_field<int>(j, "sliding_window", where);
+  c.swiglu_limit = required_field<float>(j, "swiglu_limit", where);
+  c.rope.theta = required_field<double>(j, "rope_theta", where);
+  c.rope.factor = required_field<double>(j, "rope_scaling_factor", where);
+  c.rope.beta_slow = required_field<double>(j, "rope_ntk_alpha", where);
+  c.rope.beta_fast = required_field<double>(j, "rope_ntk_beta", where);
+  c.rope.original_max_position = required_field<int64_t>(j, "initial_context_length", where);
   c.rope.truncate = false;  // gpt_oss/torch/model.py never rounds the correction range
   c.max_position_embeddings = static_cast<int64_t>(c.rope.original_max_position * c.rope.factor);
   c.layer_types = alternating_layer_types(c.num_layers);

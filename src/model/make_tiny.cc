@@ -6,6 +6,7 @@
 
 #include "model/mxfp4.h"
 #include "model/safetensors.h"
+#include "model/tiny_random.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -14,42 +15,15 @@
 namespace moeserve {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t name_key(uint64_t seed, const std::string& name) {
-  uint64_t h = splitmix64(seed);
-  for (unsigned char ch : name) h = splitmix64(h ^ ch);
-  return h;
-}
-
-// Element i of a tensor: a 64-bit hash, independent of generation order (so tensors fill in parallel).
-uint64_t element_bits(uint64_t key, uint64_t i) { return splitmix64(key ^ splitmix64(i)); }
-
-// Approximately standard normal (Irwin-Hall of four uniforms, variance 1): integer conversions, sums and one
-// multiplication, all exactly rounded, so the result is the same on every IEEE machine and libm.
-float element_normal(uint64_t bits) {
-  float sum = 0.0f;
-  for (int j = 0; j < 4; ++j) sum += static_cast<float>((bits >> (16 * j)) & 0xffff) * (1.0f / 65536.0f);
-  return (sum - 2.0f) * 1.7320508f;
-}
+using tiny_random::element_bits;
+using tiny_random::name_key;
 
 struct Generator {
   uint64_t seed;
   ThreadPool* pool;
 
   std::vector<uint8_t> bf16_normal(const std::string& name, int64_t n, float mean, float std) const {
-    std::vector<uint8_t> bytes(n * 2);
-    auto* out = reinterpret_cast<uint16_t*>(bytes.data());
-    uint64_t key = name_key(seed, name);
-    pool->parallel_for(n, 1 << 16, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) out[i] = float_to_bf16(mean + std * element_normal(element_bits(key, i)));
-    });
-    return bytes;
+    return tiny_random::bf16_normal(*pool, seed, name, n, mean, std);
   }
 
   std::vector<uint8_t> fp4_blocks(const std::string& name, int64_t n) const {

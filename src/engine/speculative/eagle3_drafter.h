@@ -1,0 +1,102 @@
+// The EAGLE-3 draft head on the CPU: one Llama decoder layer over fused target features and token embeddings,
+// with its own paged KV per sequence (../shared/reference/eagle3-and-speed-bench.md section 1.2). It implements
+// Drafter: each call rolls a sequence back to the call's start position, extends the KV over the newly verified
+// positions with the target's features, then drafts a chain or an EAGLE-2/3 dynamic tree (eagle3_tree.h) whose
+// speculative KV is dropped before returning.
+//
+// Arithmetic is the CPU runner's (runner/cpu/ops.h: fp32 over bf16/f32 weights converted exactly, dot products in
+// one canonical order), so a sequence gets the same draft in any batch.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/kv_blocks.h"
+#include "engine/speculative/drafter.h"
+#include "engine/speculative/eagle3_checkpoint.h"
+#include "model/checkpoint.h"
+#include "util/thread_pool.h"
+
+namespace moeserve::speculative {
+
+// What the drafter needs of the target model: its shape, and its token embedding and unembedding for heads
+// that share them. The owner keeps the matrices' memory alive.
+struct Eagle3Target {
+  int num_layers = 0;
+  int hidden_size = 0;
+  int vocab_size = 0;
+  Matrix embedding;    // [vocab, hidden]
+  Matrix unembedding;  // [vocab, hidden]
+  std::shared_ptr<const void> owner;
+
+  static Eagle3Target of(std::shared_ptr<const Checkpoint> checkpoint);
+};
+
+struct Eagle3DrafterOptions {
+  int block_size = 16;     // token slots per KV block
+  int64_t num_blocks = 0;  // blocks in the drafter's own pool (kv_block_bytes() each); must be positive
+  size_t threads = 0;      // 0: one per hardware thread
+};
+
+class Eagle3Drafter : public Drafter {
+ public:
+  Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagle3Target target, Eagle3DrafterOptions options);
+
+  // Bytes one block of the drafter's KV pool takes: K and V of block_size tokens (fp32).
+  static size_t kv_block_bytes(const Eagle3Config& config, int block_size);
+
+  std::vector<int> aux_layers() const override { return draft_->config().aux_layer_ids; }
+  void propose(std::span<const DraftInput> inputs, std::vector<DraftTree>& out) override {
+    propose_scored(inputs, out, nullptr);
+  }
+  // propose(), also giving each draft node's cumulative draft log-probability (parallel to out[i].tokens): the
+  // numbers the tree search ranked by, which the tests check against a plain re-computation.
+  void propose_scored(std::span<const DraftInput> inputs, std::vector<DraftTree>& out,
+                      std::vector<std::vector<float>>* scores);
+  void release(uint64_t sequence_id) override;
+
+  const Eagle3Config& config() const { return draft_->config(); }
+  // Positions of the sequence whose KV the drafter holds (0 for one it does not know).
+  int32_t cached_positions(uint64_t sequence_id) const;
+  int64_t free_blocks() const { return pool_.num_available(); }
+
+ private:
+  struct SequenceKv {
+    std::vector<int32_t> blocks;
+    int32_t length = 0;  // slots [0, length) hold committed positions
+  };
+  // One token through the decoder layer: its RoPE position, the KV slot it writes and the slots it attends to
+  // (all of [0, prefix), then `extra`, which ends with its own slot).
+  struct Row {
+    SequenceKv* kv;
+    int32_t token;
+    int32_t position;
+    int32_t slot;
+    int32_t prefix;
+    std::vector<int32_t> extra;
+  };
+
+  void truncate(SequenceKv& kv, int32_t length);
+  void reserve_slots(SequenceKv& kv, int32_t slots, uint64_t sequence_id);
+  float* kv_slot(const SequenceKv& kv, int32_t slot, int which);
+  // g [n, feature_width] target features -> [n, hidden] fused inputs.
+  void fuse_features(const float* features, int64_t n, float* g);
+  // The decoder layer over rows with inputs g [R, hidden]; writes the rows' KV and their prenorm outputs h2.
+  void forward_rows(const std::vector<Row>& rows, const float* g, float* h2);
+  // Draft log-probabilities [R, draft_vocab] of prenorm outputs h2 [R, hidden].
+  void draft_log_probs(const float* h2, int64_t R, std::vector<float>& out);
+  int32_t to_target(int32_t draft_id) const;
+
+  std::shared_ptr<const Eagle3Checkpoint> draft_;
+  Eagle3Target target_;
+  Matrix embedding_;  // the draft's own, or the target's
+  Matrix lm_head_;
+  std::vector<float> inv_freq_;
+  ThreadPool pool_threads_;
+  KvBlockPool pool_;
+  std::vector<float> kv_cache_;  // [num_blocks, block_size, 2, kv_dim]
+  std::unordered_map<uint64_t, SequenceKv> sequences_;
+};
+
+}  // namespace moeserve::speculative

@@ -1,0 +1,175 @@
+// EAGLE-3 draft head loading: both exporter namings, the optional tensors, and every kind of bad tensor named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "eagle3_fixture.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace moeserve::speculative {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::draft_options;
+using testing::tiny_draft_dir;
+using testing::tiny_target;
+
+void expect_open_fails(const std::string& dir, std::initializer_list<std::string> parts) {
+  try {
+    Eagle3Checkpoint::open(dir, tiny_target()->config());
+    ADD_FAILURE() << "opened " << dir << " without error";
+  } catch (const Error& e) {
+    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// A copy of a draft directory whose tensors went through `edit` (which may drop, add or reshape them).
+std::string edited_copy(const std::string& from, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+  std::string dir = moeserve::testing::temp_dir("eagle3-edit");
+  fs::copy_file(fs::path(from) / "config.json", fs::path(dir) / "config.json");
+  auto file = std::make_shared<SafetensorsFile>((fs::path(from) / "model.safetensors").string());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, view] : file->tensors()) {
+    const TensorView* source = &view;
+    tensors.push_back({name, view.dtype, view.shape, [file, source] {
+                         return std::vector<uint8_t>(source->bytes.begin(), source->bytes.end());
+                       }});
+  }
+  edit(tensors);
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), std::move(tensors));
+  return dir;
+}
+
+std::string edited_config(const std::string& from, const std::function<void(nlohmann::json&)>& edit) {
+  std::string dir = moeserve::testing::temp_dir("eagle3-config");
+  fs::copy_file(fs::path(from) / "model.safetensors", fs::path(dir) / "model.safetensors");
+  nlohmann::json config = read_json_file((fs::path(from) / "config.json").string());
+  edit(config);
+  write_text_file((fs::path(dir) / "config.json").string(), config.dump(2));
+  return dir;
+}
+
+void drop(std::vector<TensorToWrite>& tensors, const std::string& name) {
+  std::erase_if(tensors, [&](const TensorToWrite& t) { return t.name == name; });
+}
+
+// Gives the tensor another shape (zeros of its dtype).
+void reshape(std::vector<TensorToWrite>& tensors, const std::string& name, std::vector<int64_t> shape) {
+  for (auto& t : tensors) {
+    if (t.name != name) continue;
+    int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype));
+    for (int64_t d : shape) bytes *= d;
+    t.shape = shape;
+    t.fill = [bytes] { return std::vector<uint8_t>(bytes, 0); };
+  }
+}
+
+TEST(Eagle3Checkpoint, OpensBothNamings) {
+  for (std::string names : {"midlayer", "layers"}) {
+    auto draft = Eagle3Checkpoint::open(tiny_draft_dir(draft_options(names)), tiny_target()->config());
+    const Eagle3Config& c = draft->config();
+    EXPECT_EQ(draft->layer_prefix(), names == "midlayer" ? "midlayer." : "layers.0.");
+    EXPECT_EQ(c.hidden_size, 64);
+    EXPECT_EQ(c.draft_vocab_size, 128);
+    EXPECT_EQ(c.aux_layer_ids, (std::vector<int>{0, 2, 3}));
+    const Eagle3Weights& w = draft->weights();
+    EXPECT_EQ(w.fc.rows, 64);
+    EXPECT_EQ(w.fc.cols, 3 * 64);
+    EXPECT_EQ(w.q.cols, 128);
+    EXPECT_TRUE(w.lm_head.has_value());
+    EXPECT_FALSE(w.embed_tokens.has_value());
+    EXPECT_TRUE(w.input_norm.empty());
+    ASSERT_EQ(w.d2t.size(), 128u);
+    // Ascending target ids spread over the vocabulary: draft id 1 is target id 4 (512 / 128).
+    EXPECT_EQ(1 + w.d2t[1], 4);
+    EXPECT_EQ(127 + w.d2t[127], 508);
+  }
+  auto normed = Eagle3Checkpoint::open(tiny_draft_dir(draft_options("midlayer", true)), tiny_target()->config());
+  EXPECT_TRUE(normed->config().norm_before_fc);
+  EXPECT_EQ(normed->weights().input_norm.size(), 3u * 64);
+}
+
+TEST(Eagle3Checkpoint, OptionalTensorsFallBackToTheTarget) {
+  // A full-vocabulary head without lm_head and d2t uses the target's unembedding; embed_tokens is read when present.
+  const std::string base = tiny_draft_dir(draft_options());
+  std::string dir = edited_copy(base, [](auto& tensors) {
+    drop(tensors, "lm_head.weight");
+    drop(tensors, "d2t");
+    tensors.push_back({"embed_tokens.weight", DType::F32, {512, 64},
+                       [] { return std::vector<uint8_t>(512 * 64 * 4, 0); }});
+  });
+  nlohmann::json config = read_json_file(dir + "/config.json");
+  config["draft_vocab_size"] = 512;
+  write_text_file(dir + "/config.json", config.dump());
+  auto draft = Eagle3Checkpoint::open(dir, tiny_target()->config());
+  EXPECT_FALSE(draft->weights().lm_head.has_value());
+  EXPECT_TRUE(draft->weights().d2t.empty());
+  ASSERT_TRUE(draft->weights().embed_tokens.has_value());
+  EXPECT_EQ(draft->weights().embed_tokens->dtype, DType::F32);
+}
+
+TEST(Eagle3Checkpoint, MissingAndIllShapedTensorsAreNamed) {
+  const std::string base = tiny_draft_dir(draft_options());
+  expect_open_fails(edited_copy(base, [](auto& t) { drop(t, "midlayer.mlp.up_proj.weight"); }),
+                    {"midlayer.mlp.up_proj.weight"});
+  expect_open_fails(edited_copy(base, [](auto& t) { drop(t, "fc.weight"); }), {"fc.weight"});
+  expect_open_fails(edited_copy(base, [](auto& t) { reshape(t, "midlayer.self_attn.q_proj.weight", {128, 256}); }),
+                    {"midlayer.self_attn.q_proj.weight", "[128, 256]", "expected shape [256, 128]"});
+  expect_open_fails(edited_copy(base, [](auto& t) { reshape(t, "fc.weight", {64, 128}); }),
+                    {"fc.weight", "expected shape [64, 192]"});
+  expect_open_fails(edited_copy(base, [](auto& t) { reshape(t, "midlayer.hidden_norm.weight", {32}); }),
+                    {"midlayer.hidden_norm.weight", "expected shape [64]"});
+  expect_open_fails(edited_copy(base,
+                                [](auto& t) {
+                                  for (auto& x : t)
+                                    if (x.name == "d2t") x.dtype = DType::I32;
+                                  reshape(t, "d2t", {128});
+                                }),
+                    {"d2t", "dtype I32"});
+  expect_open_fails(edited_copy(base,
+                                [](auto& t) {
+                                  t.push_back({"midlayer.self_attn.q_proj.bias", DType::BF16, {256},
+                                               [] { return std::vector<uint8_t>(512, 0); }});
+                                }),
+                    {"midlayer.self_attn.q_proj.bias", "not part of an EAGLE-3 draft head"});
+  expect_open_fails(edited_copy(base,
+                                [](auto& t) {
+                                  for (auto& x : t)
+                                    if (x.name == "d2t")
+                                      x.fill = [] {
+                                        std::vector<uint8_t> bytes(128 * 8, 0);
+                                        bytes[5 * 8] = 200;  // draft id 5 -> 205; id 127 still fine
+                                        bytes[127 * 8] = 0xff;  // offset 255: 127 + 255 = 382
+                                        bytes[126 * 8 + 1] = 0x04;  // offset 1024: outside 512
+                                        return bytes;
+                                      };
+                                }),
+                    {"d2t", "draft id 126", "1150", "vocabulary of 512"});
+  expect_open_fails(edited_copy(base, [](auto& t) { drop(t, "d2t"); }), {"draft_vocab_size", "no d2t"});
+  expect_open_fails(edited_copy(base, [](auto& t) { drop(t, "lm_head.weight"); }),
+                    {"no lm_head.weight", "unembedding"});
+  expect_open_fails(edited_copy(base,
+                                [](auto& t) {
+                                  drop(t, "midlayer.self_attn.q_proj.weight");
+                                }),
+                    {"neither midlayer.self_attn.q_proj.weight nor layers.0.self_attn.q_proj.weight"});
+}
+
+TEST(Eagle3Checkpoint, ConfigAndTensorsMustAgree) {
+  const std::string base = tiny_draft_dir(draft_options());
+  expect_open_fails(edited_config(base, [](auto& c) { c["eagle_config"]["norm_before_fc"] = true; }),
+                    {"norm_before_fc", "input_norm.weight is absent"});
+  expect_open_fails(edited_config(tiny_draft_dir(draft_options("midlayer", true)),
+                                  [](auto& c) { c["eagle_config"].erase("norm_before_fc"); }),
+                    {"input_norm.weight", "not part of an EAGLE-3 draft head"});
+  expect_open_fails(edited_config(base, [](auto& c) { c["vocab_size"] = 1024; }),
+                    {"vocab_size", "1024", "the target's 512"});
+  expect_open_fails(
+      edited_config(base, [](auto& c) { c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {0, 9}; }),
+      {"layer 9", "4 layers"});
+}
+
+}  // namespace
+}  // namespace moeserve::speculative
