@@ -7,16 +7,6 @@
 #include "util/error.h"
 
 namespace moeserve {
-namespace {
-
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 void validate_sampling_params(const SamplingParams& p) {
   MOESERVE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature {} must be >= 0",
@@ -31,11 +21,6 @@ int32_t argmax(std::span<const float> logits) {
   for (size_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   return best;
-}
-
-double sampling_uniform(uint64_t seed, uint64_t sample_index) {
-  uint64_t bits = mix64(mix64(seed) ^ mix64(sample_index + 0x5851f42d4c957f2dull));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
 std::vector<double> filtered_weights(std::span<const float> logits, const SamplingParams& params) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/sampling_uniform.h"  // sampling_uniform(seed, sample_index): the draw, shared with the GPU
 
 namespace moeserve {
 
@@ -14,9 +15,6 @@ namespace moeserve {
 void validate_sampling_params(const SamplingParams& params);
 
 int32_t argmax(std::span<const float> logits);
-
-// The uniform draw in [0, 1) for a sequence's sample_index-th token.
-double sampling_uniform(uint64_t seed, uint64_t sample_index);
 
 // The request's distribution over the vocabulary up to normalisation: temperature, then top-k, top-p and min-p
 // zero the tokens they drop (greedy: one-hot at the argmax). Speculative verification accepts and resamples from it.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/sampler.h"
 #include "model/make_tiny.h"
 #include "util/error.h"
 
@@ -50,6 +49,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
 CudaRunner::~CudaRunner() {
   clear_graphs();
   if (staging_ != nullptr) cudaFreeHost(staging_);
+  if (sample_staging_ != nullptr) cudaFreeHost(sample_staging_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -282,20 +282,23 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
     graphs_[bucket] = exec;
   }
 
-  // Real rows come first; graph padding rows follow and are dropped.
+  // Real rows come first; graph padding rows follow and are dropped. Every row has its argmax (in the step, so in
+  // the graph); rows that sample overwrite theirs with the sampling kernel's token.
   const auto& rows = meta_.rows();
   int64_t R = 0;
-  bool host_sampling = false;
+  std::vector<SampleRow> sample_rows;
   for (const StepRow& row : rows) {
     if (row.step == nullptr) break;
+    if (row.step->sampling != nullptr && !row.step->sampling->greedy())
+      sample_rows.push_back({static_cast<int32_t>(R), row.sample_index, *row.step->sampling});
     ++R;
-    host_sampling |= row.step->sampling != nullptr && !row.step->sampling->greedy();
   }
+  sample(sample_rows);
   const int64_t V = config_.vocab_size;
-  std::vector<int32_t> greedy(R);
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(greedy.data(), sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
+  std::vector<int32_t> tokens(R);
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
   output.logits.clear();
-  if (batch.return_logits || host_sampling) {
+  if (batch.return_logits) {
     output.logits.resize(R * V);
     MOESERVE_CUDA_CHECK(
         cudaMemcpyAsync(output.logits.data(), logits_.get(), R * V * 4, cudaMemcpyDeviceToHost, stream_));
@@ -303,16 +306,23 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   output.rows = R;
   output.sampled.assign(R, -1);
-  for (int64_t r = 0; r < R; ++r) {
-    const SamplingParams* sampling = rows[r].step->sampling;
-    if (sampling == nullptr) continue;
-    // Greedy rows are sampled on the GPU; other filters run on the host over the copied row.
-    output.sampled[r] = sampling->greedy()
-                            ? greedy[r]
-                            : sample_token({output.logits.data() + r * V, static_cast<size_t>(V)}, *sampling,
-                                           rows[r].sample_index);
+  for (int64_t r = 0; r < R; ++r)
+    if (rows[r].step->sampling != nullptr) output.sampled[r] = tokens[r];
+}
+
+void CudaRunner::sample(const std::vector<SampleRow>& sample_rows) {
+  if (sample_rows.empty()) return;
+  const size_t bytes = sample_rows.size() * sizeof(SampleRow);
+  if (bytes > sample_staging_bytes_) {
+    if (sample_staging_ != nullptr) MOESERVE_CUDA_CHECK(cudaFreeHost(sample_staging_));
+    sample_staging_bytes_ = std::max(bytes, size_t{256} * sizeof(SampleRow));
+    MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sample_staging_), sample_staging_bytes_));
+    sample_rows_.grow(sample_staging_bytes_);
   }
-  if (!batch.return_logits) output.logits.clear();
+  std::copy(sample_rows.begin(), sample_rows.end(), sample_staging_);
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.get(), sample_staging_, bytes, cudaMemcpyHostToDevice, stream_));
+  launch_sample(stream_, logits_.as<float>(), config_.vocab_size, sample_rows_.as<SampleRow>(),
+                static_cast<int>(sample_rows.size()), sampled_.as<int32_t>());
 }
 
 }  // namespace moeserve::cuda

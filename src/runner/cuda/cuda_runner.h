@@ -61,6 +61,8 @@ class CudaRunner : public ModelRunner {
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
   void clear_graphs();
+  // Rows that sample (not greedy): their tokens replace the argmax in sampled_ (sampling.cu).
+  void sample(const std::vector<SampleRow>& sample_rows);
 
   ModelConfig config_;
   DeviceWeights weights_;
@@ -86,6 +88,9 @@ class CudaRunner : public ModelRunner {
   DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
       partial_, logits_in_, logits_, sampled_;
   MoeBuffers moe_;
+  SampleRow* sample_staging_ = nullptr;  // pinned host copy of the step's sample rows
+  size_t sample_staging_bytes_ = 0;
+  DeviceBuffer sample_rows_;
 
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step
 };

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/sampling_params.h"
+
 namespace moeserve::cuda {
 
 enum class Precision { bf16, f32 };
@@ -155,6 +157,15 @@ void launch_dense_gemv(cudaStream_t stream, const void* x, int rows, const void*
 // ---- sampling.cu -----------------------------------------------------------------------------------------------------
 // Greedy: the lowest id of the largest logit of each of R rows.
 void launch_argmax(cudaStream_t stream, const float* logits, int R, int V, int32_t* out);
+// A logits row that samples (params not greedy), with its sampling stream position.
+struct SampleRow {
+  int32_t row = 0;  // logits row, and the slot of out[] its token goes to
+  uint64_t sample_index = 0;
+  SamplingParams params;
+};
+// out[rows[i].row] = sample_token(logits row, params, sample_index) for n non-greedy rows (see sampling.cu for
+// the one way the two can differ: a draw within rounding of a cumulative boundary).
+void launch_sample(cudaStream_t stream, const float* logits, int V, const SampleRow* rows, int n, int32_t* out);
 
 // ---- synthetic.cu: random tensors made on the device ----------------------------------------------------------------------
 // Values mean + std * u, u uniform with unit variance, a pure function of (key, index).

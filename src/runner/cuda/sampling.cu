@@ -1,8 +1,43 @@
-// Greedy sampling on the GPU: the argmax of each logits row (the lowest id among equal maxima, as
-// engine/sampler's argmax). One block per row.
-// CPU reference: moeserve::argmax.
+// Sampling on the GPU. Greedy rows: the argmax of each row (the lowest id among equal maxima). Rows that sample:
+// the same token as the CPU sampler for the same (logits, params, seed, sample index).
+// CPU reference: moeserve::argmax and moeserve::sample_token (engine/sampler.cc), whose rules this file follows.
+//
+// What sample_token computes, restated so that it parallelises. Weights are w = exp(double(x - max) / T). Let O
+// be the ids in descending weight order, ties by ascending id (the CPU's stable sort). Then top-k keeps the first
+// k of O (ties kept in id order); top-p, over the weights top-k left (total_k = their sum), keeps the first L_p of
+// O where L_p is the first length whose cumulative weight reaches top_p * total_k; min-p drops w < min_p (the
+// largest surviving weight is exp(0) = 1 exactly: the max logit survives top-k and top-p). So the kept set is a
+// prefix of O cut by min-p, and a prefix of O is "w > W, plus the first `ties` ids with w == W" for the weight W
+// at its end. The draw then walks ids in order and returns the first whose cumulative weight exceeds u * total.
+//
+// Design: one block of 512 threads per sampled row, a fixed number of passes over the row (in L2 or HBM):
+//   1. the row's max;
+//   2. top-k: radix select of the k-th largest key in three passes (11, 11, 10-bit digits, a 2048-bin
+//      histogram in shared memory, the crossing bin found by a block scan from the top);
+//   3. top-p: the same radix select with each bin holding its weight sum (double), crossing at top_p * total;
+//   4. the kept weights' total and last kept id, then the walk (a block scan per 2048-id chunk, stopping at the
+//      chunk where the cumulative passes u * total).
+// Keys are the float differences x - max as ordered integers: weights are a non-decreasing function of them, so
+// the crossing key gives the crossing weight W. Distinct keys can share a weight (differences below ~1e-8 T round
+// exp to 1, or deep in exp's subnormal range; and -0 / +0): then an extra census pass counts w > W and w == W
+// exactly, so ties are always resolved in weight space by id, as the CPU does. Rows that only set a temperature
+// skip 2 and 3 (three passes); top-k alone reads keys only (no exp) in its passes.
+// Why not a sort: a segmented radix sort of 256 rows x 201,088 (CUB) moves keys and ids through global memory
+// in several passes and needs ~1 GB of scratch; the selection needs only the threshold, never the order.
+//
+// Agreement with the CPU: every comparison that decides membership (w > W, w == W, w < min_p) is exact and the
+// same on both sides, given equal weights. Sums are not: the CPU adds in id order, the GPU in scan or atomic order,
+// and CUDA's exp may differ from glibc's by one ulp. Each such sum is within (n - 1) ulp-relative of the exact sum
+// (~2e-11 for n = 201,088, typically ~1e-13), so the GPU picks another token than the CPU only when u * total, or
+// top_p * total_k, lands within that relative distance of a cumulative boundary (a chance of ~1e-8 per draw or
+// less). For the same reason the GPU's choice in such a case may vary between runs (shared-memory atomics).
+#include <cub/block/block_scan.cuh>
+
+#include <cfloat>
+#include <climits>
 #include <cmath>
 
+#include "engine/sampling_uniform.h"
 #include "runner/cuda/device_common.cuh"
 
 namespace moeserve::cuda {
@@ -36,11 +71,317 @@ __global__ void argmax_kernel(const float* logits, int V, int32_t* out) {
   }
 }
 
+constexpr int kThreads = 512;
+constexpr int kPerThread = 4;                   // consecutive ids per thread in a chunk: one float4
+constexpr int kChunk = kThreads * kPerThread;   // ids per chunk
+constexpr int kBins = 2048;                     // radix digits of 11, 11 and 10 bits
+__device__ __forceinline__ int digit_bits(int pass) { return pass < 2 ? 11 : 10; }
+__device__ __forceinline__ int digit_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
+
+using IntScan = cub::BlockScan<int, kThreads>;
+using DoubleScan = cub::BlockScan<double, kThreads>;
+
+struct Shared {
+  unsigned counts[kBins];
+  double sums[kBins];
+  int winner, lowest, found;
+  int winner_above;
+  double winner_above_sum;
+  typename IntScan::TempStorage int_scan;
+  typename DoubleScan::TempStorage double_scan;
+};
+
+// The CPU sampler's weight, bit for bit up to exp's last ulp: the float difference, then exp in double.
+__device__ __forceinline__ double weight_of(float x, float max_logit, float temperature) {
+  return exp(static_cast<double>(x - max_logit) / temperature);
+}
+
+// Float -> unsigned with the same order (negative values flipped).
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// The row as chunks of kChunk ids; thread t holds ids first .. first + 3, first = base + 4t (-inf past the end,
+// which callers skip by id).
+struct RowReader {
+  const float* row;
+  int V;
+  bool vectorised;  // V % 4 == 0 and the row 16-byte aligned
+  __device__ int first(int base) const { return base + threadIdx.x * kPerThread; }
+  __device__ void load(int base, float (&v)[kPerThread]) const {
+    const int i = first(base);
+    if (vectorised && i + kPerThread <= V) {
+      const float4 q = *reinterpret_cast<const float4*>(row + i);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+      for (int j = 0; j < kPerThread; ++j) v[j] = i + j < V ? row[i + j] : -INFINITY;
+    }
+  }
+  template <typename Body>
+  __device__ void for_each(Body body) const {
+    for (int base = 0; base < V; base += kChunk) {
+      float v[kPerThread];
+      load(base, v);
+      const int i = first(base);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        if (i + j < V) body(i + j, v[j]);
+    }
+  }
+};
+
+// Reduction over the block with a commutative op; every thread gets the result (same order on every thread).
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op) {
+  __shared__ T partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  T result = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) result = op(result, partial[w]);
+  return result;
+}
+struct Plus {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// Where the descending order of keys (x - max) crosses a target: by count (the k-th largest) or by weight sum
+// (the first element at which the cumulative weight reaches target).
+struct Crossing {
+  float key = 0;           // the crossing element's x - max
+  int above = 0;           // elements with a larger key
+  double above_sum = 0;    // their weight sum (by_sum only)
+  int equal = 0;           // elements with this key
+  double total = 0;        // by_sum: the sum of all weights (pass 1's aggregate)
+};
+
+// target_fraction > 0: by weight sum, target = fraction * (total >= 0 ? total : the sum of all weights);
+// else by count, target = k, with weight sums kept too when with_sums. Without a crossing (rounding left the
+// target above the total) the last element.
+__device__ Crossing radix_select(const RowReader& reader, float max_logit, float temperature, long long k,
+                                 double target_fraction, double total, bool with_sums, Shared& s) {
+  const bool by_sum = target_fraction > 0;
+  with_sums = with_sums || by_sum;
+  double target = by_sum ? target_fraction * total : static_cast<double>(k);
+  uint32_t prefix = 0, mask = 0;
+  Crossing c;
+  c.total = total;
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = digit_shift(pass), bins = 1 << digit_bits(pass), per_thread = bins / kThreads;
+    for (int b = threadIdx.x; b < bins; b += kThreads) s.counts[b] = 0, s.sums[b] = 0.0;
+    if (threadIdx.x == 0) s.winner = -1, s.lowest = bins;
+    __syncthreads();
+    reader.for_each([&](int, float x) {
+      const uint32_t key = order_key(x - max_logit);
+      if ((key & mask) != prefix) return;
+      const int digit = (key >> shift) & (bins - 1);
+      atomicAdd(&s.counts[digit], 1u);
+      if (with_sums) atomicAdd(&s.sums[digit], weight_of(x, max_logit, temperature));
+    });
+    __syncthreads();
+    // Thread t owns bins top - t * per_thread, ... downwards (top = bins - 1): the scan runs in descending order.
+    const int top = bins - 1 - threadIdx.x * per_thread;
+    int local_count = 0;
+    double local_sum = 0.0;
+    for (int j = 0; j < per_thread; ++j) local_count += s.counts[top - j], local_sum += s.sums[top - j];
+    int count_before;
+    double sum_before, aggregate;
+    IntScan(s.int_scan).ExclusiveSum(local_count, count_before);
+    DoubleScan(s.double_scan).ExclusiveSum(local_sum, sum_before, aggregate);
+    if (by_sum && total < 0 && pass == 0) c.total = aggregate, target = target_fraction * aggregate;
+    // The highest bin at which the cumulative (including it) reaches the target; by sum, only non-empty bins (a
+    // scan's rounding could otherwise let an empty bin claim the crossing).
+    int n = c.above + count_before, crossing = -1, lowest = bins;
+    double sum = c.above_sum + sum_before;
+    for (int j = 0; j < per_thread; ++j) {
+      const int b = top - j, count = s.counts[b];
+      const bool crosses = by_sum ? count > 0 && sum + s.sums[b] >= target : n + count >= target;
+      if (crosses && crossing < 0) crossing = b;
+      if (count > 0) lowest = b;
+      n += count, sum += s.sums[b];
+    }
+    if (crossing >= 0) atomicMax(&s.winner, crossing);
+    if (lowest < bins) atomicMin(&s.lowest, lowest);
+    __syncthreads();
+    const int winner = s.winner >= 0 ? s.winner : s.lowest;
+    if (winner < bins && (bins - 1 - winner) / per_thread == static_cast<int>(threadIdx.x)) {
+      n = c.above + count_before, sum = c.above_sum + sum_before;
+      for (int b = top; b > winner; --b) n += s.counts[b], sum += s.sums[b];
+      s.winner_above = n, s.winner_above_sum = sum;
+    }
+    __syncthreads();
+    c.above = s.winner_above, c.above_sum = s.winner_above_sum, c.equal = s.counts[winner];
+    prefix |= static_cast<uint32_t>(winner) << shift, mask |= static_cast<uint32_t>(bins - 1) << shift;
+    __syncthreads();  // everyone has read the histogram before the next pass clears it
+  }
+  c.key = key_value(prefix);
+  return c;
+}
+
+// Count and sum of weights above W, and count equal to W, in weight space.
+struct WeightClass {
+  double weight = 0;
+  int above = 0, equal = 0;
+  double above_sum = 0;
+};
+
+// The weight class of a crossing: from the selection when no other key has the same weight, else by a census.
+__device__ WeightClass weight_class(const Crossing& c, const RowReader& reader, float max_logit, float temperature) {
+  WeightClass w;
+  w.weight = exp(static_cast<double>(c.key) / temperature);
+  const float below = nextafterf(c.key, -INFINITY), above = nextafterf(c.key, INFINITY);
+  const bool shared_weight = (c.key != -INFINITY && exp(static_cast<double>(below) / temperature) == w.weight) ||
+                             (c.key < 0.0f && exp(static_cast<double>(above) / temperature) == w.weight);
+  if (!shared_weight) {
+    w.above = c.above, w.equal = c.equal, w.above_sum = c.above_sum;
+    return w;
+  }
+  int above_count = 0, equal = 0;
+  double above_sum = 0.0;
+  reader.for_each([&](int, float x) {
+    const double v = weight_of(x, max_logit, temperature);
+    if (v > w.weight) ++above_count, above_sum += v;
+    equal += v == w.weight;
+  });
+  w.above = block_reduce(above_count, Plus());
+  w.equal = block_reduce(equal, Plus());
+  w.above_sum = block_reduce(above_sum, Plus());
+  return w;
+}
+
+// The kept set: w > weight, the first `ties` ids (in id order) with w == weight, and w >= min_weight (min-p).
+struct Cut {
+  double weight = -1.0;
+  long long ties = 0;
+  double min_weight = 0.0;
+  __device__ double kept(double w, long long tie_rank) const {
+    const bool in_prefix = w > weight || (w == weight && tie_rank < ties);
+    return in_prefix && w > 0.0 && !(w < min_weight) ? w : 0.0;
+  }
+};
+
+__device__ Cut filters(const SampleRow& p, const RowReader& reader, float max_logit, Shared& s) {
+  const SamplingParams& params = p.params;
+  const int V = reader.V;
+  Cut cut;
+  cut.min_weight = static_cast<double>(params.min_p);  // * the largest weight, which is 1
+  long long kept_length = V;
+  double total = -1.0;  // the weights' sum after top-k; unknown until a pass adds them
+  if (params.top_k > 0 && params.top_k < V) {
+    const bool sums_for_top_p = params.top_p < 1.0f;
+    const Crossing c = radix_select(reader, max_logit, params.temperature, params.top_k, 0.0, -1.0, sums_for_top_p, s);
+    const WeightClass w = weight_class(c, reader, max_logit, params.temperature);
+    cut.weight = w.weight;
+    cut.ties = params.top_k - w.above;
+    kept_length = params.top_k;
+    total = w.above_sum + static_cast<double>(cut.ties) * w.weight;  // top-p's base (weights were summed for it)
+  }
+  if (params.top_p < 1.0f) {
+    const Crossing c = radix_select(reader, max_logit, params.temperature, 0, params.top_p, total, true, s);
+    const WeightClass w = weight_class(c, reader, max_logit, params.temperature);
+    // Ties needed: the fewest whose cumulative reaches the target, at least one (the crossing element itself).
+    const double target = static_cast<double>(params.top_p) * c.total;
+    const double needed = w.weight > 0.0 ? ceil((target - w.above_sum) / w.weight) : static_cast<double>(w.equal);
+    const long long ties = static_cast<long long>(fmin(fmax(needed, 1.0), static_cast<double>(w.equal)));
+    if (w.above + ties < kept_length) cut.weight = w.weight, cut.ties = ties;
+  }
+  return cut;
+}
+
+__global__ void __launch_bounds__(kThreads, 2) sample_kernel(const float* logits, int V, const SampleRow* rows,
+                                                           int32_t* out) {
+  __shared__ Shared s;
+  const SampleRow p = rows[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(p.row) * V;
+  const RowReader reader{row, V, V % kPerThread == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0};
+  const float temperature = p.params.temperature;
+
+  float max_local = -INFINITY;
+  reader.for_each([&](int, float x) { max_local = fmaxf(max_local, x); });
+  const float max_logit = block_reduce(max_local, [](float a, float b) { return fmaxf(a, b); });
+
+  const Cut cut = filters(p, reader, max_logit, s);
+
+  // Kept weights of the thread's ids in one chunk; tie ranks continue from ties_before (ids of earlier chunks).
+  auto chunk_weights = [&](int base, long long& ties_before, double (&kept)[kPerThread]) {
+    float v[kPerThread];
+    reader.load(base, v);
+    const int first = reader.first(base);
+    double w[kPerThread];
+    int local_ties = 0;
+    for (int j = 0; j < kPerThread; ++j) {
+      w[j] = first + j < V ? weight_of(v[j], max_logit, temperature) : 0.0;
+      local_ties += first + j < V && w[j] == cut.weight;
+    }
+    int rank, chunk_ties;
+    IntScan(s.int_scan).ExclusiveSum(local_ties, rank, chunk_ties);
+    long long tie_rank = ties_before + rank;
+    for (int j = 0; j < kPerThread; ++j) {
+      const bool tie = first + j < V && w[j] == cut.weight;
+      kept[j] = first + j < V ? cut.kept(w[j], tie_rank) : 0.0;
+      tie_rank += tie;
+    }
+    ties_before += chunk_ties;
+  };
+
+  double total_local = 0.0;
+  int last_local = -1;
+  long long ties_before = 0;
+  for (int base = 0; base < V; base += kChunk) {
+    double kept[kPerThread];
+    chunk_weights(base, ties_before, kept);
+    for (int j = 0; j < kPerThread; ++j)
+      if (kept[j] > 0.0) total_local += kept[j], last_local = reader.first(base) + j;
+    __syncthreads();  // the scan's storage is reused by the next chunk
+  }
+  const double total = block_reduce(total_local, Plus());
+  const int last_kept = block_reduce(last_local, [](int a, int b) { return max(a, b); });
+
+  // The walk: the first id whose cumulative kept weight exceeds u * total.
+  const double target = sampling_uniform(p.params.seed, p.sample_index) * total;
+  if (threadIdx.x == 0) s.found = INT_MAX;
+  double carry = 0.0;
+  ties_before = 0;
+  for (int base = 0; base < V; base += kChunk) {
+    double kept[kPerThread];
+    chunk_weights(base, ties_before, kept);
+    double local = 0.0;
+    for (int j = 0; j < kPerThread; ++j) local += kept[j];
+    double before, chunk_sum;
+    DoubleScan(s.double_scan).ExclusiveSum(local, before, chunk_sum);
+    double cumulative = carry + before;
+    for (int j = 0; j < kPerThread; ++j) {
+      if (kept[j] == 0.0) continue;
+      cumulative += kept[j];
+      if (cumulative > target) {
+        atomicMin(&s.found, reader.first(base) + j);
+        break;
+      }
+    }
+    __syncthreads();
+    if (s.found != INT_MAX) break;
+    carry += chunk_sum;
+  }
+  if (threadIdx.x == 0) out[p.row] = s.found != INT_MAX ? s.found : max(last_kept, 0);  // as the CPU's last_kept
+}
+
 }  // namespace
 
 void launch_argmax(cudaStream_t stream, const float* logits, int R, int V, int32_t* out) {
   if (R == 0) return;
   argmax_kernel<<<R, 1024, 0, stream>>>(logits, V, out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_sample(cudaStream_t stream, const float* logits, int V, const SampleRow* rows, int n, int32_t* out) {
+  if (n == 0) return;
+  sample_kernel<<<n, kThreads, 0, stream>>>(logits, V, rows, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

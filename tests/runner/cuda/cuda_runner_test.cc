@@ -1,6 +1,7 @@
 // The CUDA runner against the CPU runner: logits of the tiny model (a batch of prompts longer than the sliding
-// window in one step, then the same prompts in chunks over scattered blocks), greedy continuations of 64 tokens,
-// CUDA-graph decode against the same steps run directly, and a two-layer model of gpt-oss-20b's full width.
+// window in one step, then the same prompts in chunks over scattered blocks), greedy and sampled continuations of
+// 64 tokens, CUDA-graph decode against the same steps run directly, and a two-layer model of gpt-oss-20b's full
+// width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,27 +143,43 @@ TEST_P(CudaRunnerTest, TinyModelLogitsMatchCpuRunner) {
   expect_logits_close("tiny model logits chunked", GetParam(), got.chunked, expected.chunked, vocab);
 }
 
-TEST_P(CudaRunnerTest, GreedyContinuationsMatchCpuRunner) {
-  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
-  CpuRunner cpu(checkpoint, 0);
-  auto gpu = cuda_runner(checkpoint);
+// Continuations of 64 tokens from three prompts, the CPU runner's against the CUDA runner's.
+void expect_continuations_match(ModelRunner& cpu, ModelRunner& gpu, const SamplingParams& sampling,
+                                const std::string& what, const std::string& precision) {
   GenerateOptions options;
-  options.sampling.temperature = 0.0f;
+  options.sampling = sampling;
   options.max_tokens = 64;
   options.prefill_chunk = 16;
   for (int salt : {1, 2, 3}) {
-    const auto p = prompt(20 + 7 * salt, salt, checkpoint->config().vocab_size);
+    const auto p = prompt(20 + 7 * salt, salt, cpu.config().vocab_size);
     const auto expected = generate_sequence(cpu, p, options).tokens;
-    const auto got = generate_sequence(*gpu, p, options).tokens;
+    const auto got = generate_sequence(gpu, p, options).tokens;
     size_t same = 0;
     while (same < std::min(got.size(), expected.size()) && got[same] == expected[same]) ++same;
-    std::printf("greedy %s prompt %d: %zu of %zu tokens equal\n", GetParam().c_str(), salt, same, expected.size());
+    std::printf("%s %s prompt %d: %zu of %zu tokens equal\n", what.c_str(), precision.c_str(), salt, same,
+                expected.size());
     // fp32 must agree token for token. bf16 logits differ by ~1e-2 relative, and the tiny random model's top two
-    // logits are often closer than that, so there an early divergence is expected and only reported.
-    if (GetParam() == "f32") {
-      EXPECT_EQ(got, expected) << "prompt " << salt;
+    // logits are often closer than that (and a sampled draw moves with its weights), so there an early divergence
+    // is expected and only reported.
+    if (precision == "f32") {
+      EXPECT_EQ(got, expected) << what << " prompt " << salt;
     }
   }
+}
+
+TEST_P(CudaRunnerTest, GreedyAndSampledContinuationsMatchCpuRunner) {
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  CpuRunner cpu(checkpoint, 0);
+  auto gpu = cuda_runner(checkpoint);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  expect_continuations_match(cpu, *gpu, greedy, "greedy", GetParam());
+  // Sampling runs on the GPU (sampling.cu) and must draw what the CPU runner's sampler draws.
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.95f;
+  sampled.seed = 20240611;
+  expect_continuations_match(cpu, *gpu, sampled, "sampled", GetParam());
 }
 
 TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
