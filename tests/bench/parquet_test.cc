@@ -79,6 +79,22 @@ TEST(ParquetReader, ColumnsAndLevels) {
   EXPECT_FALSE(file.has_column("text_input"));
 }
 
+TEST(ParquetReader, StringListsInSpeedBenchsShape) {
+  parquet::File file(kFixtures + "speed_bench_shape.parquet");
+  const auto turns = file.read_string_lists("turns");
+  const auto ids = file.read_strings("question_id");
+  ASSERT_EQ(turns.size(), 12u);
+  for (size_t i = 0; i < turns.size(); ++i) {
+    EXPECT_EQ(ids[i], fmt::format("q{}", i));
+    ASSERT_EQ(turns[i].size(), i % 3 + 1) << i;
+    for (size_t j = 0; j < turns[i].size(); ++j)
+      EXPECT_EQ(turns[i][j], j == 1 ? fmt::format("tour 1 de q{} — été", i) : fmt::format("turn {} of q{}", j, i));
+  }
+  EXPECT_NE(error_of([&] { file.read_string_lists("category"); }).find("column 'category' is not a list"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { file.read_strings("turns"); }).find("not a string column"), std::string::npos);
+}
+
 TEST(ParquetReader, ClearErrorsForWrongColumnsAndBrokenFiles) {
   parquet::File file(kFixtures + "arrow_v1_snappy_dictionary.parquet");
   EXPECT_NE(error_of([&] { file.read_int_lists("tokens"); }).find("no column 'tokens' (columns: input_tokens"),

@@ -4,6 +4,9 @@
 //   node write_parquet_fixtures.mjs ../../tests/bench/fixtures/parquet
 // Row i (of 12) holds: prompt tokens [1000 * i + j for j in 0 .. i % 7 + 1], dataset "aime25" / "gpqa_diamond" /
 // "livecodebench_v6" by i % 3, ground_truth "answer-<i>", num_tokens the prompt length. The test checks exactly this.
+// speed_bench_shape.parquet has SPEED-Bench's prepared columns (question_id, category, sub_category, turns as
+// list<string>, source, multiturn): row i is question "q<i>", category by i % 3, i % 3 + 1 turns "turn <j> of q<i>"
+// except turn 1, "tour 1 de q<i> — été" (non-ASCII).
 import fs from "node:fs";
 import path from "node:path";
 import * as arrow from "apache-arrow";
@@ -62,6 +65,21 @@ writeArrow(path.join(out, "arrow_v1_uncompressed_tok_input.parquet"), arrowTable
   (b) => b.setCompression(Compression.UNCOMPRESSED).setWriterVersion(WriterVersion.V1).setDictionaryEnabled(false));
 writeArrow(path.join(out, "arrow_v1_gzip.parquet"), arrowTable("input_tokens", new arrow.Int32()),
   (b) => b.setCompression(Compression.GZIP).setWriterVersion(WriterVersion.V1).setDictionaryEnabled(true));
+// SPEED-Bench's prepared shape as pyarrow writes it (data page v1, dictionary, SNAPPY).
+const categories = ["coding", "math", "writing"];
+const turns = (i) =>
+  Array.from({ length: (i % 3) + 1 }, (_, j) => (j === 1 ? `tour ${j} de q${i} — été` : `turn ${j} of q${i}`));
+const speed = new arrow.Table({
+  question_id: arrow.vectorFromArray(Array.from({ length: ROWS }, (_, i) => `q${i}`), new arrow.Utf8()),
+  category: arrow.vectorFromArray(Array.from({ length: ROWS }, (_, i) => categories[i % 3]), new arrow.Utf8()),
+  sub_category: arrow.vectorFromArray(Array.from({ length: ROWS }, () => "none"), new arrow.Utf8()),
+  turns: arrow.vectorFromArray(Array.from({ length: ROWS }, (_, i) => turns(i)),
+    new arrow.List(new arrow.Field("element", new arrow.Utf8(), true))),
+  source: arrow.vectorFromArray(Array.from({ length: ROWS }, () => "fixture"), new arrow.Utf8()),
+  multiturn: arrow.vectorFromArray(Array.from({ length: ROWS }, (_, i) => i % 3 > 0), new arrow.Bool()),
+});
+writeArrow(path.join(out, "speed_bench_shape.parquet"), speed,
+  (b) => b.setCompression(Compression.SNAPPY).setWriterVersion(WriterVersion.V1).setDictionaryEnabled(true));
 await writeParquetjs(path.join(out, "parquetjs_snappy_v1.parquet"), "SNAPPY", false);
 await writeParquetjs(path.join(out, "parquetjs_uncompressed_v2.parquet"), "UNCOMPRESSED", true);
 console.log(`wrote ${fs.readdirSync(out).length} files to ${out}`);

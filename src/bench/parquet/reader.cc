@@ -196,28 +196,43 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
   }
 }
 
-std::vector<std::vector<int64_t>> File::read_int_lists(std::string_view name) const {
-  const LeafColumn& c = require_leaf(name);
-  MOESERVE_CHECK(c.type == Type::int32 || c.type == Type::int64, "{}: column '{}' holds {}, not integers", path_, name,
-                 type_name(c.type));
-  MOESERVE_CHECK(c.max_repetition_level == 1, "{}: column '{}' is not a list of integers (repetition level {})", path_,
-                 name, c.max_repetition_level);
-  const ColumnData data = read_column(c);
-  std::vector<std::vector<int64_t>> rows;
+template <typename T>
+std::vector<std::vector<T>> File::assemble_lists(const LeafColumn& c, const ColumnData& data,
+                                                 std::vector<T>& values) const {
+  MOESERVE_CHECK(c.max_repetition_level == 1, "{}: column '{}' is not a list (repetition level {})", path_,
+                 c.top_level_name, c.max_repetition_level);
+  std::vector<std::vector<T>> rows;
   size_t next_value = 0;
   for (size_t i = 0; i < data.definition_levels.size(); ++i) {
     if (data.repetition_levels[i] == 0) rows.emplace_back();
     const auto d = static_cast<int>(data.definition_levels[i]);
     if (d == c.max_definition_level) {
-      rows.back().push_back(data.ints.at(next_value++));
+      MOESERVE_CHECK(next_value < values.size(), "{}: column '{}' has fewer values than its levels", path_,
+                     c.top_level_name);
+      rows.back().push_back(std::move(values[next_value++]));
     } else {
-      MOESERVE_CHECK(d < c.repeated_definition_level, "{}: column '{}' row {} holds a null element", path_, name,
-                     rows.size() - 1);
+      MOESERVE_CHECK(d < c.repeated_definition_level, "{}: column '{}' row {} holds a null element", path_,
+                     c.top_level_name, rows.size() - 1);
     }
   }
   MOESERVE_CHECK(static_cast<int64_t>(rows.size()) == num_rows(), "{}: column '{}' has {} rows, the file {}", path_,
-                 name, rows.size(), num_rows());
+                 c.top_level_name, rows.size(), num_rows());
   return rows;
+}
+
+std::vector<std::vector<int64_t>> File::read_int_lists(std::string_view name) const {
+  const LeafColumn& c = require_leaf(name);
+  MOESERVE_CHECK(c.type == Type::int32 || c.type == Type::int64, "{}: column '{}' holds {}, not integers", path_, name,
+                 type_name(c.type));
+  ColumnData data = read_column(c);
+  return assemble_lists(c, data, data.ints);
+}
+
+std::vector<std::vector<std::string>> File::read_string_lists(std::string_view name) const {
+  const LeafColumn& c = require_leaf(name);
+  MOESERVE_CHECK(c.type == Type::byte_array, "{}: column '{}' holds {}, not strings", path_, name, type_name(c.type));
+  ColumnData data = read_column(c);
+  return assemble_lists(c, data, data.strings);
 }
 
 std::vector<std::string> File::read_strings(std::string_view name) const {

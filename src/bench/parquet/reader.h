@@ -1,8 +1,8 @@
-// A Parquet reader for the subset of the format the MLPerf datasets use: top-level columns that are flat
-// (strings, integers) or lists of integers, in any number of row groups, with data pages v1 or v2, PLAIN or
-// dictionary encoding and UNCOMPRESSED, SNAPPY, GZIP or ZSTD pages. Debian ships no Arrow; this stands on
-// libthrift (the footer and page headers), snappy, zlib and zstd. Anything outside the subset is an error naming
-// the file, the column and the feature.
+// A Parquet reader for the subset of the format the MLPerf datasets (and SPEED-Bench) use: top-level columns
+// that are flat (strings, integers) or lists of integers or strings, in any number of row groups, with data
+// pages v1 or v2, PLAIN or dictionary encoding and UNCOMPRESSED, SNAPPY, GZIP or ZSTD pages. Debian ships no
+// Arrow; this stands on libthrift (the footer and page headers), snappy, zlib and zstd. Anything outside the
+// subset is an error naming the file, the column and the feature.
 //
 // Lists are read from their leaf column's repetition and definition levels, so both the standard three-level
 // LIST layout (pyarrow: optional group x (LIST) { repeated group list { optional int32 element } }) and a bare
@@ -44,6 +44,9 @@ class File {
   // A list<int32> or list<int64> column (or a repeated integer field), one vector per row; null lists read as
   // empty. Fails for null elements.
   std::vector<std::vector<int64_t>> read_int_lists(std::string_view name) const;
+  // A list<string> column (or a repeated BYTE_ARRAY field), one vector per row; null lists read as empty. Fails
+  // for null elements.
+  std::vector<std::vector<std::string>> read_string_lists(std::string_view name) const;
   // A BYTE_ARRAY column, one string per row; null reads as "".
   std::vector<std::string> read_strings(std::string_view name) const;
 
@@ -57,6 +60,10 @@ class File {
   };
   const LeafColumn* leaf(std::string_view name) const;
   const LeafColumn& require_leaf(std::string_view name) const;
+  // The rows of a list column from its levels, taking non-null elements from `values` in order.
+  template <typename T>
+  std::vector<std::vector<T>> assemble_lists(const LeafColumn& column, const ColumnData& data,
+                                             std::vector<T>& values) const;
   ColumnData read_column(const LeafColumn& column) const;
   void read_chunk(const LeafColumn& column, const ColumnChunk& chunk, ColumnData& out) const;
 
