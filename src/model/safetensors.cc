@@ -18,7 +18,8 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 DType parse_dtype(const std::string& name, const std::string& where) {
   static const std::map<std::string, DType> kNames = {{"BF16", DType::BF16}, {"F16", DType::F16},
                                                       {"F32", DType::F32},   {"U8", DType::U8},
-                                                      {"I32", DType::I32},   {"I64", DType::I64}};
+                                                      {"I32", DType::I32},   {"I64", DType::I64},
+                                                      {"BOOL", DType::BOOL}};
   auto it = kNames.find(name);
   MOESERVE_CHECK(it != kNames.end(), "{}: unsupported dtype \"{}\"", where, name);
   return it->second;
@@ -35,6 +36,7 @@ size_t dtype_size(DType dtype) {
     case DType::I32:
       return 4;
     case DType::U8:
+    case DType::BOOL:
       return 1;
     case DType::I64:
       return 8;
@@ -56,6 +58,8 @@ const char* dtype_name(DType dtype) {
       return "I32";
     case DType::I64:
       return "I64";
+    case DType::BOOL:
+      return "BOOL";
   }
   return "?";
 }

@@ -79,6 +79,19 @@ void Eagle3Checkpoint::bind(const ModelConfig& target) {
                    "{}: \"draft_vocab_size\" {} is smaller than \"vocab_size\" {} but there is no d2t table", dir,
                    c.draft_vocab_size, c.vocab_size);
   }
+  // t2d (SpecForge exports it): the training-time membership mask of the draft vocabulary; checked, not used.
+  if (binder.has("t2d")) {
+    const TensorView& t2d = binder.tensor("t2d", {c.vocab_size}, {DType::BOOL});
+    int64_t members = 0;
+    for (uint8_t b : t2d.bytes) members += b != 0;
+    MOESERVE_CHECK(members == c.draft_vocab_size, "{}: marks {} tokens, the draft vocabulary has {}", t2d.describe(),
+                   members, c.draft_vocab_size);
+    for (int64_t id = 0; id < c.draft_vocab_size; ++id) {
+      const int64_t target_id = w.d2t.empty() ? id : id + w.d2t[id];
+      MOESERVE_CHECK(t2d.bytes[target_id] != 0, "{}: does not mark token {}, which d2t maps draft id {} to",
+                     t2d.describe(), target_id, id);
+    }
+  }
   binder.check_all_used("an EAGLE-3 draft head");
 }
 

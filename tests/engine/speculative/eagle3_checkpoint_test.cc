@@ -110,6 +110,30 @@ TEST(Eagle3Checkpoint, OptionalTensorsFallBackToTheTarget) {
   EXPECT_EQ(draft->weights().embed_tokens->dtype, DType::F32);
 }
 
+// SpecForge's t2d: marks exactly the target ids that d2t maps to (ids 4 * i for the tiny head).
+std::function<std::vector<uint8_t>()> t2d_marking(std::vector<int> ids) {
+  return [ids] {
+    std::vector<uint8_t> bytes(512, 0);
+    for (int id : ids) bytes[id] = 1;
+    return bytes;
+  };
+}
+
+TEST(Eagle3Checkpoint, TheT2dMaskIsCheckedAgainstD2t) {
+  const std::string base = tiny_draft_dir(draft_options());
+  std::vector<int> members;
+  for (int i = 0; i < 128; ++i) members.push_back(4 * i);
+  auto with_t2d = [&](std::vector<int> ids) {
+    return edited_copy(base, [&](auto& t) { t.push_back({"t2d", DType::BOOL, {512}, t2d_marking(ids)}); });
+  };
+  EXPECT_EQ(Eagle3Checkpoint::open(with_t2d(members), tiny_target()->config())->weights().d2t.size(), 128u);
+  std::vector<int> shifted = members;
+  shifted[7] = 29;
+  expect_open_fails(with_t2d(shifted), {"t2d", "does not mark token 28", "draft id 7"});
+  members.pop_back();
+  expect_open_fails(with_t2d(members), {"t2d", "marks 127 tokens", "128"});
+}
+
 TEST(Eagle3Checkpoint, MissingAndIllShapedTensorsAreNamed) {
   const std::string base = tiny_draft_dir(draft_options());
   expect_open_fails(edited_copy(base, [](auto& t) { drop(t, "midlayer.mlp.up_proj.weight"); }),
