@@ -1,7 +1,6 @@
 // EAGLE-3 draft head loading: both exporter namings, the optional tensors, and every kind of bad tensor named.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <functional>
 
 #include "eagle3_fixture.h"
@@ -11,8 +10,9 @@
 namespace moeserve::speculative {
 namespace {
 
-namespace fs = std::filesystem;
 using testing::draft_options;
+using testing::drop;
+using testing::edited_copy;
 using testing::tiny_draft_dir;
 using testing::tiny_target;
 
@@ -23,36 +23,6 @@ void expect_open_fails(const std::string& dir, std::initializer_list<std::string
   } catch (const Error& e) {
     for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
   }
-}
-
-// A copy of a draft directory whose tensors went through `edit` (which may drop, add or reshape them).
-std::string edited_copy(const std::string& from, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-  std::string dir = moeserve::testing::temp_dir("eagle3-edit");
-  fs::copy_file(fs::path(from) / "config.json", fs::path(dir) / "config.json");
-  auto file = std::make_shared<SafetensorsFile>((fs::path(from) / "model.safetensors").string());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& [name, view] : file->tensors()) {
-    const TensorView* source = &view;
-    tensors.push_back({name, view.dtype, view.shape, [file, source] {
-                         return std::vector<uint8_t>(source->bytes.begin(), source->bytes.end());
-                       }});
-  }
-  edit(tensors);
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), std::move(tensors));
-  return dir;
-}
-
-std::string edited_config(const std::string& from, const std::function<void(nlohmann::json&)>& edit) {
-  std::string dir = moeserve::testing::temp_dir("eagle3-config");
-  fs::copy_file(fs::path(from) / "model.safetensors", fs::path(dir) / "model.safetensors");
-  nlohmann::json config = read_json_file((fs::path(from) / "config.json").string());
-  edit(config);
-  write_text_file((fs::path(dir) / "config.json").string(), config.dump(2));
-  return dir;
-}
-
-void drop(std::vector<TensorToWrite>& tensors, const std::string& name) {
-  std::erase_if(tensors, [&](const TensorToWrite& t) { return t.name == name; });
 }
 
 // Gives the tensor another shape (zeros of its dtype).
@@ -93,21 +63,13 @@ TEST(Eagle3Checkpoint, OpensBothNamings) {
 
 TEST(Eagle3Checkpoint, OptionalTensorsFallBackToTheTarget) {
   // A full-vocabulary head without lm_head and d2t uses the target's unembedding; embed_tokens is read when present.
-  const std::string base = tiny_draft_dir(draft_options());
-  std::string dir = edited_copy(base, [](auto& tensors) {
-    drop(tensors, "lm_head.weight");
-    drop(tensors, "d2t");
-    tensors.push_back({"embed_tokens.weight", DType::F32, {512, 64},
-                       [] { return std::vector<uint8_t>(512 * 64 * 4, 0); }});
-  });
-  nlohmann::json config = read_json_file(dir + "/config.json");
-  config["draft_vocab_size"] = 512;
-  write_text_file(dir + "/config.json", config.dump());
+  const std::string dir = testing::full_vocab_head_dir();
   auto draft = Eagle3Checkpoint::open(dir, tiny_target()->config());
   EXPECT_FALSE(draft->weights().lm_head.has_value());
   EXPECT_TRUE(draft->weights().d2t.empty());
   ASSERT_TRUE(draft->weights().embed_tokens.has_value());
   EXPECT_EQ(draft->weights().embed_tokens->dtype, DType::F32);
+  EXPECT_TRUE(draft->config().norm_before_residual);
 }
 
 // SpecForge's t2d: marks exactly the target ids that d2t maps to (ids 4 * i for the tiny head).
@@ -183,15 +145,15 @@ TEST(Eagle3Checkpoint, MissingAndIllShapedTensorsAreNamed) {
 
 TEST(Eagle3Checkpoint, ConfigAndTensorsMustAgree) {
   const std::string base = tiny_draft_dir(draft_options());
-  expect_open_fails(edited_config(base, [](auto& c) { c["eagle_config"]["norm_before_fc"] = true; }),
+  expect_open_fails(edited_copy(base, {}, [](auto& c) { c["eagle_config"]["norm_before_fc"] = true; }),
                     {"norm_before_fc", "input_norm.weight is absent"});
-  expect_open_fails(edited_config(tiny_draft_dir(draft_options("midlayer", true)),
-                                  [](auto& c) { c["eagle_config"].erase("norm_before_fc"); }),
+  expect_open_fails(edited_copy(tiny_draft_dir(draft_options("midlayer", true)), {},
+                                [](auto& c) { c["eagle_config"].erase("norm_before_fc"); }),
                     {"input_norm.weight", "not part of an EAGLE-3 draft head"});
-  expect_open_fails(edited_config(base, [](auto& c) { c["vocab_size"] = 1024; }),
+  expect_open_fails(edited_copy(base, {}, [](auto& c) { c["vocab_size"] = 1024; }),
                     {"vocab_size", "1024", "the target's 512"});
   expect_open_fails(
-      edited_config(base, [](auto& c) { c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {0, 9}; }),
+      edited_copy(base, {}, [](auto& c) { c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {0, 9}; }),
       {"layer 9", "4 layers"});
 }
 

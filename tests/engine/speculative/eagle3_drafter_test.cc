@@ -62,12 +62,16 @@ struct Fixture {
   int64_t width() const { return draft->config().feature_width(); }
 };
 
-Fixture make(const TinyEagle3Options& options = draft_options(), int64_t blocks = 64) {
+Fixture make_from(const std::string& dir, int64_t blocks = 64) {
   Fixture f;
-  f.draft = Eagle3Checkpoint::open(tiny_draft_dir(options), tiny_target()->config());
+  f.draft = Eagle3Checkpoint::open(dir, tiny_target()->config());
   f.drafter = std::make_unique<Eagle3Drafter>(f.draft, Eagle3Target::of(tiny_target()),
                                               Eagle3DrafterOptions{16, blocks, 2});
   return f;
+}
+
+Fixture make(const TinyEagle3Options& options = draft_options(), int64_t blocks = 64) {
+  return make_from(tiny_draft_dir(options), blocks);
 }
 
 struct Proposal {
@@ -125,9 +129,12 @@ void expect_same(const Proposal& a, const Proposal& b) {
 }
 
 TEST(Eagle3Drafter, EveryTreeNodeMatchesAPlainRecomputation) {
-  for (const auto& options : {draft_options("midlayer"), draft_options("layers", true)}) {
-    Fixture f = make(options);
-    const ReferenceDraft ref(*f.draft, tiny_target()->weights().embedding);
+  // The tiny head; the layers.0.* naming with norm_before_fc; a full-vocabulary head sharing the target's
+  // unembedding, with its own embeddings and norm_before_residual.
+  for (const std::string& dir : {tiny_draft_dir(draft_options("midlayer")),
+                                 tiny_draft_dir(draft_options("layers", true)), testing::full_vocab_head_dir()}) {
+    Fixture f = make_from(dir);
+    const ReferenceDraft ref(*f.draft, tiny_target()->weights());
     const History a = random_history(21, f.width(), 1), b = random_history(9, f.width(), 2);
     auto out = propose(*f.drafter, {input(a, 7, 0, 21, tree(3, 3, 0)), input(b, 8, 0, 9, tree(3, 3, 0))});
     for (auto [history, proposal, n] : {std::tuple{&a, &out[0], 21}, std::tuple{&b, &out[1], 9}}) {
@@ -143,7 +150,7 @@ TEST(Eagle3Drafter, EveryTreeNodeMatchesAPlainRecomputation) {
 
 TEST(Eagle3Drafter, ChainEqualsTheStepsRunOneByOne) {
   Fixture f = make();
-  const ReferenceDraft ref(*f.draft, tiny_target()->weights().embedding);
+  const ReferenceDraft ref(*f.draft, tiny_target()->weights());
   const History h = random_history(30, f.width(), 3);
   const int k = 6;
   auto out = propose(*f.drafter, {input(h, 1, 0, 30, chain(k))});

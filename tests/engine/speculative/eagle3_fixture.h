@@ -1,15 +1,18 @@
 // The tiny target (small vocabulary, so tests stay fast) and tiny EAGLE-3 draft heads for it, made once per
-// process.
+// process, and edited copies of a head.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/speculative/eagle3_checkpoint.h"
 #include "model/checkpoint.h"
 #include "model/make_tiny_eagle3.h"
 #include "test_util.h"
+#include "util/files.h"
 
 namespace moeserve::speculative::testing {
 
@@ -42,6 +45,54 @@ inline TinyEagle3Options draft_options(const std::string& names = "midlayer", bo
   o.names = names;
   o.input_norm = input_norm;
   return o;
+}
+
+// A copy of a draft directory with its tensors and config.json edited (either edit may be empty).
+inline std::string edited_copy(const std::string& from,
+                               const std::function<void(std::vector<TensorToWrite>&)>& edit_tensors,
+                               const std::function<void(nlohmann::json&)>& edit_config = {}) {
+  const std::string dir = moeserve::testing::temp_dir("eagle3-edit");
+  nlohmann::json config = read_json_file(from + "/config.json");
+  if (edit_config) edit_config(config);
+  write_text_file(dir + "/config.json", config.dump(2));
+  auto file = std::make_shared<SafetensorsFile>(from + "/model.safetensors");
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, view] : file->tensors()) {
+    const TensorView* source = &view;
+    tensors.push_back({name, view.dtype, view.shape, [file, source] {
+                         return std::vector<uint8_t>(source->bytes.begin(), source->bytes.end());
+                       }});
+  }
+  if (edit_tensors) edit_tensors(tensors);
+  write_safetensors(dir + "/model.safetensors", std::move(tensors));
+  return dir;
+}
+
+inline void drop(std::vector<TensorToWrite>& tensors, const std::string& name) {
+  std::erase_if(tensors, [&](const TensorToWrite& t) { return t.name == name; });
+}
+
+// The other branches of the format: a full-vocabulary head without lm_head and d2t (the target's unembedding
+// stands in), with its own f32 embed_tokens (random), and norm_before_residual.
+inline std::string full_vocab_head_dir() {
+  static const std::string dir = edited_copy(
+      tiny_draft_dir(draft_options()),
+      [](auto& tensors) {
+        drop(tensors, "lm_head.weight");
+        drop(tensors, "d2t");
+        tensors.push_back({"embed_tokens.weight", DType::F32, {512, 64}, [] {
+                             std::vector<float> values(512 * 64);
+                             for (size_t i = 0; i < values.size(); ++i)
+                               values[i] = static_cast<float>((i * 7919) % 1000) / 500.0f - 1.0f;
+                             const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+                             return std::vector<uint8_t>(bytes, bytes + values.size() * sizeof(float));
+                           }});
+      },
+      [](nlohmann::json& config) {
+        config["draft_vocab_size"] = 512;
+        config["norm_before_residual"] = true;
+      });
+  return dir;
 }
 
 }  // namespace moeserve::speculative::testing

@@ -16,9 +16,10 @@ class ReferenceDraft {
     std::vector<double> k, v;
   };
 
-  ReferenceDraft(const Eagle3Checkpoint& draft, const Matrix& target_embedding)
+  ReferenceDraft(const Eagle3Checkpoint& draft, const ModelWeights& target)
       : c_(draft.config()), w_(draft.weights()) {
-    embedding_ = w_.embed_tokens ? *w_.embed_tokens : target_embedding;
+    embedding_ = w_.embed_tokens ? *w_.embed_tokens : target.embedding;
+    lm_head_ = w_.lm_head ? *w_.lm_head : target.unembedding;
     // Llama 3.1 RoPE frequencies in double.
     for (int i = 0; i < c_.head_dim / 2; ++i) {
       double f = std::pow(c_.rope.theta, -2.0 * i / c_.head_dim);
@@ -83,8 +84,7 @@ class ReferenceDraft {
 
   // log_softmax(lm_head(norm(h2))) over the draft vocabulary.
   std::vector<double> log_probs(const std::vector<double>& h2) const {
-    const Matrix& head = *w_.lm_head;
-    std::vector<double> logits = times(head, rms(h2, w_.final_norm));
+    std::vector<double> logits = times(lm_head_, rms(h2, w_.final_norm));
     double m = logits[0], sum = 0;
     for (double x : logits) m = std::max(m, x);
     for (double x : logits) sum += std::exp(x - m);
@@ -128,7 +128,7 @@ class ReferenceDraft {
 
   const Eagle3Config& c_;
   const Eagle3Weights& w_;
-  Matrix embedding_;
+  Matrix embedding_, lm_head_;
   std::vector<double> inv_freq_;
 };
 
