@@ -234,6 +234,16 @@ std::string report_html(const nlohmann::json& j) {
                             "completed_samples_per_second", "scheduled_samples_per_second"})
       if (r.contains(key)) body += row(key, fmt::format("{:.3f}", r[key].get<double>()));
     body += row("samples / output tokens", fmt::format("{} / {}", r.value("samples", 0), r.value("output_tokens", 0)));
+    const nlohmann::json sut = j["reproducibility"].value("system_under_test", nlohmann::json::object());
+    if (sut.contains("speculative_decoding")) {
+      const nlohmann::json& spec = sut["speculative_decoding"];
+      std::string rates;
+      for (const auto& rate : spec["acceptance_rate_per_position"])
+        rates += fmt::format("{}{:.3f}", rates.empty() ? "" : ", ", rate.get<double>());
+      body += row("Speculative decoding",
+                  fmt::format("acceptance length {:.3f} over {} verify steps; acceptance rate by position: {}",
+                              spec["mean_acceptance_length"].get<double>(), spec["drafts"].get<uint64_t>(), rates));
+    }
     for (const char* key : {"latency_ns", "ttft_ns", "tpot_ns"}) {
       if (!r.contains(key)) continue;
       const nlohmann::json& s = r[key];

@@ -7,6 +7,18 @@ namespace moeserve::bench {
 InProcessSut::InProcessSut(std::shared_ptr<Engine> engine, std::vector<int32_t> stop_tokens, nlohmann::json description)
     : engine_(std::move(engine)), stop_tokens_(std::move(stop_tokens)), description_(std::move(description)) {}
 
+nlohmann::json InProcessSut::describe() const {
+  nlohmann::json description = description_;
+  const EngineMetrics m = engine_->metrics();
+  if (m.spec_drafts > 0)
+    description["speculative_decoding"] = {{"drafts", m.spec_drafts},
+                                           {"draft_tokens", m.spec_draft_tokens},
+                                           {"accepted_tokens", m.spec_accepted_tokens},
+                                           {"mean_acceptance_length", m.spec_acceptance_length()},
+                                           {"acceptance_rate_per_position", m.spec_acceptance_rates()}};
+  return description;
+}
+
 void InProcessSut::issue(std::span<const SampleRequest> samples) {
   MOESERVE_CHECK(observer_ != nullptr, "internal: the in-process SUT was not started");
   for (const SampleRequest& sample : samples) {

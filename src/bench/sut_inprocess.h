@@ -19,7 +19,8 @@ class InProcessSut : public SystemUnderTest {
   InProcessSut(std::shared_ptr<Engine> engine, std::vector<int32_t> stop_tokens, nlohmann::json description);
 
   std::string name() const override { return "moeserve-inprocess"; }
-  nlohmann::json describe() const override { return description_; }
+  // The description given, plus the engine's speculative-decoding counters once it has verified drafts.
+  nlohmann::json describe() const override;
   void start(SampleObserver& observer) override { observer_ = &observer; }
   void issue(std::span<const SampleRequest> samples) override;
   void cancel_all() override;

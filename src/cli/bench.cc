@@ -166,9 +166,8 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
     description["checkpoint"] = {{"synthetic", a.runner.synthetic}};
   }
   std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  const bool device = opened.runner->device_memory_free() > 0;
-  auto engine =
-      std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_config(a.engine, device));
+  EngineConfig engine_settings = engine_config(a.engine, opened);
+  auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
   description["engine"] = engine->capacity_summary();
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }

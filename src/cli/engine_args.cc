@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "engine/scheduler.h"
+#include "engine/speculative/eagle3_drafter.h"
+#include "engine/speculative/test_drafters.h"
 #include "util/error.h"
 #include "util/parse.h"
 
@@ -26,6 +28,10 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
   command->add_option("--tpot-target", c.scheduler.tpot_target_seconds, "slo scheduler: p99 TPOT target, seconds")
       ->capture_default_str();
   command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
+  command->add_option("--speculative-config", args.speculative_config,
+                      "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":DIR,"
+                      "\"num_speculative_tokens\":3}'; trees: \"speculative_eagle_topk\", "
+                      "\"speculative_num_draft_tokens\" (tokens verified per step, root included)");
 }
 
 int64_t parse_byte_size(const std::string& text) {
@@ -45,7 +51,26 @@ int64_t parse_byte_size(const std::string& text) {
   return static_cast<int64_t>(std::llround(*value * scale));
 }
 
-EngineConfig engine_config(const EngineArgs& args, bool device_runner) {
+namespace {
+
+std::shared_ptr<speculative::Drafter> make_drafter(const speculative::SpeculativeConfig& spec, const OpenedRunner& opened,
+                                                   const EngineConfig& engine) {
+  const ModelRunner& runner = *opened.runner;
+  if (spec.method == "test_random") return std::make_shared<speculative::RandomDrafter>(runner.config().vocab_size);
+  MOESERVE_CHECK(opened.checkpoint != nullptr,
+                 "--speculative-config method eagle3 needs a checkpoint (--model): the head shares its embeddings");
+  auto head = std::shared_ptr<const speculative::Eagle3Checkpoint>(
+      speculative::Eagle3Checkpoint::open(spec.model, runner.config()));
+  speculative::Eagle3DrafterOptions options;
+  options.block_size = engine.block_size;
+  options.num_blocks = kv_blocks_for(runner, engine);
+  return std::make_shared<speculative::Eagle3Drafter>(head, speculative::Eagle3Target::of(opened.checkpoint), options);
+}
+
+}  // namespace
+
+EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
+  const bool device_runner = opened.runner->device_memory_free() > 0;
   EngineConfig c = args.config;
   c.scheduler.policy = parse_scheduling_policy(args.scheduler);
   c.prefix_caching = !args.no_prefix_caching;
@@ -58,6 +83,8 @@ EngineConfig engine_config(const EngineArgs& args, bool device_runner) {
     else
       c.kv_cache_bytes = int64_t{1} << 30;
   }
+  c.speculative = speculative::parse_speculative_config(args.speculative_config);
+  if (c.speculative.enabled()) c.drafter = make_drafter(c.speculative, opened, c);
   return c;
 }
 

@@ -122,8 +122,9 @@ std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
   std::shared_ptr<const Tokenizer> tokenizer =
       args.tokenizer.empty() && opened.checkpoint ? Tokenizer::from_model_dir(args.runner.model)
                                                   : open_gpt_oss_tokenizer(args.tokenizer);
+  EngineConfig engine_settings = engine_config(args.engine, opened);
   return std::make_unique<EngineCompletionSource>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), tokenizer,
-                                                  engine_config(args.engine, args.runner.device == "cuda"));
+                                                  engine_settings);
 }
 
 void run_end_to_end(const EvalArgs& args) {

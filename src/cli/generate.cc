@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "cli/runner_args.h"
 #include "engine/generate.h"
 #include "harmony/completion.h"
@@ -28,6 +29,36 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
+// One request through the engine, which speculates (generate_sequence does not); timings as generate_sequence's.
+GenerateResult generate_speculative(const OpenedRunner& opened, const std::vector<int32_t>& prompt,
+                                    const GenerateOptions& options, const std::string& speculative_config) {
+  EngineArgs engine_args;
+  engine_args.speculative_config = speculative_config;
+  EngineCore core(*opened.runner, engine_config(engine_args, opened));
+  RequestSpec spec;
+  spec.prompt = prompt;
+  spec.sampling = options.sampling;
+  spec.max_tokens = options.max_tokens;
+  spec.stop_tokens = options.stop_tokens;
+  GenerateResult result;
+  std::optional<TimePoint> first;
+  const TimePoint start = Clock::now();
+  core.add_request(0, spec, [&](const RequestEvent& event) {
+    MOESERVE_CHECK(event.finish != FinishReason::error, "generation failed: {}", event.error);
+    if (!first) first = Clock::now();
+    result.tokens.insert(result.tokens.end(), event.tokens.begin(), event.tokens.end());
+    result.stopped = event.finish == FinishReason::stop;
+  });
+  while (core.has_work()) core.step();
+  const TimePoint end = Clock::now();
+  result.prefill_seconds = std::chrono::duration<double>(first.value_or(end) - start).count();
+  result.decode_seconds = std::chrono::duration<double>(end - first.value_or(end)).count();
+  const EngineMetrics m = core.metrics();
+  fmt::print(stderr, "speculative decoding: acceptance length {:.3f} over {} verify steps, acceptance by position {}\n",
+             m.spec_acceptance_length(), m.spec_drafts, m.spec_acceptance_rates());
+  return result;
+}
+
 }  // namespace
 
 void register_generate(CLI::App& app) {
@@ -38,6 +69,7 @@ void register_generate(CLI::App& app) {
     std::string reasoning = "medium";
     GenerateOptions options;
     bool ignore_eos = false;
+    std::string speculative_config;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -57,6 +89,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--min-p", o.sampling.min_p)->capture_default_str();
   cmd->add_option("--seed", o.sampling.seed)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's end-of-sequence tokens");
+  cmd->add_option("--speculative-config", args->speculative_config,
+                  "speculative decoding as JSON, as for serve (runs the request through the engine)");
   cmd->callback([args] {
     MOESERVE_CHECK(!args->tokens.empty() || !args->prompt.empty(), "give --tokens or --prompt");
     OpenedRunner opened = open_runner(args->runner);
@@ -72,7 +106,9 @@ void register_generate(CLI::App& app) {
       prompt = parse_token_list(args->tokens);
       if (!args->ignore_eos) options.stop_tokens = runner.config().eos_token_ids;
     }
-    GenerateResult result = generate_sequence(runner, prompt, options);
+    GenerateResult result = args->speculative_config.empty()
+                                ? generate_sequence(runner, prompt, options)
+                                : generate_speculative(opened, prompt, options, args->speculative_config);
     if (tokenizer) {
       const harmony::AssistantReply reply = harmony::parse_assistant_reply(*tokenizer, result.tokens);
       fmt::print("analysis: {}\nfinal: {}\n", reply.analysis, reply.final);

@@ -45,9 +45,8 @@ void register_serve(CLI::App& app) {
     options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(args->drain_seconds * 1000));
     if (options.served_model_name == "moeserve" && !args->runner.model.empty())
       options.served_model_name = std::filesystem::path(args->runner.model).filename().string();
-    const bool device = opened.runner->device_memory_free() > 0;
-    auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)),
-                                           engine_config(args->engine, device));
+    EngineConfig engine_settings = engine_config(args->engine, opened);
+    auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
     server::OpenAiServer server(engine, tokenizer, options);
     fmt::print(stderr, "moeserve: {}\n", engine->capacity_summary());
     server.start();

@@ -8,9 +8,7 @@
 #include "util/error.h"
 
 namespace moeserve {
-namespace {
-
-int64_t kv_blocks_for(ModelRunner& runner, const EngineConfig& config) {
+int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config) {
   int64_t bytes = config.kv_cache_bytes;
   if (config.kv_cache_fraction > 0) {
     MOESERVE_CHECK(config.kv_cache_fraction <= 1.0, "KV cache fraction {} must be in (0, 1]", config.kv_cache_fraction);
@@ -28,6 +26,8 @@ int64_t kv_blocks_for(ModelRunner& runner, const EngineConfig& config) {
   MOESERVE_CHECK(config.num_kv_blocks > 0, "engine config needs a KV fraction, a byte budget or a block count");
   return config.num_kv_blocks;
 }
+
+namespace {
 
 // Allocates the runner's pool before the block manager is built, so both agree on its size.
 int64_t allocate_pool(ModelRunner& runner, const EngineConfig& config) {

@@ -43,6 +43,10 @@ struct StepReport {
   double seconds = 0;  // measured on the steady clock, whatever clock timestamps come from
 };
 
+// Blocks of the KV pool an engine with this config gets on this runner (a fraction of device memory, a byte
+// budget or a count).
+int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config);
+
 class EngineCore {
  public:
   using NowFn = std::function<TimePoint()>;

@@ -47,6 +47,21 @@ std::string render_prometheus(const EngineMetrics& m, const HttpCounts& http, do
          tokens_per_second);
   scalar(out, "moeserve_num_preemptions_total", "counter", "Requests preempted (recomputed later).",
          static_cast<double>(m.preemptions));
+  // Speculative decoding, named as vLLM's spec_decode counters (acceptance length = 1 + accepted / drafts).
+  scalar(out, "moeserve_spec_decode_num_drafts_total", "counter", "Verify steps that carried a draft.",
+         static_cast<double>(m.spec_drafts));
+  scalar(out, "moeserve_spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed and verified.",
+         static_cast<double>(m.spec_draft_tokens));
+  scalar(out, "moeserve_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+         static_cast<double>(m.spec_accepted_tokens));
+  header(out, "moeserve_spec_decode_num_accepted_tokens_per_pos_total", "counter",
+         "Draft tokens accepted by draft position (0: depth 1).");
+  for (size_t i = 0; i < m.spec_accepted_per_position.size(); ++i)
+    out += fmt::format("moeserve_spec_decode_num_accepted_tokens_per_pos_total{{position=\"{}\"}} {}\n", i,
+                       m.spec_accepted_per_position[i]);
+  scalar(out, "moeserve_spec_decode_mean_acceptance_length", "gauge",
+         "Tokens emitted per verify step since start (1 + accepted / drafts; 0 before any).",
+         m.spec_acceptance_length());
   header(out, "moeserve_request_success_total", "counter", "Finished requests by finish reason.");
   for (const auto& [reason, count] : m.finished)
     out += fmt::format("moeserve_request_success_total{{finished_reason=\"{}\"}} {}\n", finish_reason_name(reason), count);
