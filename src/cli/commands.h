@@ -15,5 +15,6 @@ void register_serve(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_comply(CLI::App& app);
+void register_specbench(CLI::App& app);
 
 }  // namespace moeserve::cli

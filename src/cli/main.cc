@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   moeserve::cli::register_bench(app);
   moeserve::cli::register_eval(app);
   moeserve::cli::register_comply(app);
+  moeserve::cli::register_specbench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
