@@ -70,6 +70,7 @@ TEST(Eagle3Checkpoint, OptionalTensorsFallBackToTheTarget) {
   ASSERT_TRUE(draft->weights().embed_tokens.has_value());
   EXPECT_EQ(draft->weights().embed_tokens->dtype, DType::F32);
   EXPECT_TRUE(draft->config().norm_before_residual);
+  EXPECT_EQ(draft->weights().q.dtype, DType::F32);
 }
 
 // SpecForge's t2d: marks exactly the target ids that d2t maps to (ids 4 * i for the tiny head).

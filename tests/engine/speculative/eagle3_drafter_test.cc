@@ -129,7 +129,7 @@ void expect_same(const Proposal& a, const Proposal& b) {
 }
 
 TEST(Eagle3Drafter, EveryTreeNodeMatchesAPlainRecomputation) {
-  // The tiny head; the layers.0.* naming with norm_before_fc; a full-vocabulary head sharing the target's
+  // The tiny head; the layers.0.* naming with norm_before_fc; a full-vocabulary f32 head sharing the target's
   // unembedding, with its own embeddings and norm_before_residual.
   for (const std::string& dir : {tiny_draft_dir(draft_options("midlayer")),
                                  tiny_draft_dir(draft_options("layers", true)), testing::full_vocab_head_dir()}) {

@@ -2,6 +2,7 @@
 // process, and edited copies of a head.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/make_tiny_eagle3.h"
 #include "test_util.h"
+#include "util/bfloat16.h"
 #include "util/files.h"
 
 namespace moeserve::speculative::testing {
@@ -73,13 +75,26 @@ inline void drop(std::vector<TensorToWrite>& tensors, const std::string& name) {
 }
 
 // The other branches of the format: a full-vocabulary head without lm_head and d2t (the target's unembedding
-// stands in), with its own f32 embed_tokens (random), and norm_before_residual.
+// stands in), every weight in f32, its own embed_tokens (random), and norm_before_residual.
 inline std::string full_vocab_head_dir() {
   static const std::string dir = edited_copy(
       tiny_draft_dir(draft_options()),
-      [](auto& tensors) {
+      [](std::vector<TensorToWrite>& tensors) {
         drop(tensors, "lm_head.weight");
         drop(tensors, "d2t");
+        for (TensorToWrite& t : tensors) {
+          if (t.dtype != DType::BF16) continue;
+          t.dtype = DType::F32;
+          t.fill = [bf16 = t.fill] {
+            const std::vector<uint8_t> in = bf16();
+            std::vector<uint8_t> out(in.size() * 2);
+            for (size_t i = 0; i < in.size() / 2; ++i) {
+              const float value = bf16_to_float(static_cast<uint16_t>(in[2 * i] | in[2 * i + 1] << 8));
+              std::memcpy(out.data() + 4 * i, &value, 4);
+            }
+            return out;
+          };
+        }
         tensors.push_back({"embed_tokens.weight", DType::F32, {512, 64}, [] {
                              std::vector<float> values(512 * 64);
                              for (size_t i = 0; i < values.size(); ++i)
