@@ -192,17 +192,25 @@ void Eagle3Drafter::draft_log_probs(const float* h2, int64_t R, std::vector<floa
   for (int64_t r = 0; r < R; ++r) log_softmax({out.data() + r * V, V});
 }
 
-void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vector<DraftTree>& out,
-                                   std::vector<std::vector<float>>* scores) {
+// One sequence being drafted in this call: its tree search and the expanded nodes' outputs and KV slots.
+struct Eagle3Drafter::Drafting {
+  size_t input = 0;
+  SequenceKv* kv = nullptr;
+  int32_t root_position = 0;         // the position of the root token (the newest verified one)
+  std::vector<float> root_h2;        // prenorm output of the last verified row, [H]
+  std::vector<float> node_h2;        // prenorm output of each expanded node, [expanded, H]
+  std::vector<int32_t> node_slot;    // KV slot of each node (-1 until expanded)
+  std::vector<int64_t> node_h2_row;  // row of node_h2 (-1 until expanded)
+  int32_t scratch_slots = 0;         // KV slots past the committed length taken by expanded nodes
+  std::unique_ptr<DraftTreeSearch> search;
+};
+
+std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std::vector<int64_t>& last_row) {
   const Eagle3Config& c = draft_->config();
   const int64_t H = c.hidden_size, F = c.feature_width();
-  out.assign(inputs.size(), {});
-  if (scores != nullptr) scores->assign(inputs.size(), {});
-
-  // Roll back, then extend every sequence over its newly verified positions in one batch.
   std::vector<Row> rows;
   std::vector<float> features;
-  std::vector<int64_t> last_row(inputs.size(), -1);
+  last_row.assign(inputs.size(), -1);
   std::unordered_set<uint64_t> seen;
   for (size_t s = 0; s < inputs.size(); ++s) {
     const DraftInput& in = inputs[s];
@@ -238,31 +246,81 @@ void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vect
   }
   for (const DraftInput& in : inputs)
     sequences_[in.sequence_id].length = in.start_position + static_cast<int32_t>(in.next_tokens.size());
+  return h2;
+}
+
+bool Eagle3Drafter::expand_frontiers(std::vector<Drafting>& drafting, std::span<const DraftInput> inputs) {
+  const int64_t H = draft_->config().hidden_size;
+  const size_t V = draft_->config().draft_vocab_size;
+  std::vector<Row> rows;
+  std::vector<float> g;
+  std::vector<std::pair<Drafting*, int>> owner;  // (sequence, node) of each row
+  for (Drafting& state : drafting) {
+    const auto& nodes = state.search->nodes();
+    state.node_slot.resize(nodes.size(), -1);
+    state.node_h2_row.resize(nodes.size(), -1);
+    for (int node : state.search->frontier()) {
+      const int32_t slot = state.kv->length + state.scratch_slots++;
+      Row row{state.kv, to_target(nodes[node].draft_id), state.root_position + nodes[node].depth - 1, slot,
+              state.kv->length, {}};
+      for (int a = nodes[node].parent; a >= 0; a = nodes[a].parent) row.extra.push_back(state.node_slot[a]);
+      std::reverse(row.extra.begin(), row.extra.end());
+      row.extra.push_back(slot);
+      reserve_slots(*state.kv, slot + 1, inputs[state.input].sequence_id);
+      const int parent = nodes[node].parent;
+      const float* parent_h2 =
+          parent < 0 ? state.root_h2.data() : state.node_h2.data() + state.node_h2_row[parent] * H;
+      g.insert(g.end(), parent_h2, parent_h2 + H);
+      rows.push_back(std::move(row));
+      owner.push_back({&state, node});
+    }
+  }
+  if (rows.empty()) return false;
+  std::vector<float> h2(rows.size() * H), log_probs;
+  forward_rows(rows, g.data(), h2.data());
+  draft_log_probs(h2.data(), static_cast<int64_t>(rows.size()), log_probs);
+  for (size_t i = 0; i < owner.size(); ++i) {
+    auto [state, node] = owner[i];
+    state->node_slot[node] = rows[i].slot;
+    state->node_h2_row[node] = static_cast<int64_t>(state->node_h2.size() / H);
+    state->node_h2.insert(state->node_h2.end(), h2.begin() + i * H, h2.begin() + (i + 1) * H);
+  }
+  for (size_t i = 0; i < owner.size();) {
+    DraftTreeSearch& search = *owner[i].first->search;
+    const size_t count = search.frontier().size();
+    search.expand(std::span(log_probs).subspan(i * V, count * V));
+    i += count;
+  }
+  return true;
+}
+
+void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vector<DraftTree>& out,
+                                   std::vector<std::vector<float>>* scores) {
+  const int64_t H = draft_->config().hidden_size;
+  const size_t V = draft_->config().draft_vocab_size;
+  out.assign(inputs.size(), {});
+  if (scores != nullptr) scores->assign(inputs.size(), {});
+
+  // Roll back, then extend every sequence over its newly verified positions in one batch.
+  std::vector<int64_t> last_row;
+  const std::vector<float> h2 = extend(inputs, last_row);
 
   // Depth 1 from each drafting sequence's last verified row.
-  struct Drafting {
-    size_t input;
-    SequenceKv* kv;
-    int32_t root_position;             // the position of the root token (the newest verified one)
-    std::vector<float> node_h2;        // prenorm output of each expanded node, [nodes, H]
-    std::vector<int32_t> node_slot;    // KV slot of each expanded node (-1 until expanded)
-    std::vector<int64_t> node_h2_row;  // row of node_h2 (-1 until expanded)
-    int32_t scratch_slots = 0;         // KV slots past the committed length taken by expanded nodes
-    std::unique_ptr<DraftTreeSearch> search;
-  };
   std::vector<Drafting> drafting;
-  std::vector<int64_t> root_rows;
+  std::vector<float> root_h2;
   for (size_t s = 0; s < inputs.size(); ++s) {
-    if (inputs[s].shape.num_draft_tokens == 0) continue;
     const DraftInput& in = inputs[s];
-    drafting.push_back({s, &sequences_[in.sequence_id],
-                        in.start_position + static_cast<int32_t>(in.next_tokens.size()), {}, {}, {}, 0, nullptr});
-    root_rows.push_back(last_row[s]);
+    if (in.shape.num_draft_tokens == 0) continue;
+    Drafting state;
+    state.input = s;
+    state.kv = &sequences_[in.sequence_id];
+    state.root_position = in.start_position + static_cast<int32_t>(in.next_tokens.size());
+    state.root_h2.assign(h2.begin() + last_row[s] * H, h2.begin() + (last_row[s] + 1) * H);
+    root_h2.insert(root_h2.end(), state.root_h2.begin(), state.root_h2.end());
+    drafting.push_back(std::move(state));
   }
-  std::vector<float> log_probs, root_h2;
-  for (int64_t r : root_rows) root_h2.insert(root_h2.end(), h2.begin() + r * H, h2.begin() + (r + 1) * H);
-  draft_log_probs(root_h2.data(), static_cast<int64_t>(root_rows.size()), log_probs);
-  const size_t V = c.draft_vocab_size;
+  std::vector<float> log_probs;
+  draft_log_probs(root_h2.data(), static_cast<int64_t>(drafting.size()), log_probs);
   for (size_t d = 0; d < drafting.size(); ++d)
     drafting[d].search = std::make_unique<DraftTreeSearch>(inputs[drafting[d].input].shape,
                                                            std::span(log_probs).subspan(d * V, V));
@@ -270,47 +328,7 @@ void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vect
   // Each further depth: every sequence's frontier nodes run as one batch. A node at depth t sits at position
   // root + t, is fed at position root + t - 1 (EAGLE's alignment) with its parent's prenorm output, and attends
   // to the committed positions and its ancestors, whose KV lives in scratch slots past the committed length.
-  while (true) {
-    std::vector<Row> step_rows;
-    std::vector<float> step_g;
-    std::vector<std::pair<size_t, int>> owner;  // (drafting index, node)
-    for (size_t d = 0; d < drafting.size(); ++d) {
-      Drafting& state = drafting[d];
-      const auto& nodes = state.search->nodes();
-      state.node_slot.resize(nodes.size(), -1);
-      state.node_h2_row.resize(nodes.size(), -1);
-      for (int node : state.search->frontier()) {
-        const int32_t slot = state.kv->length + state.scratch_slots++;
-        Row row{state.kv, to_target(nodes[node].draft_id), state.root_position + nodes[node].depth - 1, slot,
-                state.kv->length, {}};
-        for (int a = nodes[node].parent; a >= 0; a = nodes[a].parent) row.extra.push_back(state.node_slot[a]);
-        std::reverse(row.extra.begin(), row.extra.end());
-        row.extra.push_back(slot);
-        reserve_slots(*state.kv, slot + 1, inputs[state.input].sequence_id);
-        const int parent = nodes[node].parent;
-        const float* parent_h2 =
-            parent < 0 ? root_h2.data() + d * H : state.node_h2.data() + state.node_h2_row[parent] * H;
-        step_g.insert(step_g.end(), parent_h2, parent_h2 + H);
-        step_rows.push_back(std::move(row));
-        owner.push_back({d, node});
-      }
-    }
-    if (step_rows.empty()) break;
-    std::vector<float> step_h2(step_rows.size() * H);
-    forward_rows(step_rows, step_g.data(), step_h2.data());
-    draft_log_probs(step_h2.data(), static_cast<int64_t>(step_rows.size()), log_probs);
-    for (size_t i = 0; i < owner.size(); ++i) {
-      Drafting& state = drafting[owner[i].first];
-      state.node_slot[owner[i].second] = step_rows[i].slot;
-      state.node_h2_row[owner[i].second] = static_cast<int64_t>(state.node_h2.size() / H);
-      state.node_h2.insert(state.node_h2.end(), step_h2.begin() + i * H, step_h2.begin() + (i + 1) * H);
-    }
-    for (size_t i = 0, d = 0; d < drafting.size(); ++d) {
-      const size_t count = drafting[d].search->frontier().size();
-      if (count == 0) continue;
-      drafting[d].search->expand(std::span(log_probs).subspan(i * V, count * V));
-      i += count;
-    }
+  while (expand_frontiers(drafting, inputs)) {
   }
 
   // Speculative KV does not survive the call.

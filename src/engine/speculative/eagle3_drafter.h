@@ -77,6 +77,13 @@ class Eagle3Drafter : public Drafter {
     std::vector<int32_t> extra;
   };
 
+  struct Drafting;
+
+  // Rolls each sequence back to its start position and runs its newly verified positions; returns their prenorm
+  // outputs [rows, hidden] and, per input, the row of its last position (-1 for none).
+  std::vector<float> extend(std::span<const DraftInput> inputs, std::vector<int64_t>& last_row);
+  // Runs every sequence's frontier nodes as one batch and expands the trees; false once no frontier is left.
+  bool expand_frontiers(std::vector<Drafting>& drafting, std::span<const DraftInput> inputs);
   void truncate(SequenceKv& kv, int32_t length);
   void reserve_slots(SequenceKv& kv, int32_t slots, uint64_t sequence_id);
   float* kv_slot(const SequenceKv& kv, int32_t slot, int which);
