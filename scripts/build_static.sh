@@ -14,5 +14,6 @@ if [ "${BUILD_CUDA:-0}" = 1 ]; then
   exit 0
 fi
 cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_MARCH=x86-64-v3 -DMOESERVE_CUDA=OFF \
-  -DCMAKE_EXE_LINKER_FLAGS="-static" -DOPENSSL_USE_STATIC_LIBS=TRUE -DMOESERVE_FMT_HEADER_ONLY=ON >/dev/null
-cmake --build build-static --target moeserve
+  -DCMAKE_EXE_LINKER_FLAGS="-static" -DOPENSSL_USE_STATIC_LIBS=TRUE -DMOESERVE_FMT_HEADER_ONLY=ON \
+  -DMOESERVE_STATIC_LIBS=ON >/dev/null
+cmake --build build-static --target ${TARGETS:-moeserve}
