@@ -8,6 +8,12 @@
 //   offline (--offline N): N requests submitted at once to the engine (scheduler, paged KV, prefix cache) on
 //     this runner, prompts of 2,500..7,500 random tokens (mean 5,000), outputs of 625..1,875 tokens (mean
 //     1,250, no stop tokens); output tokens/s over the wall time until the last finishes.
+//   verify (--verify-tokens T, speculative decoding): like decode but every sequence brings T = k + 1 tokens (the
+//     last verified token and k draft tokens, causal), with T logits rows sampled; its cost against the one-token
+//     decode step at the same batch is what speculation must beat. The table's speculation rows model tokens/s
+//     at per-position acceptance a: B (1 - a^(k+1)) / (1 - a) tokens per (verify step + k draft steps), the draft
+//     step priced at the bytes of an EAGLE-3 head for this shape over the copy bandwidth (a model, not a
+//     measurement: the draft head runs on the CPU in this version).
 // Every step is timed end to end on the host (metadata upload, graph launch, sampled tokens back).
 #include <CLI/CLI.hpp>
 #include <cuda_profiler_api.h>
@@ -72,18 +78,27 @@ Ceilings measure_ceilings() {
 
 // Bytes a decode step must read: every dense weight, each expert the batch touches once (uniform routing:
 // E (1 - (1 - k/E)^B) per layer), each sequence's visible keys and values, and the unembedding.
-double decode_bytes(const ModelConfig& c, int batch, int context) {
+// tokens: the step's tokens (batch x tokens per sequence); the KV of each of the batch's sequences is read once.
+double step_bytes(const ModelConfig& c, int batch, int tokens, int context) {
   const double H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size,
                k = c.experts_per_token;
   const double dense = ((Q + 2 * KV) * H + H * Q + E * H) * 2;
   const double expert = (2 * I * H + H * I) * 17.0 / 32.0 + (2 * I + H) * 4;  // MXFP4 blocks + scales, fp32 bias
-  const double touched = E * (1.0 - std::pow(1.0 - k / E, batch));
+  const double touched = E * (1.0 - std::pow(1.0 - k / E, tokens));
   double total = c.vocab_size * H * 2;
   for (AttentionKind kind : c.layer_types) {
     const double keys = kind == AttentionKind::sliding ? std::min(context, c.sliding_window) : context;
     total += dense + touched * expert + batch * keys * KV * 2 * 2;
   }
   return total;
+}
+double decode_bytes(const ModelConfig& c, int batch, int context) { return step_bytes(c, batch, batch, context); }
+
+// Bytes of one EAGLE-3 draft step at batch B (a head of the target's width, as exported for gpt-oss: fc from three
+// features, attention from 2H inputs, a SiLU MLP of 6H, a 32,000-token lm_head, all bf16), read once per step.
+double eagle3_draft_step_bytes(const ModelConfig& c) {
+  const double H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = 6 * H, V = 32000;
+  return (3 * H * H + 2 * H * (Q + 2 * KV) + Q * H + 3 * H * I + V * H) * 2;
 }
 
 // FLOPs of a prefill step of `prompts` prompts of `length` tokens with one logits row each.
@@ -108,10 +123,11 @@ struct Row {
 };
 
 // profile: the timed steps run between cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off).
-Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps, bool profile) {
+// per_sequence > 1: a verify step of speculative decoding (per_sequence causal tokens, as many logits rows).
+Row time_decode(cuda::CudaRunner& runner, int batch, int per_sequence, int context, int steps, bool profile) {
   const ModelConfig& c = runner.config();
   const int block_size = 16, groups = kv_groups_of(c).num_groups();
-  const int blocks_each = (context + steps + 2 + block_size - 1) / block_size;
+  const int blocks_each = (context + steps + 2 + per_sequence + block_size - 1) / block_size;
   runner.allocate_kv_cache({block_size, static_cast<int64_t>(batch) * groups * blocks_each});
   runner.fill_kv_cache_random(17);
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch) * groups);
@@ -119,8 +135,8 @@ Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps, boo
     tables[i].resize(blocks_each);
     std::iota(tables[i].begin(), tables[i].end(), static_cast<int32_t>(i * blocks_each));
   }
-  std::vector<int32_t> tokens(batch);
-  for (int s = 0; s < batch; ++s) tokens[s] = (s * 7919 + 13) % c.vocab_size;
+  std::vector<int32_t> tokens(static_cast<size_t>(batch) * per_sequence);
+  for (size_t s = 0; s < tokens.size(); ++s) tokens[s] = static_cast<int32_t>((s * 7919 + 13) % c.vocab_size);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   ForwardOutput out;
@@ -129,10 +145,10 @@ Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps, boo
     b.return_logits = false;
     for (int s = 0; s < batch; ++s) {
       SequenceStep seq;
-      seq.tokens = std::span(tokens).subspan(s, 1);
+      seq.tokens = std::span(tokens).subspan(static_cast<size_t>(s) * per_sequence, per_sequence);
       seq.start_position = position;
       for (int g = 0; g < groups; ++g) seq.block_tables.emplace_back(tables[static_cast<size_t>(s) * groups + g]);
-      seq.num_logits = 1;
+      seq.num_logits = per_sequence;
       seq.sampling = &greedy;
       b.sequences.push_back(std::move(seq));
     }
@@ -147,10 +163,11 @@ Row time_decode(cuda::CudaRunner& runner, int batch, int context, int steps, boo
   const double per_step = seconds_since(start) / steps;
   if (profile) MOESERVE_CUDA_CHECK(cudaProfilerStop());
   Row row;
-  row.what = fmt::format("decode batch {} @ {}", batch, context);
+  row.what = per_sequence == 1 ? fmt::format("decode batch {} @ {}", batch, context)
+                                : fmt::format("verify batch {} x {} tokens @ {}", batch, per_sequence, context);
   row.step_ms = per_step * 1e3;
-  row.tokens_per_s = batch / per_step;
-  row.note = "moe " + runner.moe_path_name(batch);
+  row.tokens_per_s = static_cast<double>(batch) * per_sequence / per_step;  // tokens processed, not accepted
+  row.note = "moe " + runner.moe_path_name(batch * per_sequence);
   return row;
 }
 
@@ -245,12 +262,16 @@ int run(int argc, char** argv) {
   std::vector<std::string> prefills = {"1x8192", "16x1024"};
   int context = 2048, steps = 20, offline = 0;
   bool profile = false;
+  std::vector<int> verify_tokens, spec_batches = {1, 8, 32};
   app.add_option("--synthetic", shape)->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
   app.add_option("--decode-batches", batches)->delimiter(',')->capture_default_str();
   app.add_option("--context", context)->capture_default_str();
   app.add_option("--decode-steps", steps)->capture_default_str();
   app.add_option("--prefill", prefills, "PROMPTSxLENGTH")->delimiter(',')->capture_default_str();
   app.add_option("--offline", offline, "requests for the engine's Offline figure (0: skip)")->capture_default_str();
+  app.add_option("--verify-tokens", verify_tokens, "tokens per sequence of timed verify steps, e.g. 2,4,8 (k + 1)")
+      ->delimiter(',');
+  app.add_option("--spec-batches", spec_batches, "batches of the verify steps")->delimiter(',')->capture_default_str();
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_option("--json", json_path, "write the figures here");
   CLI11_PARSE(app, argc, argv);
@@ -269,7 +290,7 @@ int run(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (int b : batches) {
-    Row row = time_decode(runner, b, context, steps, profile);
+    Row row = time_decode(runner, b, 1, context, steps, profile);
     row.roofline_tokens_per_s = b / (decode_bytes(c, b, context) / ceilings.copy_bytes_per_s);
     fmt::print("  {}: {:.1f} tok/s ({:.2f} ms/step)\n", row.what, row.tokens_per_s, row.step_ms);
     rows.push_back(row);
@@ -284,6 +305,27 @@ int run(int argc, char** argv) {
         static_cast<double>(prompts) * length / (prefill_flops(c, prompts, length) / ceilings.bf16_flops_per_s);
     fmt::print("  {}: {:.0f} tok/s ({:.1f} ms)\n", row.what, row.tokens_per_s, row.step_ms);
     rows.push_back(row);
+  }
+
+  // Speculative decoding: verify steps beside one-token decode steps at the same batch.
+  std::vector<std::string> spec_lines;
+  for (int b : verify_tokens.empty() ? std::vector<int>{} : spec_batches) {
+    const Row decode = time_decode(runner, b, 1, context, steps, false);
+    const double draft_ms = eagle3_draft_step_bytes(c) / ceilings.copy_bytes_per_s * 1e3;
+    for (int t : verify_tokens) {
+      Row row = time_decode(runner, b, t, context, steps, false);
+      row.roofline_tokens_per_s = b * t / (step_bytes(c, b, b * t, context) / ceilings.copy_bytes_per_s);
+      fmt::print("  {}: {:.2f} ms/step, {:.2f}x the decode step\n", row.what, row.step_ms, row.step_ms / decode.step_ms);
+      const int k = t - 1;
+      std::string line = fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.0f} |", b, k, decode.step_ms,
+                                     row.step_ms, row.step_ms / decode.step_ms, decode.tokens_per_s);
+      for (double a : {0.5, 0.7, 0.9}) {
+        const double accepted = (1 - std::pow(a, k + 1)) / (1 - a);  // expected tokens per verify step
+        line += fmt::format(" {:.0f} |", b * accepted / ((row.step_ms + k * draft_ms) * 1e-3));
+      }
+      spec_lines.push_back(line);
+      rows.push_back(row);
+    }
   }
 
   if (offline > 0) {
@@ -316,6 +358,13 @@ int run(int argc, char** argv) {
                             {"roofline_tokens_per_s", r.roofline_tokens_per_s},
                             {"step_ms", r.step_ms},
                             {"note", r.note}});
+  }
+  if (!spec_lines.empty()) {
+    fmt::print("\nspeculation (draft step modelled at {:.3f} ms: EAGLE-3 head bytes over the copy bandwidth)\n",
+               eagle3_draft_step_bytes(c) / ceilings.copy_bytes_per_s * 1e3);
+    fmt::print("| batch | k | decode ms | verify ms | verify/decode | no-spec tok/s | a=0.5 tok/s | a=0.7 tok/s | "
+               "a=0.9 tok/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const std::string& line : spec_lines) fmt::print("{}\n", line);
   }
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");
