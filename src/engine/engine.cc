@@ -73,12 +73,9 @@ void Engine::loop() {
       arrived.swap(submitted_);
       cancels.swap(cancels_);
     }
+    // A request cancelled before it got here is still added: the core finishes it as cancelled in this step, so
+    // it is counted like any other cancellation.
     for (auto& p : arrived) {
-      if (cancels.erase(p.id)) {
-        --in_flight_;
-        if (p.on_event) p.on_event(RequestEvent{p.id, {}, Clock::now(), FinishReason::cancelled, {}});
-        continue;
-      }
       auto on_event = [this, user = std::move(p.on_event)](const RequestEvent& e) {
         if (user) user(e);
         if (e.finish == FinishReason::none) return;

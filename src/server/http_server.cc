@@ -61,6 +61,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t generation_ = 0;  // the request being answered
   bool answering_ = false;   // between handing a request over and the end of its response
   bool keep_alive_ = false;
+  char peek_byte_ = 0;  // target of the disconnect watch's peek
   bool response_started_ = false;
   bool watching_ = false;
   bool read_after_watch_ = false;
@@ -143,22 +144,23 @@ void Session::on_read(beast::error_code ec) {
   handler_(std::move(request), std::make_shared<Channel>(shared_from_this(), generation_));
 }
 
-// While a request runs, a readable socket with nothing to read means the client closed it.
+// While a request runs, watch the socket with a one-byte peek: it completes with end of stream (or a reset) when
+// the client closes, and with data when the client sends its next request early (pipelining), which then waits in
+// the socket for read_request. A peek, unlike a bare readiness wait, is retried by the reactor when readiness was
+// stale (an edge for bytes the request's own read already took), so neither case is mistaken for the other.
 void Session::watch_for_disconnect() {
   watching_ = true;
-  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-    self->watching_ = false;
-    if (self->read_after_watch_) {
-      self->read_after_watch_ = false;
-      self->read_request();
-      return;
-    }
-    if (ec == net::error::operation_aborted || self->closed_) return;
-    beast::error_code avail_ec;
-    const size_t available = self->stream_.socket().available(avail_ec);
-    if (ec || avail_ec || available == 0) self->client_gone();
-    // Otherwise the client sent its next request early (pipelining): it waits in the socket for read_request.
-  });
+  stream_.socket().async_receive(net::buffer(&peek_byte_, 1), tcp::socket::message_peek,
+                                 [self = shared_from_this()](beast::error_code ec, size_t) {
+                                   self->watching_ = false;
+                                   if (self->read_after_watch_) {
+                                     self->read_after_watch_ = false;
+                                     self->read_request();
+                                     return;
+                                   }
+                                   if (ec == net::error::operation_aborted || self->closed_) return;
+                                   if (ec) self->client_gone();
+                                 });
 }
 
 void Session::client_gone() {
