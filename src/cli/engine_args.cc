@@ -64,6 +64,7 @@ std::shared_ptr<speculative::Drafter> make_drafter(const speculative::Speculativ
   speculative::Eagle3DrafterOptions options;
   options.block_size = engine.block_size;
   options.num_blocks = kv_blocks_for(runner, engine);
+  options.threads = opened.threads;
   return std::make_shared<speculative::Eagle3Drafter>(head, speculative::Eagle3Target::of(opened.checkpoint), options);
 }
 

@@ -22,6 +22,7 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   CudaRunnerOptions cuda;
   cuda.precision = args.precision;
   OpenedRunner opened;
+  opened.threads = args.threads;
   if (!args.synthetic.empty()) {
     MOESERVE_CHECK(args.device == "cuda", "--synthetic needs --device cuda");
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);

@@ -25,6 +25,7 @@ void add_runner_options(CLI::App* command, RunnerArgs& args);
 struct OpenedRunner {
   std::shared_ptr<const Checkpoint> checkpoint;  // null for a synthetic model
   std::unique_ptr<ModelRunner> runner;
+  size_t threads = 0;  // --threads: CPU threads for the CPU runner and CPU-side helpers (a draft head); 0: all
 };
 OpenedRunner open_runner(const RunnerArgs& args);
 
