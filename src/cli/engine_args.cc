@@ -5,6 +5,7 @@
 #include "engine/scheduler.h"
 #include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/test_drafters.h"
+#include "runner/cuda/cuda_drafter_factory.h"
 #include "util/error.h"
 #include "util/parse.h"
 
@@ -53,10 +54,39 @@ int64_t parse_byte_size(const std::string& text) {
 
 namespace {
 
+// The EAGLE-3 head beside a CUDA target runs on the same GPU. Its KV pool is allocated here, before the engine
+// sizes the target's pool from the memory then free. It gets as many blocks as the target's pool would: a head
+// block holds block_size positions of its one layer, while a target token takes a block in every KV group, so
+// the head holds at least as many tokens as the target. The cap of 5% of free memory rarely binds: a head block
+// is 1/18 of gpt-oss-120b's target block (18 layers per KV group), i.e. 5% of free memory at the default 0.9
+// fraction; for gpt-oss-20b (1/12) it leaves the head 2/3 of the target's block count, still more token slots
+// than the target's two groups hold.
+constexpr double kCudaDrafterMaxMemoryFraction = 0.05;
+
+std::shared_ptr<speculative::Drafter> make_cuda_drafter(const speculative::SpeculativeConfig& spec,
+                                                        const OpenedRunner& opened, const EngineConfig& engine) {
+  const ModelRunner& runner = *opened.runner;
+  CudaDrafterOptions options;
+  options.block_size = engine.block_size;
+  options.num_blocks = kv_blocks_for(runner, engine);
+  options.max_memory_fraction = kCudaDrafterMaxMemoryFraction;
+  if (spec.model == "synthetic") return make_synthetic_cuda_eagle3_drafter(runner.config(), options, 1);
+  MOESERVE_CHECK(opened.checkpoint != nullptr,
+                 "--speculative-config method eagle3 with a head directory needs a checkpoint (--model): the head "
+                 "shares its embeddings (with --synthetic targets use \"model\": \"synthetic\")");
+  auto head = std::shared_ptr<const speculative::Eagle3Checkpoint>(
+      speculative::Eagle3Checkpoint::open(spec.model, runner.config()));
+  return make_cuda_eagle3_drafter(head, speculative::Eagle3Target::of(opened.checkpoint), options);
+}
+
 std::shared_ptr<speculative::Drafter> make_drafter(const speculative::SpeculativeConfig& spec, const OpenedRunner& opened,
                                                    const EngineConfig& engine) {
   const ModelRunner& runner = *opened.runner;
   if (spec.method == "test_random") return std::make_shared<speculative::RandomDrafter>(runner.config().vocab_size);
+  if (runner.name() == "cuda") return make_cuda_drafter(spec, opened, engine);
+  MOESERVE_CHECK(spec.model != "synthetic",
+                 "--speculative-config \"model\": \"synthetic\" (random head weights) needs the CUDA runner "
+                 "(--device cuda); the {} runner drafts with a head directory", runner.name());
   MOESERVE_CHECK(opened.checkpoint != nullptr,
                  "--speculative-config method eagle3 needs a checkpoint (--model): the head shares its embeddings");
   auto head = std::shared_ptr<const speculative::Eagle3Checkpoint>(

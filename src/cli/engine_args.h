@@ -22,7 +22,8 @@ struct EngineArgs {
 void add_engine_options(CLI::App* command, EngineArgs& args);
 // The engine config after parsing; the KV budget defaults to a fraction of device memory on a GPU runner and to
 // 1 GiB of host memory on the CPU runner. With --speculative-config, the drafter is built too: an EAGLE-3 head
-// (on the CPU, its KV pool holding as many tokens as the target's) or the test drafter named by the method.
+// (on the GPU beside the CUDA runner, else on the CPU; its KV pool holding as many tokens as the target's; "model":
+// "synthetic" gives the GPU a random head of gpt-oss-120b's shape) or the test drafter named by the method.
 EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened);
 // "4GiB", "512MiB", "1.5G", "1000000" -> bytes; an Error naming the text otherwise.
 int64_t parse_byte_size(const std::string& text);

@@ -8,6 +8,7 @@
 
 #include "model/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
+#include "runner/sequence_step.h"
 #include "test_util.h"
 
 namespace moeserve {
@@ -23,12 +24,7 @@ struct PooledSequence {
       for (int32_t b = 0; b < blocks; ++b) tables[g].push_back(first_block + g * blocks + b);
   }
   SequenceStep step(std::span<const int32_t> tokens, int32_t start, int32_t num_logits) const {
-    SequenceStep s;
-    s.tokens = tokens;
-    s.start_position = start;
-    for (const auto& t : tables) s.block_tables.emplace_back(t);
-    s.num_logits = num_logits;
-    return s;
+    return testing::sequence_step(tokens, start, tables, num_logits);
   }
 };
 

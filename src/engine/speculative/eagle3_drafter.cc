@@ -32,7 +32,7 @@ Eagle3Drafter::Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagl
       target_(std::move(target)),
       inv_freq_(llama_rope_inverse_frequencies(draft_->config().rope, draft_->config().head_dim)),
       pool_threads_(options.threads),
-      pool_(options.num_blocks, options.block_size) {
+      kv_tables_(options.num_blocks, options.block_size, "EAGLE-3 drafter") {
   const Eagle3Config& c = draft_->config();
   const Eagle3Weights& w = draft_->weights();
   MOESERVE_CHECK(options.block_size > 0 && options.num_blocks > 0,
@@ -55,39 +55,15 @@ Eagle3Drafter::Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagl
 }
 
 int32_t Eagle3Drafter::cached_positions(uint64_t sequence_id) const {
-  auto it = sequences_.find(sequence_id);
-  return it == sequences_.end() ? 0 : it->second.length;
+  return kv_tables_.cached_positions(sequence_id);
 }
 
-void Eagle3Drafter::release(uint64_t sequence_id) {
-  auto it = sequences_.find(sequence_id);
-  if (it == sequences_.end()) return;
-  truncate(it->second, 0);
-  sequences_.erase(it);
-}
-
-void Eagle3Drafter::truncate(SequenceKv& kv, int32_t length) {
-  kv.length = std::min(kv.length, length);
-  const size_t keep = (static_cast<size_t>(length) + pool_.block_size() - 1) / pool_.block_size();
-  while (kv.blocks.size() > keep) {
-    pool_.release(kv.blocks.back());
-    kv.blocks.pop_back();
-  }
-}
-
-void Eagle3Drafter::reserve_slots(SequenceKv& kv, int32_t slots, uint64_t sequence_id) {
-  while (static_cast<int64_t>(kv.blocks.size()) * pool_.block_size() < slots) {
-    auto block = pool_.allocate();
-    MOESERVE_CHECK(block.has_value(), "EAGLE-3 drafter: KV pool of {} blocks is full (sequence {} needs {} slots)",
-                   pool_.num_blocks(), sequence_id, slots);
-    kv.blocks.push_back(*block);
-  }
-}
+void Eagle3Drafter::release(uint64_t sequence_id) { kv_tables_.release(sequence_id); }
 
 float* Eagle3Drafter::kv_slot(const SequenceKv& kv, int32_t slot, int which) {
   const int64_t kv_dim = draft_->config().kv_dim();
-  const int64_t block = kv.blocks[slot / pool_.block_size()];
-  return kv_cache_.data() + ((block * pool_.block_size() + slot % pool_.block_size()) * 2 + which) * kv_dim;
+  const int64_t block = kv.blocks[slot / kv_tables_.block_size()];
+  return kv_cache_.data() + ((block * kv_tables_.block_size() + slot % kv_tables_.block_size()) * 2 + which) * kv_dim;
 }
 
 int32_t Eagle3Drafter::to_target(int32_t draft_id) const {
@@ -222,12 +198,12 @@ std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std
                    in.features.size(), n, F);
     MOESERVE_CHECK(in.shape.num_draft_tokens == 0 || n > 0,
                    "EAGLE-3 drafter: sequence {} asks for a draft without a new verified position", in.sequence_id);
-    SequenceKv& kv = sequences_[in.sequence_id];
+    SequenceKv& kv = kv_tables_.sequence(in.sequence_id);
     MOESERVE_CHECK(in.start_position >= 0 && in.start_position <= kv.length,
                    "EAGLE-3 drafter: sequence {} brings features from position {}, but the drafter holds positions "
                    "[0, {})", in.sequence_id, in.start_position, kv.length);
-    truncate(kv, in.start_position);
-    reserve_slots(kv, in.start_position + static_cast<int32_t>(n), in.sequence_id);
+    kv_tables_.truncate(kv, in.start_position);
+    kv_tables_.reserve_slots(kv, in.start_position + static_cast<int32_t>(n), in.sequence_id);
     for (int64_t i = 0; i < n; ++i) {
       const int32_t token = in.next_tokens[i];
       MOESERVE_CHECK(token >= 0 && token < c.vocab_size, "EAGLE-3 drafter: sequence {}: token {} is outside the "
@@ -245,7 +221,8 @@ std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std
     forward_rows(rows, g.data(), h2.data());
   }
   for (const DraftInput& in : inputs)
-    sequences_[in.sequence_id].length = in.start_position + static_cast<int32_t>(in.next_tokens.size());
+    kv_tables_.sequence(in.sequence_id).length =
+        in.start_position + static_cast<int32_t>(in.next_tokens.size());
   return h2;
 }
 
@@ -266,7 +243,7 @@ bool Eagle3Drafter::expand_frontiers(std::vector<Drafting>& drafting, std::span<
       for (int a = nodes[node].parent; a >= 0; a = nodes[a].parent) row.extra.push_back(state.node_slot[a]);
       std::reverse(row.extra.begin(), row.extra.end());
       row.extra.push_back(slot);
-      reserve_slots(*state.kv, slot + 1, inputs[state.input].sequence_id);
+      kv_tables_.reserve_slots(*state.kv, slot + 1, inputs[state.input].sequence_id);
       const int parent = nodes[node].parent;
       const float* parent_h2 =
           parent < 0 ? state.root_h2.data() : state.node_h2.data() + state.node_h2_row[parent] * H;
@@ -313,7 +290,7 @@ void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vect
     if (in.shape.num_draft_tokens == 0) continue;
     Drafting state;
     state.input = s;
-    state.kv = &sequences_[in.sequence_id];
+    state.kv = &kv_tables_.sequence(in.sequence_id);
     state.root_position = in.start_position + static_cast<int32_t>(in.next_tokens.size());
     state.root_h2.assign(h2.begin() + last_row[s] * H, h2.begin() + (last_row[s] + 1) * H);
     root_h2.insert(root_h2.end(), state.root_h2.begin(), state.root_h2.end());
@@ -335,7 +312,7 @@ void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vect
   for (Drafting& state : drafting) {
     out[state.input] = state.search->result([&](int32_t id) { return to_target(id); },
                                             scores != nullptr ? &(*scores)[state.input] : nullptr);
-    truncate(*state.kv, state.kv->length);
+    kv_tables_.truncate(*state.kv, state.kv->length);
   }
 }
 

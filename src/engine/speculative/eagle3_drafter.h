@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/kv_blocks.h"
+#include "engine/speculative/draft_kv.h"
 #include "engine/speculative/drafter.h"
 #include "engine/speculative/eagle3_checkpoint.h"
 #include "model/checkpoint.h"
@@ -59,13 +59,10 @@ class Eagle3Drafter : public Drafter {
   const Eagle3Config& config() const { return draft_->config(); }
   // Positions of the sequence whose KV the drafter holds (0 for one it does not know).
   int32_t cached_positions(uint64_t sequence_id) const;
-  int64_t free_blocks() const { return pool_.num_available(); }
+  int64_t free_blocks() const { return kv_tables_.num_available(); }
 
  private:
-  struct SequenceKv {
-    std::vector<int32_t> blocks;
-    int32_t length = 0;  // slots [0, length) hold committed positions
-  };
+  using SequenceKv = DraftSequenceKv;
   // One token through the decoder layer: its RoPE position, the KV slot it writes and the slots it attends to
   // (all of [0, prefix), then `extra`, which ends with its own slot).
   struct Row {
@@ -84,8 +81,6 @@ class Eagle3Drafter : public Drafter {
   std::vector<float> extend(std::span<const DraftInput> inputs, std::vector<int64_t>& last_row);
   // Runs every sequence's frontier nodes as one batch and expands the trees; false once no frontier is left.
   bool expand_frontiers(std::vector<Drafting>& drafting, std::span<const DraftInput> inputs);
-  void truncate(SequenceKv& kv, int32_t length);
-  void reserve_slots(SequenceKv& kv, int32_t slots, uint64_t sequence_id);
   float* kv_slot(const SequenceKv& kv, int32_t slot, int which);
   // g [n, feature_width] target features -> [n, hidden] fused inputs.
   void fuse_features(const float* features, int64_t n, float* g);
@@ -101,9 +96,8 @@ class Eagle3Drafter : public Drafter {
   Matrix lm_head_;
   std::vector<float> inv_freq_;
   ThreadPool pool_threads_;
-  KvBlockPool pool_;
+  DraftKvTables kv_tables_;
   std::vector<float> kv_cache_;  // [num_blocks, block_size, 2, kv_dim]
-  std::unordered_map<uint64_t, SequenceKv> sequences_;
 };
 
 }  // namespace moeserve::speculative

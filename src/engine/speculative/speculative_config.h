@@ -8,7 +8,9 @@
 // Keys:
 //   method                        "eagle3" (an EAGLE-3 draft head), or "test_random" (random drafts, for measuring
 //                                 the engine's cost without a draft head)
-//   model                         the draft head's directory (eagle3)
+//   model                         the draft head's directory (eagle3), or "synthetic": random weights of
+//                                 gpt-oss-120b's head shape made on the GPU, for benchmarks (CUDA runner only;
+//                                 also with --synthetic targets, which have no checkpoint)
 //   num_speculative_tokens        k >= 1: draft depth (vLLM's name; SGLang's --speculative-num-steps)
 //   speculative_eagle_topk        branching of the draft tree (SGLang's name); 1 (default) drafts a chain
 //   speculative_num_draft_tokens  tokens verified per step including the root (SGLang's meaning); for a chain it

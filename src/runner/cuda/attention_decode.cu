@@ -3,7 +3,8 @@
 // key and value loaded is used by all of them), each warp walks its keys one per lane with an online softmax in
 // the log2 domain, the warps merge in shared memory and write a partial (max, sum, output) per split; the
 // combine kernel merges the splits and the sink: o = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink - m)).
-// Any query token works (a prefill chunk too), so this is also the fp32 path's attention.
+// Any query token works (a prefill chunk too), so this is also the fp32 path's attention. In a tree step a query
+// walks the slots from its window's start to its own slot, and the step's keys among them pass its tree mask.
 // Version 1 read each value row per output lane inside a 32-step loop (dependent loads; 0.64 TB/s of KV at
 // batch 64 under ncu) and merged splits one load at a time. Version 2: each lane copies its own key's value row
 // to shared memory with its key row, and the combine weighs all splits at once.
@@ -64,11 +65,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(Attention
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int seq = step.token_seq[t];
   const int position = step.positions[t];
+  const int last = token_slot(step, t, seq);  // the query's own slot (its position outside tree steps)
+  const int start_position = step.seq_context[seq] - step.seq_q_len[seq];
+  const uint64_t mask = tree_mask(step, t, p.window > 0);
   const int lo = p.window > 0 ? max(0, position - p.window + 1) : 0;
-  const int keys = position - lo + 1;
+  const int keys = last - lo + 1;
   const int chunk = (keys + splits - 1) / splits;
   const int k0 = lo + split * chunk;
-  const int k1 = min(position + 1, k0 + chunk);
+  const int k1 = min(last + 1, k0 + chunk);
 
   __shared__ float q_s[kPerKv][kHeadDim];
   const float q_scale = p.scale * kLog2e;
@@ -89,7 +93,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(Attention
   __shared__ __align__(16) Elem v_s[kWarps][32][kHeadDim];  // this warp's 32 value rows, one per lane's key
   for (int base = k0 + warp * 32; base < k1; base += kWarps * 32) {
     const int key = base + lane;
-    const int64_t k_offset = key < k1 ? kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key) : -1;
+    const bool visible = key < k1 && tree_visible(mask, key, start_position);
+    const int64_t k_offset = visible ? kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key) : -1;
     const bool valid = k_offset >= 0;
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, valid);
     float s[kPerKv];

@@ -5,6 +5,8 @@
 // masked (causal and window) and scaled into the log2 domain, an online softmax whose running max starts at
 // the sink, then O += P V with P re-packed from the S accumulators as the A operand and V read by
 // ldmatrix.trans. At the end the sink joins the denominator once: o = O / (l + e^(sink - m)).
+// Tree steps (at most 64 tokens, so one tile at row 0): a row's keys run to its own slot, its window starts from
+// its position (start + depth), and the step's keys among them must pass its tree mask.
 // Version 1: single-buffered tiles, no GQA sharing of K/V tiles between the heads of a group (they meet in L2).
 // head_dim must be 64. CPU reference: cpu::attend_one_head per query row.
 #include <cmath>
@@ -30,6 +32,8 @@ __device__ __forceinline__ float quad_max(float v) {
   return v;
 }
 
+// kTree: the step has tree masks (a causal step's kernel skips them).
+template <bool kTree>
 __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams p, StepView step) {
   __shared__ __align__(16) bf16 k_s[kTileKeys][kRowStride];
   __shared__ __align__(16) bf16 v_s[kTileKeys][kRowStride];
@@ -42,9 +46,14 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
   const int start_position = step.seq_context[seq] - q_len;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int row_a = row0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two query rows
-  const int pos_a = start_position + row_a, pos_b = start_position + row_b;
+  const int slot_a = start_position + row_a, slot_b = start_position + row_b;  // their KV slots
+  const int pos_a = kTree && row_a < q_len ? step.positions[q_start + row_a] : slot_a;  // start + depth in a tree
+  const int pos_b = kTree && row_b < q_len ? step.positions[q_start + row_b] : slot_b;
   const int lo_a = p.window > 0 ? max(0, pos_a - p.window + 1) : 0;
   const int lo_b = p.window > 0 ? max(0, pos_b - p.window + 1) : 0;
+  const bool sliding = p.window > 0;
+  const uint64_t mask_a = kTree && row_a < q_len ? tree_mask(step, q_start + row_a, sliding) : ~0ull;
+  const uint64_t mask_b = kTree && row_b < q_len ? tree_mask(step, q_start + row_b, sliding) : ~0ull;
 
   // Q fragments (A operand) for the four 16-wide k steps of head_dim, straight from global memory.
   const bf16* q = static_cast<const bf16*>(p.q);
@@ -66,17 +75,18 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
   float o[8][4] = {};
   float m_a = sink, m_b = sink, l_a = 0.0f, l_b = 0.0f;
 
+  // The tile's lowest position is its first row's (a tree's root sits at start_position, depth 0).
   const int first_position = start_position + row0;
-  const int last_position = start_position + min(row0 + kTileRows, q_len) - 1;
+  const int last_slot = start_position + min(row0 + kTileRows, q_len) - 1;
   const int key_lo = p.window > 0 ? max(0, first_position - p.window + 1) : 0;
   const bf16* cache = static_cast<const bf16*>(p.kv.base);
   const int64_t v_minus_k = static_cast<int64_t>(p.kv.kv_heads) * p.kv.block_size * kHeadDim;
 
-  for (int tile = key_lo / kTileKeys * kTileKeys; tile <= last_position; tile += kTileKeys) {
+  for (int tile = key_lo / kTileKeys * kTileKeys; tile <= last_slot; tile += kTileKeys) {
     for (int i = threadIdx.x; i < kTileKeys * 8; i += blockDim.x) {
       const int r = i / 8, chunk = i % 8, key = tile + r;
       int64_t offset = -1;
-      if (key >= key_lo && key <= last_position) offset = kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key);
+      if (key >= key_lo && key <= last_slot) offset = kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key);
       const bool ok = offset >= 0;
       cp_async_16(&k_s[r][chunk * 8], ok ? cache + offset + chunk * 8 : cache, ok);
       cp_async_16(&v_s[r][chunk * 8], ok ? cache + offset + v_minus_k + chunk * 8 : cache, ok);
@@ -101,8 +111,10 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = tile + 8 * j + 2 * c + e;
-        s[j][e] = (key <= pos_a && key >= lo_a) ? s[j][e] * qk_scale : -INFINITY;
-        s[j][2 + e] = (key <= pos_b && key >= lo_b) ? s[j][2 + e] * qk_scale : -INFINITY;
+        const bool seen_a = key <= slot_a && key >= lo_a && (!kTree || tree_visible(mask_a, key, start_position));
+        const bool seen_b = key <= slot_b && key >= lo_b && (!kTree || tree_visible(mask_b, key, start_position));
+        s[j][e] = seen_a ? s[j][e] * qk_scale : -INFINITY;
+        s[j][2 + e] = seen_b ? s[j][2 + e] * qk_scale : -INFINITY;
         max_a = fmaxf(max_a, s[j][e]);
         max_b = fmaxf(max_b, s[j][2 + e]);
       }
@@ -162,7 +174,11 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
   if (step.num_q_tiles == 0) return;
   if (params.head_dim != kHeadDim) fail_cuda("attention_prefill", "head_dim must be 64", __FILE__, __LINE__);
-  attention_prefill_kernel<<<dim3(step.num_q_tiles, params.heads), 128, 0, stream>>>(params, step);
+  const dim3 grid(step.num_q_tiles, params.heads);
+  if (step.tree_masks != nullptr)
+    attention_prefill_kernel<true><<<grid, 128, 0, stream>>>(params, step);
+  else
+    attention_prefill_kernel<false><<<grid, 128, 0, stream>>>(params, step);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/make_tiny.h"
+#include "runner/cuda/graph_capture.h"
 #include "util/error.h"
 
 namespace moeserve::cuda {
@@ -250,7 +251,8 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   const int S = static_cast<int>(batch.sequences.size());
   bool decode = S > 0 && S <= kLargestGraphBatch && batch.capture_layers.empty();
-  for (const SequenceStep& step : batch.sequences) decode = decode && step.tokens.size() == 1 && step.num_logits == 1;
+  for (const SequenceStep& step : batch.sequences)
+    decode = decode && step.tokens.size() == 1 && step.num_logits == 1 && step.tree_parent.empty();
   const int bucket = options_.cuda_graphs && decode ? graph_bucket(S) : 0;
 
   meta_.build(batch, config_, groups_, layout_, bucket, padding_block_, bucket == 0);
@@ -265,21 +267,7 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   } else {
     // First step of this bucket: run it directly (which also makes every cuBLASLt plan), then capture.
     enqueue(meta_, plan, {}, nullptr);
-    cudaGraph_t graph = nullptr;
-    MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(meta_, plan, {}, nullptr);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      throw;
-    }
-    MOESERVE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    MOESERVE_CUDA_CHECK(instantiated);
-    graphs_[bucket] = exec;
+    graphs_[bucket] = capture_graph(stream_, [&] { enqueue(meta_, plan, {}, nullptr); });
   }
 
   // Real rows come first; graph padding rows follow and are dropped. Every row has its argmax (in the step, so in
@@ -308,6 +296,44 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   output.sampled.assign(R, -1);
   for (int64_t r = 0; r < R; ++r)
     if (rows[r].step->sampling != nullptr) output.sampled[r] = tokens[r];
+}
+
+void CudaRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_tables,
+                               std::span<const KvSlotMove> moves) {
+  MOESERVE_CHECK(kv_.get() != nullptr, "move_kv_slots() before allocate_kv_cache()");
+  MOESERVE_CHECK(static_cast<int>(block_tables.size()) == groups_.num_groups(), "{} block tables for {} KV groups",
+                 block_tables.size(), groups_.num_groups());
+  if (moves.empty()) return;
+  // One upload: the moves as (from, to) pairs, then every group's block table.
+  std::vector<int32_t> args;
+  for (const KvSlotMove& move : moves) {
+    for (int g = 0; g < groups_.num_groups(); ++g)
+      for (const int32_t slot : {move.from, move.to}) {
+        const int64_t logical = slot / layout_.block_size;
+        MOESERVE_CHECK(slot >= 0 && logical < static_cast<int64_t>(block_tables[g].size()) &&
+                           block_tables[g][logical] >= 0 && block_tables[g][logical] < layout_.num_blocks,
+                       "KV slot move {} -> {}: slot {} has no block in the table of KV group {} ({} blocks)", move.from,
+                       move.to, slot, g, block_tables[g].size());
+      }
+    args.push_back(move.from);
+    args.push_back(move.to);
+  }
+  std::vector<size_t> table_at;
+  for (const auto& table : block_tables) {
+    table_at.push_back(args.size());
+    args.insert(args.end(), table.begin(), table.end());
+  }
+  move_args_.grow(args.size() * sizeof(int32_t));
+  // From pageable memory: the copy has taken the values when it returns; the kernels follow it on the stream, and
+  // so does the next step, which reads what they wrote.
+  MOESERVE_CUDA_CHECK(
+      cudaMemcpyAsync(move_args_.get(), args.data(), args.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, config_.num_kv_heads, config_.head_dim};
+  for (int g = 0; g < groups_.num_groups(); ++g) {
+    const KvMoveParams params{kv, move_args_.as<int32_t>(), static_cast<int>(moves.size()),
+                              move_args_.as<int32_t>() + table_at[g], groups_.layers_in_group[g]};
+    launch_move_kv_slots(stream_, precision_, params);
+  }
 }
 
 void CudaRunner::sample(const std::vector<SampleRow>& sample_rows) {

@@ -1,7 +1,8 @@
 // The CUDA runner: GPT-OSS's forward on one GPU, behind the same ModelRunner interface as the CPU reference.
 // A step is a fixed sequence of kernels (kernels.h) over device-resident activations and a paged KV cache;
 // decode steps (one token per sequence) are captured as CUDA graphs per batch-size bucket (1, 2, 4, ... 256,
-// padded with dummy sequences that write a spare KV block) and replayed with new metadata.
+// padded with dummy sequences that write a spare KV block) and replayed with new metadata. Tree verification
+// steps (SequenceStep::tree_parent, at most 64 tokens a tree) run un-graphed with per-token ancestor masks.
 //
 // Per layer: [residual add +] RMSNorm -> QKV (cuBLASLt) -> RoPE + KV write -> attention (prefill: flash tiles on
 // tensor cores; decode: split-key flash-decoding) -> output projection (cuBLASLt) -> residual add + RMSNorm ->
@@ -33,6 +34,8 @@ class CudaRunner : public ModelRunner {
   void allocate_kv_cache(const KvCacheLayout& layout) override;
   const KvCacheLayout& kv_cache_layout() const override { return layout_; }
   void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+  // Enqueued on the runner's stream (so before the next step), without waiting for it.
+  void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) override;
 
   // For benchmarks: random KV contents, so that decode at a long context is timed without a prefill first.
   void fill_kv_cache_random(uint64_t seed);
@@ -78,6 +81,7 @@ class CudaRunner : public ModelRunner {
   KvCacheLayout layout_;
   DeviceBuffer kv_;
   int32_t padding_block_ = 0;  // the pool's spare block, written by graph padding
+  DeviceBuffer move_args_;     // move_kv_slots' moves and block tables
 
   StepMetadata meta_;
   DeviceBuffer meta_device_;

@@ -52,18 +52,47 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
-// Element offset of K (which = 0) or V (which = 1) of `position` for one KV head, or -1 where the sequence's
-// block table has no block (a sliding-window block given back).
-__device__ __forceinline__ int64_t kv_offset(const KvView& kv, const StepView& step, int seq, int group, int slot,
-                                             int which, int head, int position) {
-  const int stride = *step.table_stride;
-  const int32_t* table = step.block_tables + (static_cast<int64_t>(seq) * step.num_groups + group) * stride;
+// Element offset of K (which = 0) or V (which = 1) of KV slot `position` for one KV head, through one block
+// table, or -1 where the table has no block (a sliding-window block given back).
+__device__ __forceinline__ int64_t kv_table_offset(const KvView& kv, const int32_t* table, int slot, int which,
+                                                   int head, int position) {
   const int block = table[position / kv.block_size];
   if (block < 0) return -1;
   return ((((static_cast<int64_t>(block) * kv.layers_per_block + slot) * 2 + which) * kv.kv_heads + head) *
               kv.block_size +
           position % kv.block_size) *
          kv.head_dim;
+}
+
+// The same through sequence `seq`'s block table of `group` in a step.
+__device__ __forceinline__ int64_t kv_offset(const KvView& kv, const StepView& step, int seq, int group, int slot,
+                                             int which, int head, int position) {
+  const int stride = *step.table_stride;
+  const int32_t* table = step.block_tables + (static_cast<int64_t>(seq) * step.num_groups + group) * stride;
+  return kv_table_offset(kv, table, slot, which, head, position);
+}
+
+// ---- tree steps (StepView::tree_masks) ------------------------------------------------------------------------------
+// The KV slot token t of sequence `seq` writes: its position, or in a tree step start_position + its index.
+__device__ __forceinline__ int token_slot(const StepView& step, int t, int seq) {
+  if (step.tree_masks == nullptr) return step.positions[t];
+  return step.seq_context[seq] - step.seq_q_len[seq] + (t - step.seq_q_start[seq]);
+}
+
+// The step keys token t sees (bit j: the j-th token of its sequence), for a sliding or a full layer; all ones
+// outside tree steps.
+__device__ __forceinline__ uint64_t tree_mask(const StepView& step, int t, bool sliding) {
+  if (step.tree_masks == nullptr) return ~0ull;
+  const int32_t* words = step.tree_masks + (static_cast<int64_t>(t) * 2 + (sliding ? 1 : 0)) * 2;
+  return static_cast<uint64_t>(static_cast<uint32_t>(words[0])) | static_cast<uint64_t>(static_cast<uint32_t>(words[1])) << 32;
+}
+
+// Whether a key slot (already inside the query's window and at most its own slot) passes the query's tree mask:
+// slots before the step's start are the cached prefix, which every token sees; a tree has at most 64 tokens, so
+// step keys past the 64th are a causal sequence's (mask all ones).
+__device__ __forceinline__ bool tree_visible(uint64_t mask, int key, int start_position) {
+  const int j = key - start_position;
+  return j < 0 || j >= kMaxTreeTokens || ((mask >> j) & 1u) != 0;
 }
 
 // ---- MXFP4 ------------------------------------------------------------------------------------------------------

@@ -8,9 +8,6 @@
 #include "util/error.h"
 
 namespace moeserve::cuda {
-namespace {
-
-// Row-major matrices stacked by rows, converted to the device's dense type on the host.
 std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precision dense) {
   int64_t rows = 0;
   for (const Matrix* m : parts) rows += m->rows;
@@ -36,6 +33,8 @@ std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precisi
   }
   return out;
 }
+
+namespace {
 
 std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
   std::vector<float> out;

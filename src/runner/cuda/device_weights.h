@@ -14,6 +14,9 @@
 
 namespace moeserve::cuda {
 
+// Row-major matrices stacked by rows (same column count), converted to the device's dense type on the host.
+std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precision dense);
+
 struct DeviceLayer {
   const float* attn_norm = nullptr;
   const void* qkv = nullptr;  // [q_dim + 2 kv_dim, hidden]

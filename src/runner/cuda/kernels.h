@@ -27,7 +27,7 @@ struct StepView {
   int num_seqs = 0;                 // S
   int num_groups = 0;               // KV groups (GPT-OSS: sliding, full)
   const int32_t* token_ids = nullptr;    // [T]
-  const int32_t* positions = nullptr;    // [T]
+  const int32_t* positions = nullptr;    // [T] for RoPE and the window: the KV slot too, except in a tree step
   const int32_t* token_seq = nullptr;    // [T] sequence of each token
   const int32_t* seq_q_start = nullptr;  // [S] row of the sequence's first token
   const int32_t* seq_q_len = nullptr;    // [S] tokens of the sequence in this step
@@ -37,7 +37,13 @@ struct StepView {
   const int32_t* q_tile_seq = nullptr;   // [num_q_tiles] prefill attention: sequence of each 64-row query tile
   const int32_t* q_tile_row0 = nullptr;  // [num_q_tiles] first row of the tile inside its sequence
   int num_q_tiles = 0;
+  // Tree steps only (null otherwise; runner.h's SequenceStep::tree_parent): [T][2][2] words, per token two 64-bit
+  // masks (low word first) over the step indices of its sequence, the keys of the step it sees: for full layers
+  // itself and its ancestors, for sliding layers those inside the window. All ones for a causal sequence's tokens.
+  // A tree token writes its KV at slot start_position + its index in the step (token_slot in device_common.cuh).
+  const int32_t* tree_masks = nullptr;
 };
+inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
 
 // The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of the precision's element type.
 struct KvView {
@@ -98,6 +104,17 @@ void launch_attention_decode(cudaStream_t stream, Precision type, const Attentio
                              int splits, float* partial);
 // Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 only.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
+
+// ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
+struct KvMoveParams {
+  KvView kv;
+  const int32_t* moves = nullptr;        // [num_moves][from slot, to slot], applied in order
+  int num_moves = 0;
+  const int32_t* block_table = nullptr;  // the sequence's block table of one KV group
+  int group_layers = 0;                  // the group's layers: slots 0 .. group_layers - 1 of its blocks
+};
+// K and V of every layer of the group and every KV head, copied from `from` to `to` move after move.
+void launch_move_kv_slots(cudaStream_t stream, Precision type, const KvMoveParams& params);
 
 // ---- router.cu: top-k experts and softmax over the selected logits -------------------------------------------------
 // Also counts tokens per expert into expert_counts, which must be zero on entry: launch_group_by_expert reads

@@ -1,6 +1,7 @@
 // YaRN RoPE (half split: pairs (i, i + head_dim/2), cos and sin scaled by the concentration) applied to the q
 // and k heads of the fused QKV projection; q goes to its own buffer, k and v into the paged KV cache at each
-// token's position. One thread per rotary pair of a head; grid (token, pair group).
+// token's KV slot (its position, except in a tree step: token_slot). One thread per rotary pair of a head; grid
+// (token, pair group).
 // CPU reference: cpu::apply_rope (fp32 angle position * inv_freq, as transformers computes it).
 #include "runner/cuda/device_common.cuh"
 
@@ -12,6 +13,7 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
   const int t = blockIdx.x;
   const int position = step.positions[t];
   const int seq = step.token_seq[t];
+  const int kv_slot = token_slot(step, t, seq);
   const int D = p.head_dim, half = D / 2;
   const int all_heads = p.heads + 2 * p.kv_heads;
   const float* row = p.qkv + static_cast<int64_t>(t) * all_heads * D;
@@ -35,8 +37,8 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
     } else {
       const int which = h < p.heads + p.kv_heads ? 0 : 1;
       const int kv_head = h - p.heads - which * p.kv_heads;
-      const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, position);
-      if (offset < 0) return;  // the host checked every written position has a block
+      const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, kv_slot);
+      if (offset < 0) return;  // the host checked every written slot has a block
       dst = cache + offset;
     }
     dst[i] = from_float<Elem>(out1);

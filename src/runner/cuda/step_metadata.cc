@@ -5,6 +5,46 @@
 #include "util/error.h"
 
 namespace moeserve::cuda {
+namespace {
+
+// runner.h's rules for tree_parent, as the CPU runner checks them, and the masks' size limit.
+void check_tree(std::span<const int32_t> parent, int64_t tokens, int seq) {
+  MOESERVE_CHECK(static_cast<int64_t>(parent.size()) == tokens, "sequence {}: {} tree parents for {} tokens", seq,
+                 parent.size(), tokens);
+  MOESERVE_CHECK(tokens <= kMaxTreeTokens,
+                 "sequence {}: a tree step of {} tokens; the CUDA runner verifies trees of at most {} tokens (one "
+                 "64-bit ancestor mask per token)",
+                 seq, tokens, kMaxTreeTokens);
+  for (int64_t i = 0; i < tokens; ++i)
+    MOESERVE_CHECK(parent[i] >= -1 && parent[i] < i, "sequence {}: token {} has tree parent {} (must be -1 or earlier)",
+                   seq, i, parent[i]);
+}
+
+}  // namespace
+
+// Token i of the tree sits at position start + depth(i). Its full-layer mask holds itself and its ancestors; its
+// sliding-layer mask those of them whose positions are inside its window, the `window` nearest (as CpuRunner's
+// key_slots keeps ancestors going up while position >= position(i) - window + 1).
+void StepMetadata::write_tree(std::span<const int32_t> parent, int32_t start, int window, int32_t first) {
+  const int32_t n = static_cast<int32_t>(parent.size());
+  std::vector<int32_t> depth(n);
+  std::vector<uint64_t> full(n);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t up = parent[i];
+    depth[i] = up < 0 ? 0 : depth[up] + 1;
+    full[i] = (up < 0 ? 0 : full[up]) | uint64_t{1} << i;
+    uint64_t sliding = 0;
+    int32_t steps = 0;
+    for (int32_t j = i; j >= 0 && steps < window; j = parent[j], ++steps) sliding |= uint64_t{1} << j;
+    const size_t token = static_cast<size_t>(first + i);
+    data_[positions_at_ + token] = start + depth[i];
+    int32_t* masks = data_.data() + tree_masks_at_ + token * 4;
+    for (const uint64_t mask : {full[i], sliding}) {
+      *masks++ = static_cast<int32_t>(static_cast<uint32_t>(mask));
+      *masks++ = static_cast<int32_t>(static_cast<uint32_t>(mask >> 32));
+    }
+  }
+}
 
 void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const KvGroups& groups,
                          const KvCacheLayout& kv, int pad_to, int32_t padding_block, bool prefill_tiles) {
@@ -13,15 +53,16 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   groups_ = groups.num_groups();
   tokens_ = 0;
   max_q_len_ = 0;
+  has_tree_ = false;
   int64_t stride = 1;
   for (int s = 0; s < real_seqs; ++s) {
     const SequenceStep& step = batch.sequences[s];
     const int64_t n = static_cast<int64_t>(step.tokens.size());
     MOESERVE_CHECK(n > 0, "sequence {}: no tokens in the step", s);
-    // Chain verification is a causal run and needs nothing new; tree attention masks are not implemented yet.
-    MOESERVE_CHECK(step.tree_parent.empty(),
-                   "sequence {}: the CUDA runner does not verify draft trees yet (use a chain: speculative_eagle_topk 1)",
-                   s);
+    if (!step.tree_parent.empty()) {
+      check_tree(step.tree_parent, n, s);
+      has_tree_ = true;
+    }
     MOESERVE_CHECK(static_cast<int>(step.block_tables.size()) == groups_, "sequence {}: {} block tables for {} KV groups",
                    s, step.block_tables.size(), groups_);
     MOESERVE_CHECK(step.num_logits >= 0 && step.num_logits <= n, "sequence {}: num_logits {} for {} tokens", s,
@@ -51,7 +92,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
     tokens_ += static_cast<int>(n);
     max_q_len_ = std::max<int>(max_q_len_, static_cast<int>(n));
   }
-  MOESERVE_CHECK(pad_to == 0 || max_q_len_ == 1, "graph padding is for decode batches only");
+  MOESERVE_CHECK(pad_to == 0 || (max_q_len_ == 1 && !has_tree_), "graph padding is for causal decode batches only");
   const int T = tokens_ + (seqs_ - real_seqs);
 
   rows_.clear();
@@ -87,6 +128,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   rows_at_ = place(R);
   tile_seq_at_ = place(q_tiles_);
   tile_row0_at_ = place(q_tiles_);
+  tree_masks_at_ = place(has_tree_ ? static_cast<size_t>(T) * 4 : 0);
   tables_at_ = place(static_cast<size_t>(seqs_) * groups_ * stride);
   data_.assign(at, -1);
   data_[0] = static_cast<int32_t>(stride);
@@ -105,6 +147,8 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
       data_[positions_at_ + token] = start + i;
       data_[token_seq_at_ + token] = s;
     }
+    // Tree masks start as all ones (data_ is filled with -1), what a causal sequence's tokens need.
+    if (real && !step->tree_parent.empty()) write_tree(step->tree_parent, start, c.sliding_window, token - n);
     for (int g = 0; g < groups_; ++g) {
       int32_t* table = data_.data() + tables_at_ + (static_cast<size_t>(s) * groups_ + g) * stride;
       if (!real) {
@@ -139,6 +183,7 @@ StepView StepMetadata::view(const int32_t* device) const {
   v.q_tile_seq = device + tile_seq_at_;
   v.q_tile_row0 = device + tile_row0_at_;
   v.num_q_tiles = q_tiles_;
+  v.tree_masks = has_tree_ ? device + tree_masks_at_ : nullptr;
   return v;
 }
 

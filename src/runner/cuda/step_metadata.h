@@ -1,10 +1,12 @@
 // One forward step's batch description flattened into int32 arrays for the device (token ids, positions,
-// sequences, logits rows, prefill query tiles, block tables), checked as the CPU runner checks it. The arrays
-// sit at offsets that depend only on (tokens, sequences, rows, query tiles), with the block tables last and
-// their stride stored on the device, so a graph captured for a decode batch size replays with any tables.
+// sequences, logits rows, prefill query tiles, tree masks, block tables), checked as the CPU runner checks it.
+// The arrays sit at offsets that depend only on (tokens, sequences, rows, query tiles, whether a tree is in the
+// step), with the block tables last and their stride stored on the device, so a graph captured for a decode
+// batch size replays with any tables (decode graphs never hold a tree step).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runner/cuda/kernels.h"
@@ -35,14 +37,19 @@ class StepMetadata {
   int num_tokens() const { return tokens_; }
   int num_seqs() const { return seqs_; }
   int max_q_len() const { return max_q_len_; }
+  bool has_tree() const { return has_tree_; }
   const std::vector<StepRow>& rows() const { return rows_; }  // logits rows, real ones first
 
  private:
+  // Positions and tree masks of a tree sequence whose first token is step row `first`.
+  void write_tree(std::span<const int32_t> parent, int32_t start, int window, int32_t first);
+
   std::vector<int32_t> data_;
   std::vector<StepRow> rows_;
   int tokens_ = 0, seqs_ = 0, groups_ = 0, q_tiles_ = 0, max_q_len_ = 0;
+  bool has_tree_ = false;
   size_t ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, q_start_at_ = 0, q_len_at_ = 0, context_at_ = 0,
-         rows_at_ = 0, tile_seq_at_ = 0, tile_row0_at_ = 0, tables_at_ = 0;
+         rows_at_ = 0, tile_seq_at_ = 0, tile_row0_at_ = 0, tree_masks_at_ = 0, tables_at_ = 0;
 };
 
 }  // namespace moeserve::cuda

@@ -1,0 +1,37 @@
+// Making the EAGLE-3 draft head on the GPU (runner/cuda/eagle3_cuda_drafter.h), from code that may be built
+// without CUDA: without it, the factories fail with "built without CUDA".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/speculative/drafter.h"
+#include "engine/speculative/eagle3_checkpoint.h"
+#include "engine/speculative/eagle3_drafter.h"
+#include "model/config.h"
+
+namespace moeserve {
+
+struct CudaDrafterOptions {
+  int device = 0;
+  int block_size = 16;     // token slots per block of the head's own KV pool
+  int64_t num_blocks = 0;  // blocks wanted in that pool; must be positive ...
+  // ... and at most this fraction of the device's free memory at construction (0: no cap). The pool is allocated
+  // when the drafter is made, so a target pool sized afterwards from free memory leaves room for it.
+  double max_memory_fraction = 0;
+  bool cuda_graphs = true;  // capture chain draft steps per (batch-size bucket, draft length)
+};
+
+// The head of a checkpoint; the target's embedding (and unembedding, for a head without lm_head) is uploaded.
+std::unique_ptr<speculative::Drafter> make_cuda_eagle3_drafter(
+    std::shared_ptr<const speculative::Eagle3Checkpoint> head, speculative::Eagle3Target target,
+    const CudaDrafterOptions& options);
+
+// Random bf16 weights of gpt-oss-120b's EAGLE-3 head shape (hidden = the target's, intermediate 6 x hidden,
+// 64 heads of 64, 8 KV heads, draft vocabulary 32000 with d2t, its own embedding), made on the GPU, for
+// benchmarks; aux layers are ModelOpt's default for the target's depth.
+std::unique_ptr<speculative::Drafter> make_synthetic_cuda_eagle3_drafter(const ModelConfig& target,
+                                                                         const CudaDrafterOptions& options,
+                                                                         uint64_t seed);
+
+}  // namespace moeserve

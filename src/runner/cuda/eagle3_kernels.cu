@@ -1,0 +1,262 @@
+// The EAGLE-3 draft head's kernels (declared in eagle3_kernels.h): the layer input (embedding gather and the two
+// input norms), Llama RoPE with the draft KV write, attention over a row's draft KV slots, the SiLU-gated MLP's
+// activation, chain token mapping and per-row top-k log-probabilities for tree search. One version each; the
+// head's cost is its weight bytes (see eagle3_cuda_drafter.h), so these favour simplicity.
+// CPU reference: speculative::Eagle3Drafter::forward_rows and draft_log_probs (engine/speculative/eagle3_drafter.cc).
+#include <algorithm>
+#include <cfloat>
+
+#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/eagle3_kernels.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Physical slot (block * block_size + offset) of a row's logical KV slot.
+__device__ __forceinline__ int64_t physical_slot(const DraftKvView& kv, const DraftRows& rows, int r, int logical) {
+  const int32_t* table = rows.block_tables + static_cast<int64_t>(rows.row_table[r]) * *rows.table_stride;
+  return static_cast<int64_t>(table[logical / kv.block_size]) * kv.block_size + logical % kv.block_size;
+}
+
+__device__ __forceinline__ bf16* kv_row(const DraftKvView& kv, int64_t physical, int which) {
+  const int64_t kv_dim = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
+  return static_cast<bf16*>(kv.base) + (physical * 2 + which) * kv_dim;
+}
+
+__global__ void layer_input_kernel(DraftLayerInput p) {
+  const int64_t r = blockIdx.x;
+  const int H = p.hidden;
+  const bf16* e = static_cast<const bf16*>(p.embedding) + static_cast<int64_t>(p.tokens[r]) * H;
+  const float* g = p.g + r * H;
+  float se = 0.0f, sg = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float a = to_float(e[i]), b = g[i];
+    se += a * a;
+    sg += b * b;
+  }
+  se = block_sum(se);
+  sg = block_sum(sg);
+  const float inv_e = 1.0f / sqrtf(se / static_cast<float>(H) + p.eps);
+  const float inv_g = 1.0f / sqrtf(sg / static_cast<float>(H) + p.eps);
+  bf16* out = static_cast<bf16*>(p.attn_in) + r * 2 * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    out[i] = from_float<bf16>(to_float(e[i]) * inv_e * p.input_layernorm[i]);
+    const float normed = g[i] * inv_g * p.hidden_norm[i];
+    out[H + i] = from_float<bf16>(normed);
+    p.residual[r * H + i] = p.norm_before_residual ? normed : g[i];
+  }
+}
+
+// Block (row, head), head_dim / 2 threads: one rotated pair each. Heads: q, then k, then v (copied).
+__global__ void rope_kv_kernel(const float* qkv, int heads, const float* inv_freq, bf16* q_out, DraftKvView kv,
+                               DraftRows rows) {
+  const int r = blockIdx.x, h = blockIdx.y, i = threadIdx.x, D = kv.head_dim, half = D / 2;
+  const float* src = qkv + (static_cast<int64_t>(r) * (heads + 2 * kv.kv_heads) + h) * D;
+  float y1 = src[i], y2 = src[i + half];
+  if (h < heads + kv.kv_heads) {
+    // fp32 angle as transformers computes it (cpu::apply_rope).
+    const float angle = static_cast<float>(rows.position[r] + rows.step) * inv_freq[i];
+    const float c = cosf(angle), s = sinf(angle), x1 = y1, x2 = y2;
+    y1 = x1 * c - x2 * s;
+    y2 = x2 * c + x1 * s;
+  }
+  bf16* dst;
+  if (h < heads) {
+    dst = q_out + (static_cast<int64_t>(r) * heads + h) * D;
+  } else {
+    const int which = h < heads + kv.kv_heads ? 0 : 1, head = (h - heads) % kv.kv_heads;
+    dst = kv_row(kv, physical_slot(kv, rows, r, rows.slot[r] + rows.step), which) + head * D;
+  }
+  dst[i] = from_float<bf16>(y1);
+  dst[i + half] = from_float<bf16>(y2);
+}
+
+constexpr int kAttentionWarps = 4;
+constexpr int kMaxHeadDim = 128;
+
+// Block (row, head); each warp takes every kAttentionWarps-th key with an online softmax, lanes holding
+// head_dim / 32 dimensions; the warps' partial results are merged at the end.
+__global__ void attention_kernel(const bf16* q, int heads, float scale, DraftKvView kv, DraftRows rows, bf16* out) {
+  constexpr int kPer = kMaxHeadDim / 32;
+  const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = kv.head_dim;
+  const int per = D / 32, kv_head = h / (heads / kv.kv_heads);
+  const bf16* qh = q + (static_cast<int64_t>(r) * heads + h) * D;
+  float qv[kPer], acc[kPer];
+  for (int j = 0; j < kPer; ++j) {
+    qv[j] = j < per ? to_float(qh[lane + 32 * j]) : 0.0f;
+    acc[j] = 0.0f;
+  }
+  const int prefix = rows.prefix[r] + rows.step, extras = rows.extra_count[r];
+  const int32_t* extra = rows.extra_slots + rows.extra_begin[r];
+  float m = -INFINITY, l = 0.0f;
+  for (int t = warp; t < prefix + extras; t += kAttentionWarps) {
+    const int64_t physical = physical_slot(kv, rows, r, t < prefix ? t : extra[t - prefix]);
+    const bf16* k = kv_row(kv, physical, 0) + kv_head * D;
+    const bf16* v = kv_row(kv, physical, 1) + kv_head * D;
+    float dot = 0.0f;
+    for (int j = 0; j < per; ++j) dot += qv[j] * to_float(k[lane + 32 * j]);
+    const float s = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, s), correction = expf(m - m_new), p = expf(s - m_new);
+    l = l * correction + p;
+    for (int j = 0; j < per; ++j) acc[j] = acc[j] * correction + p * to_float(v[lane + 32 * j]);
+    m = m_new;
+  }
+  __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps], warp_acc[kAttentionWarps][kMaxHeadDim];
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+  for (int j = 0; j < per; ++j) warp_acc[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  if (warp != 0) return;
+  float m_all = -INFINITY;
+  for (int w = 0; w < kAttentionWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
+  float l_all = 0.0f, total[kPer] = {};
+  for (int w = 0; w < kAttentionWarps; ++w) {
+    if (warp_l[w] == 0.0f) continue;  // a warp that saw no key
+    const float factor = expf(warp_m[w] - m_all);
+    l_all += warp_l[w] * factor;
+    for (int j = 0; j < per; ++j) total[j] += warp_acc[w][lane + 32 * j] * factor;
+  }
+  bf16* o = out + (static_cast<int64_t>(r) * heads + h) * D;
+  for (int j = 0; j < per; ++j) o[lane + 32 * j] = from_float<bf16>(total[j] / l_all);
+}
+
+__global__ void silu_mul_kernel(const float* gate_up, int rows, int64_t I, bf16* out) {
+  const int64_t n = rows * I;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / I, c = i % I;
+    const float gate = gate_up[r * 2 * I + c], up = gate_up[r * 2 * I + I + c];
+    out[i] = from_float<bf16>(gate / (1.0f + expf(-gate)) * up);
+  }
+}
+
+__global__ void to_bf16_kernel(const float* x, int64_t n, bf16* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = from_float<bf16>(x[i]);
+}
+
+__global__ void draft_tokens_kernel(const int32_t* draft_ids, const int32_t* d2t, int rows, int k, int depth,
+                                    int32_t* next_tokens, int32_t* drafted) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int32_t id = draft_ids[r];
+  const int32_t target = d2t != nullptr ? id + d2t[id] : id;
+  next_tokens[r] = target;
+  drafted[static_cast<int64_t>(r) * k + depth] = target;
+}
+
+// a ranks before b: the larger value, the lower id on ties.
+__device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+__device__ void block_best(float& value, int& id) {
+  __shared__ float values[32];
+  __shared__ int ids[32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, offset);
+    const int i = __shfl_xor_sync(0xffffffffu, id, offset);
+    if (ranks_before(v, i, value, id)) value = v, id = i;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) values[warp] = value, ids[warp] = id;
+  __syncthreads();
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+    if (ranks_before(values[w], ids[w], value, id)) value = values[w], id = ids[w];
+}
+
+// One block per row: the max, the log of the sum of exponentials, then k passes each taking the best id ranked
+// after the previous pick.
+__global__ void top_k_log_probs_kernel(const float* logits, int V, int k, float* log_probs, int32_t* ids) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
+  float best = -INFINITY;
+  int best_id = V;
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    if (ranks_before(row[i], i, best, best_id)) best = row[i], best_id = i;
+  block_best(best, best_id);
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(row[i] - best);
+  const float log_sum = logf(block_sum(sum)) + best;
+  float previous = INFINITY;
+  int previous_id = -1;
+  for (int pick = 0; pick < k; ++pick) {
+    float value = -INFINITY;
+    int id = V;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+      if (ranks_before(previous, previous_id, row[i], i) && ranks_before(row[i], i, value, id)) value = row[i], id = i;
+    block_best(value, id);
+    if (threadIdx.x == 0) {
+      log_probs[static_cast<int64_t>(blockIdx.x) * k + pick] = value - log_sum;
+      ids[static_cast<int64_t>(blockIdx.x) * k + pick] = id;
+    }
+    previous = value;
+    previous_id = id;
+  }
+}
+
+int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
+
+}  // namespace
+
+void launch_draft_layer_input(cudaStream_t stream, const DraftLayerInput& params, int rows) {
+  if (rows == 0) return;
+  layer_input_kernel<<<rows, kThreads, 0, stream>>>(params);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_draft_rope_kv_write(cudaStream_t stream, const float* qkv, int heads, const float* inv_freq, void* q_out,
+                                const DraftKvView& kv, const DraftRows& rows) {
+  if (rows.rows == 0) return;
+  if (kv.head_dim % 64 != 0 || kv.head_dim > kMaxHeadDim)
+    fail_cuda("draft_rope_kv_write", "head_dim must be 64 or 128", __FILE__, __LINE__);
+  const dim3 grid(rows.rows, heads + 2 * kv.kv_heads);
+  rope_kv_kernel<<<grid, kv.head_dim / 2, 0, stream>>>(qkv, heads, inv_freq, static_cast<bf16*>(q_out), kv, rows);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_draft_attention(cudaStream_t stream, const void* q, int heads, float scale, const DraftKvView& kv,
+                            const DraftRows& rows, void* out) {
+  if (rows.rows == 0) return;
+  if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim || heads % kv.kv_heads != 0)
+    fail_cuda("draft_attention", "head_dim a multiple of 32 up to 128, heads a multiple of kv_heads", __FILE__,
+              __LINE__);
+  const dim3 grid(rows.rows, heads);
+  attention_kernel<<<grid, kAttentionWarps * 32, 0, stream>>>(static_cast<const bf16*>(q), heads, scale, kv, rows,
+                                                              static_cast<bf16*>(out));
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul(cudaStream_t stream, const float* gate_up, int rows, int64_t I, void* out) {
+  if (rows == 0) return;
+  silu_mul_kernel<<<grid_for(rows * I), kThreads, 0, stream>>>(gate_up, rows, I, static_cast<bf16*>(out));
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_to_bf16(cudaStream_t stream, const float* x, int64_t n, void* out) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, static_cast<bf16*>(out));
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_draft_tokens(cudaStream_t stream, const int32_t* draft_ids, const int32_t* d2t, int rows, int k,
+                         int depth, int32_t* next_tokens, int32_t* drafted) {
+  if (rows == 0) return;
+  draft_tokens_kernel<<<(rows + 127) / 128, 128, 0, stream>>>(draft_ids, d2t, rows, k, depth, next_tokens, drafted);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_top_k_log_probs(cudaStream_t stream, const float* logits, int rows, int V, int k, float* log_probs,
+                            int32_t* ids) {
+  if (rows == 0) return;
+  if (k < 1 || k > kMaxDraftTopK || k > V) fail_cuda("top_k_log_probs", "k must be in [1, 32] and <= V", __FILE__, __LINE__);
+  top_k_log_probs_kernel<<<rows, kThreads, 0, stream>>>(logits, V, k, log_probs, ids);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moeserve::cuda
