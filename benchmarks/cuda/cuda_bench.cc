@@ -13,7 +13,14 @@
 //     decode step at the same batch is what speculation must beat. The table's speculation rows model tokens/s
 //     at per-position acceptance a: B (1 - a^(k+1)) / (1 - a) tokens per (verify step + k draft steps), the draft
 //     step priced at the bytes of an EAGLE-3 head for this shape over the copy bandwidth (a model, not a
-//     measurement: the draft head runs on the CPU in this version).
+//     measurement).
+//   speculation end to end (--spec-engine-batches B,..): B requests of --spec-prompt random tokens decoding
+//     --spec-output tokens each through the engine, without speculation and with an EAGLE-3 draft head of the
+//     real gpt-oss shape with random weights on the GPU (make_synthetic_cuda_eagle3_drafter) drafting k tokens
+//     (--spec-k), the target accepting each draft position with probability --spec-acceptance (the engine's
+//     test_acceptance_rate TEST SWITCH: outputs are not the model's, which random weights make moot anyway).
+//     Tokens/s counts the tokens emitted while all B sequences decode: from the last first token to the first
+//     finish, so prefill is left out.
 // Every step is timed end to end on the host (metadata upload, graph launch, sampled tokens back).
 #include <CLI/CLI.hpp>
 #include <cuda_profiler_api.h>
@@ -29,7 +36,9 @@
 #include <numeric>
 
 #include "engine/engine.h"
+#include "engine/speculative/speculative_config.h"
 #include "runner/cuda/blas.h"
+#include "runner/cuda/cuda_drafter_factory.h"
 #include "runner/cuda/cuda_runner.h"
 #include "util/error.h"
 
@@ -255,6 +264,142 @@ OfflineResult time_offline(std::shared_ptr<ModelRunner> runner, int requests) {
   return result;
 }
 
+struct SpecResult {
+  double tokens_per_s = 0;       // output tokens/s while all sequences decode
+  double acceptance_length = 0;  // 0 without speculation
+  double step_ms = 0;            // mean wall time per engine step in the window (one verify step + drafting)
+  double forward_ms = 0;         // mean target forward (verify or decode step) in the window
+  double draft_ms = 0;           // mean drafter call (extend + k draft steps) in the window
+};
+
+// Wall time of calls, kept with their start so that a window's calls can be averaged.
+struct CallTimes {
+  std::vector<std::pair<Clock::time_point, double>> calls;
+  double mean_ms(Clock::time_point from, Clock::time_point to) const {
+    double total = 0;
+    int n = 0;
+    for (const auto& [start, seconds] : calls)
+      if (start >= from && start < to) total += seconds, ++n;
+    return n ? total * 1e3 / n : 0;
+  }
+};
+
+// The drafter with its calls timed (on the engine thread, which waits for the device in each call).
+class TimedDrafter : public speculative::Drafter {
+ public:
+  explicit TimedDrafter(std::shared_ptr<speculative::Drafter> inner) : inner_(std::move(inner)) {}
+  std::vector<int> aux_layers() const override { return inner_->aux_layers(); }
+  void propose(std::span<const speculative::DraftInput> inputs, std::vector<speculative::DraftTree>& out) override {
+    const auto start = Clock::now();
+    inner_->propose(inputs, out);
+    times.calls.emplace_back(start, seconds_since(start));
+  }
+  void release(uint64_t sequence_id) override { inner_->release(sequence_id); }
+  CallTimes times;
+
+ private:
+  std::shared_ptr<speculative::Drafter> inner_;
+};
+
+// The target runner with its forward steps timed.
+class TimedRunner : public ModelRunner {
+ public:
+  explicit TimedRunner(std::shared_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  size_t kv_block_bytes(int block_size) const override { return inner_->kv_block_bytes(block_size); }
+  size_t device_memory_free() const override { return inner_->device_memory_free(); }
+  void allocate_kv_cache(const KvCacheLayout& layout) override { inner_->allocate_kv_cache(layout); }
+  const KvCacheLayout& kv_cache_layout() const override { return inner_->kv_cache_layout(); }
+  void forward(const ForwardBatch& batch, ForwardOutput& output) override {
+    const auto start = Clock::now();
+    inner_->forward(batch, output);
+    times.calls.emplace_back(start, seconds_since(start));
+  }
+  void move_kv_slots(std::span<const std::span<const int32_t>> block_tables,
+                     std::span<const KvSlotMove> moves) override {
+    inner_->move_kv_slots(block_tables, moves);
+  }
+  CallTimes times;
+
+ private:
+  std::shared_ptr<ModelRunner> inner_;
+};
+
+// B requests decoding together through the engine; drafter null: no speculation.
+SpecResult time_spec_engine(std::shared_ptr<ModelRunner> runner, std::shared_ptr<speculative::Drafter> drafter,
+                            int batch, int k, double acceptance, int prompt, int output, uint64_t seed) {
+  EngineConfig config;
+  config.kv_cache_bytes = int64_t{16} << 30;
+  config.scheduler.max_num_seqs = batch;
+  config.scheduler.max_batched_tokens = 8192;
+  config.prefix_caching = false;
+  if (drafter) {
+    config.speculative = speculative::parse_speculative_config(
+        fmt::format(R"({{"method": "eagle3", "model": "synthetic", "num_speculative_tokens": {},
+                        "test_acceptance_rate": {}}})",
+                    k, acceptance));
+  }
+  std::shared_ptr<TimedDrafter> timed;
+  if (drafter) config.drafter = timed = std::make_shared<TimedDrafter>(drafter);
+  auto timed_runner = std::make_shared<TimedRunner>(std::move(runner));
+  std::mt19937 rng(seed);
+  std::vector<RequestSpec> specs(batch);
+  for (auto& spec : specs) {
+    spec.prompt.resize(prompt);
+    for (auto& t : spec.prompt) t = std::uniform_int_distribution<int32_t>(0, 199997)(rng);
+    spec.max_tokens = output;
+    spec.sampling.temperature = 0.0f;
+  }
+  struct Stamp {
+    Clock::time_point time;
+    int tokens;
+  };
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<Stamp> stamps;
+  std::vector<Clock::time_point> first(batch), last(batch);
+  std::vector<bool> started(batch, false);
+  int finished = 0;
+  double acceptance_length = 0;
+  {  // the engine's thread is joined at the end of this block, before its timings are read
+    Engine engine(timed_runner, config);
+    for (int i = 0; i < batch; ++i)
+      engine.submit(std::move(specs[i]), [&, i](const RequestEvent& e) {
+        const auto now = Clock::now();
+        std::lock_guard lock(mutex);
+        if (!e.tokens.empty()) {
+          if (!started[i]) first[i] = now;
+          started[i] = true;
+          stamps.push_back({now, static_cast<int>(e.tokens.size())});
+        }
+        if (e.finish != FinishReason::none) {
+          last[i] = now;
+          if (++finished == batch) done.notify_all();
+        }
+      });
+    std::unique_lock lock(mutex);
+    done.wait(lock, [&] { return finished == batch; });
+    acceptance_length = engine.metrics().spec_acceptance_length();
+  }
+  const auto from = *std::max_element(first.begin(), first.end());
+  const auto to = *std::min_element(last.begin(), last.end());
+  int64_t tokens = 0, events = 0;
+  for (const Stamp& s : stamps)
+    if (s.time > from && s.time <= to) tokens += s.tokens, ++events;
+  SpecResult result;
+  const double seconds = std::chrono::duration<double>(to - from).count();
+  MOESERVE_CHECK(seconds > 0 && tokens > 0, "speculation run of batch {}: no decode window (raise --spec-output)", batch);
+  result.tokens_per_s = tokens / seconds;
+  result.step_ms = seconds * 1e3 / (static_cast<double>(events) / batch);
+  result.forward_ms = timed_runner->times.mean_ms(from, to);
+  if (timed) {
+    result.acceptance_length = acceptance_length;
+    result.draft_ms = timed->times.mean_ms(from, to);
+  }
+  return result;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"CUDA runner benchmark on synthetic full-size GPT-OSS models"};
   std::string shape = "gpt-oss-120b", json_path;
@@ -272,6 +417,19 @@ int run(int argc, char** argv) {
   app.add_option("--verify-tokens", verify_tokens, "tokens per sequence of timed verify steps, e.g. 2,4,8 (k + 1)")
       ->delimiter(',');
   app.add_option("--spec-batches", spec_batches, "batches of the verify steps")->delimiter(',')->capture_default_str();
+  std::vector<int> engine_batches, engine_ks = {1, 3, 7};
+  std::vector<double> engine_acceptances = {0.7};
+  int engine_prompt = 1024, engine_output = 256;
+  app.add_option("--spec-engine-batches", engine_batches, "batches of the end-to-end speculation runs (empty: skip)")
+      ->delimiter(',');
+  app.add_option("--spec-k", engine_ks, "draft lengths of the end-to-end runs")->delimiter(',')->capture_default_str();
+  app.add_option("--spec-acceptance", engine_acceptances,
+                 "TEST SWITCH: per-position acceptance rates of the end-to-end runs")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--spec-prompt", engine_prompt, "prompt tokens of the end-to-end runs")->capture_default_str();
+  app.add_option("--spec-output", engine_output, "output tokens of the end-to-end runs")->capture_default_str();
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_option("--json", json_path, "write the figures here");
   CLI11_PARSE(app, argc, argv);
@@ -344,6 +502,33 @@ int run(int argc, char** argv) {
     rows.push_back(row);
   }
 
+  // Speculation end to end: the engine with the synthetic EAGLE-3 head on the GPU against no speculation.
+  std::vector<std::string> engine_lines;
+  if (!engine_batches.empty()) {
+    CudaDrafterOptions options;
+    options.num_blocks = (int64_t{engine_prompt} + engine_output + 64) / options.block_size * 
+        *std::max_element(engine_batches.begin(), engine_batches.end()) + 64;
+    const auto drafter_made = Clock::now();
+    std::shared_ptr<speculative::Drafter> drafter = make_synthetic_cuda_eagle3_drafter(c, options, 7);
+    fmt::print("synthetic EAGLE-3 head made in {:.1f} s\n", seconds_since(drafter_made));
+    for (int b : engine_batches) {
+      const SpecResult base = time_spec_engine(owned, nullptr, b, 0, 0, engine_prompt, engine_output, 11);
+      fmt::print("  engine batch {} no speculation: {:.0f} tok/s ({:.2f} ms/step)\n", b, base.tokens_per_s,
+                 base.step_ms);
+      engine_lines.push_back(fmt::format("| {} | none | - | {:.0f} | {:.2f} | {:.2f} | - | 1.00 | 1.00x |", b,
+                                         base.tokens_per_s, base.step_ms, base.forward_ms));
+      for (double a : engine_acceptances)
+        for (int k : engine_ks) {
+          const SpecResult r = time_spec_engine(owned, drafter, b, k, a, engine_prompt, engine_output, 11);
+          fmt::print("  engine batch {} k {} acceptance {}: {:.0f} tok/s ({:.2f} ms/step, acceptance length {:.2f})\n",
+                     b, k, a, r.tokens_per_s, r.step_ms, r.acceptance_length);
+          engine_lines.push_back(fmt::format("| {} | {} | {} | {:.0f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f}x |", b,
+                                             k, a, r.tokens_per_s, r.step_ms, r.forward_ms, r.draft_ms,
+                                             r.acceptance_length, r.tokens_per_s / base.tokens_per_s));
+        }
+    }
+  }
+
   nlohmann::json json = {{"gpu", prop.name},
                          {"model", shape},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
@@ -365,6 +550,13 @@ int run(int argc, char** argv) {
     fmt::print("| batch | k | decode ms | verify ms | verify/decode | no-spec tok/s | a=0.5 tok/s | a=0.7 tok/s | "
                "a=0.9 tok/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& line : spec_lines) fmt::print("{}\n", line);
+  }
+  if (!engine_lines.empty()) {
+    fmt::print("\nspeculation end to end (engine; synthetic EAGLE-3 head on the GPU; prompt {}, output {}; "
+               "acceptance set by test_acceptance_rate)\n", engine_prompt, engine_output);
+    fmt::print("| batch | k | test_acceptance_rate | tokens/s | ms/step | target forward ms | draft ms | "
+               "acceptance length | vs no speculation |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const std::string& line : engine_lines) fmt::print("{}\n", line);
   }
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");

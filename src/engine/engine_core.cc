@@ -185,12 +185,17 @@ bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoi
   return false;
 }
 
-std::vector<int32_t> EngineCore::verify(Sequence& seq, std::span<const float> logits, int64_t first_token_row,
+std::vector<int32_t> EngineCore::verify(Sequence& seq, int64_t first_row, int64_t rows, int64_t first_token_row,
                                         std::vector<int64_t>& fed_rows) {
   const speculative::DraftTree& draft = seq.draft;
+  const int64_t vocab = runner_.config().vocab_size;
+  const auto sample_index = static_cast<uint64_t>(seq.num_generated());
   const speculative::Verdict verdict =
-      speculative::verify_draft(draft, logits, runner_.config().vocab_size, seq.spec.sampling,
-                                static_cast<uint64_t>(seq.num_generated()), config_.speculative.test_acceptance_rate);
+      seq.spec.sampling.greedy()
+          ? speculative::verify_draft_greedy(draft, std::span(output_.sampled).subspan(first_row, rows),
+                                             seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate)
+          : speculative::verify_draft(draft, std::span(output_.logits).subspan(first_row * vocab, rows * vocab), vocab,
+                                      seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate);
   // Node i was computed at slot root + 1 + i; the path's node at depth j + 1 belongs at position root + 1 + j. A
   // chain's path is already in place; a tree's is moved there (in order: a move never overwrites a later source).
   const int32_t root = seq.num_computed;
@@ -268,8 +273,10 @@ StepReport EngineCore::step() {
       step.tokens = verify_tokens[c];
       step.tree_parent = verify_parents[c];
       step.num_logits = 1 + chunk.num_draft;
-      step.sampling = nullptr;  // verified here, from the logits
-      batch.return_logits = true;
+      if (!seq.spec.sampling.greedy()) {
+        step.sampling = nullptr;  // verified here, from the logits
+        batch.return_logits = true;
+      }  // greedy: verified from the runner's greedy token of every row (no logits copied back)
     }
     if (seq.speculates()) batch.capture_layers = aux_layers_;
     batch.sequences.push_back(std::move(step));
@@ -289,7 +296,6 @@ StepReport EngineCore::step() {
   report.prefill_tokens = plan.prefill_tokens;
 
   const TimePoint produced = now_();
-  const int64_t vocab = runner_.config().vocab_size;
   std::optional<speculative::DraftRound> round;
   if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.seq->speculates(); }))
     round.emplace(*config_.drafter, output_.captured, runner_.config().hidden_size);
@@ -303,7 +309,7 @@ StepReport EngineCore::step() {
     std::vector<int32_t> emitted;
     if (chunk.num_draft > 0) {
       try {
-        emitted = verify(seq, std::span(output_.logits).subspan(row * vocab, step_tokens * vocab), token_row, fed_rows);
+        emitted = verify(seq, row, step_tokens, token_row, fed_rows);
       } catch (const std::exception& e) {
         finish(seq, FinishReason::error, {}, e.what());
         row += step_tokens;

@@ -76,9 +76,10 @@ class EngineCore {
   // Appends a step's new tokens to seq, up to and including the first that ends it (stop token, max_tokens, the
   // context), and streams them as one event. True when seq finished (and is gone).
   bool emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoint produced);
-  // Verifies seq's draft against logits rows [1 + draft], commits the accepted path's KV and rolls back the
+  // Verifies seq's draft against the step's output rows [first_row, first_row + rows) (1 + draft: the runner's
+  // greedy tokens for greedy requests, the logits otherwise), commits the accepted path's KV and rolls back the
   // rest; returns the tokens to emit. The step's token rows of the root and the accepted nodes go to fed_rows.
-  std::vector<int32_t> verify(Sequence& seq, std::span<const float> logits, int64_t first_token_row,
+  std::vector<int32_t> verify(Sequence& seq, int64_t first_row, int64_t rows, int64_t first_token_row,
                               std::vector<int64_t>& fed_rows);
   // The draft seq may ask for now: its shape cut to what max_tokens, the context and the step budget leave.
   speculative::DraftShape next_draft_shape(const Sequence& seq) const;

@@ -33,6 +33,12 @@ struct Verdict {
 Verdict verify_draft(const DraftTree& draft, std::span<const float> logits, int64_t vocab, const SamplingParams& params,
                      uint64_t sample_index, std::optional<double> forced_acceptance_rate = std::nullopt);
 
+// Greedy verification (params.greedy()) from the target's greedy token of every row instead of its logits:
+// row_tokens[0] at the root, row_tokens[1 + i] at node i, as a runner's on-device argmax gives them, so a verify
+// step copies back one id per row rather than vocab floats. Same verdict as verify_draft() on those rows' logits.
+Verdict verify_draft_greedy(const DraftTree& draft, std::span<const int32_t> row_tokens, const SamplingParams& params,
+                            uint64_t sample_index, std::optional<double> forced_acceptance_rate = std::nullopt);
+
 // The uniform in [0, 1) that decides the attempt-th sibling tried for the sample_index-th token.
 double acceptance_uniform(uint64_t seed, uint64_t sample_index, int attempt);
 
