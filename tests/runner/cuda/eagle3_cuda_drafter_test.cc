@@ -2,20 +2,25 @@
 // different lengths, extensions, a rollback) give the same chains and trees, token for token where the CPU's
 // choice is not a near tie, with cumulative scores within bf16's error; chains drafted through CUDA graphs equal
 // the same kernels run directly; and in the engine on the CUDA runner, greedy output with the GPU head
-// speculating equals plain decoding. Every test skips without a CUDA device.
+// speculating equals plain decoding. Its attention kernel alone matches cpu::attend_one_head. Every test skips
+// without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "engine/engine_harness.h"
 #include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/eagle3_fixture.h"
 #include "engine/speculative/spec_engine_harness.h"
+#include "runner/cpu/ops.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/eagle3_cuda_drafter.h"
+#include "runner/cuda/eagle3_kernels.h"
 
 namespace moeserve::speculative {
 namespace {
@@ -178,6 +183,108 @@ TEST(Eagle3CudaDrafter, GraphedChainsEqualDirectRuns) {
         EXPECT_EQ(a[s].tokens, d[s].tokens) << "k " << k << " call " << c << " sequence " << s;
         EXPECT_EQ(a[s].parent, d[s].parent);
       }
+    }
+  }
+}
+
+cuda::DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
+  cuda::DeviceBuffer buffer(std::max<size_t>(1, values.size()) * 4);
+  MOESERVE_CUDA_CHECK(cudaMemcpy(buffer.get(), values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+// launch_draft_attention on random q, K and V in a scattered paged pool against cpu::attend_one_head (no sink), for
+// rows of different prefix lengths, some with extra slots beyond the prefix (tree ancestors), at step 1. Shapes:
+// the gpt-oss head's (64 heads over 8 KV heads, head_dim 64), head_dim 128, the tiny head's, and a GQA group of 3
+// (the any-shape kernel). Inputs are bf16; the outputs are bf16 too, so 1% relative error.
+TEST(Eagle3CudaKernels, DraftAttentionMatchesTheCpuReference) {
+  MOESERVE_REQUIRE_CUDA();
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  const int block_size = 16, step = 1;
+  const std::vector<int> prefixes = {0, 1, 37, 300, 1299, 5};
+  const std::vector<int> extra_counts = {1, 0, 3, 0, 5, 2};
+  std::mt19937 rng(11);
+  for (const Shape& shape : {Shape{64, 8, 64}, Shape{16, 2, 128}, Shape{4, 2, 64}, Shape{6, 2, 32}}) {
+    const int R = static_cast<int>(prefixes.size()), D = shape.head_dim, per_kv = shape.heads / shape.kv_heads;
+    const int64_t kv_dim = static_cast<int64_t>(shape.kv_heads) * D;
+    // Each row's logical slots: [0, prefix + step), then its extras at distinct slots after them.
+    std::vector<std::vector<int32_t>> extras(R);
+    int table_stride = 0;
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> later(3 * extra_counts[r]);
+      for (size_t i = 0; i < later.size(); ++i) later[i] = prefixes[r] + step + static_cast<int32_t>(i);
+      std::shuffle(later.begin(), later.end(), rng);
+      extras[r].assign(later.begin(), later.begin() + extra_counts[r]);
+      table_stride = std::max(table_stride, (prefixes[r] + step + 3 * extra_counts[r]) / block_size + 1);
+    }
+    const int num_blocks = R * table_stride;
+    std::vector<int32_t> blocks(num_blocks), row_table(R), prefix(R), extra_begin(R), extra_count(R), extra_slots;
+    for (int b = 0; b < num_blocks; ++b) blocks[b] = b;
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (int r = 0; r < R; ++r) {
+      row_table[r] = r;
+      prefix[r] = prefixes[r];
+      extra_begin[r] = static_cast<int32_t>(extra_slots.size());
+      extra_count[r] = extra_counts[r];
+      extra_slots.insert(extra_slots.end(), extras[r].begin(), extras[r].end());
+    }
+    const std::vector<float> kv = moeserve::testing::round_to(
+        cuda::Precision::bf16, moeserve::testing::random_floats(rng, num_blocks * block_size * 2 * kv_dim));
+    const std::vector<float> q = moeserve::testing::round_to(
+        cuda::Precision::bf16, moeserve::testing::random_floats(rng, R * shape.heads * D, 0.0f, 2.0f));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+    std::vector<float> expected(q.size());
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> slots;
+      for (int t = 0; t < prefix[r] + step; ++t) slots.push_back(t);
+      slots.insert(slots.end(), extras[r].begin(), extras[r].end());
+      auto row_of = [&](int32_t logical, int which, int kv_head) {
+        const int64_t physical = static_cast<int64_t>(blocks[r * table_stride + logical / block_size]) * block_size +
+                                 logical % block_size;
+        return kv.data() + (physical * 2 + which) * kv_dim + kv_head * D;
+      };
+      std::vector<float> scores(slots.size());
+      for (int h = 0; h < shape.heads; ++h) {
+        const int kv_head = h / per_kv;
+        cpu::attend_one_head(
+            q.data() + (static_cast<int64_t>(r) * shape.heads + h) * D, D, static_cast<int64_t>(slots.size()),
+            [&](int64_t j) { return row_of(slots[j], 0, kv_head); },
+            [&](int64_t j) { return row_of(slots[j], 1, kv_head); }, -INFINITY, scale, scores.data(),
+            expected.data() + (static_cast<int64_t>(r) * shape.heads + h) * D);
+      }
+    }
+
+    const cuda::DeviceBuffer kv_d = moeserve::testing::upload_as(cuda::Precision::bf16, kv);
+    const cuda::DeviceBuffer q_d = moeserve::testing::upload_as(cuda::Precision::bf16, q);
+    const cuda::DeviceBuffer stride_d = upload_ints({table_stride}), blocks_d = upload_ints(blocks),
+                             row_table_d = upload_ints(row_table), prefix_d = upload_ints(prefix),
+                             begin_d = upload_ints(extra_begin), count_d = upload_ints(extra_count),
+                             slots_d = upload_ints(extra_slots);
+    cuda::DeviceBuffer out_d(q.size() * 2);
+    const cuda::DraftKvView view{kv_d.get(), block_size, shape.kv_heads, D};
+    cuda::DraftRows rows;
+    rows.rows = R;
+    rows.table_stride = stride_d.as<int32_t>();
+    rows.block_tables = blocks_d.as<int32_t>();
+    rows.row_table = row_table_d.as<int32_t>();
+    rows.prefix = prefix_d.as<int32_t>();
+    rows.extra_begin = begin_d.as<int32_t>();
+    rows.extra_count = count_d.as<int32_t>();
+    rows.extra_slots = slots_d.as<int32_t>();
+    rows.step = step;
+    cuda::launch_draft_attention(nullptr, q_d.get(), shape.heads, scale, view, rows, out_d.get());
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = moeserve::testing::download_as(cuda::Precision::bf16, out_d.get(), q.size());
+    const std::string what = "draft attention heads " + std::to_string(shape.heads) + "/" +
+                             std::to_string(shape.kv_heads) + " head_dim " + std::to_string(D);
+    moeserve::testing::expect_error_within(what, moeserve::testing::relative_error(got, expected), 1e-2);
+    for (int r = 0; r < R; ++r) {
+      std::vector<float> row(got.begin() + r * shape.heads * D, got.begin() + (r + 1) * shape.heads * D);
+      std::vector<float> ref(expected.begin() + r * shape.heads * D, expected.begin() + (r + 1) * shape.heads * D);
+      EXPECT_LE(moeserve::testing::relative_error(row, ref), 2e-2) << what << " row " << r;
     }
   }
 }
