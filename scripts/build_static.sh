@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 if [ "${BUILD_CUDA:-0}" = 1 ]; then
   cmake -S . -B build-cuda-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_MARCH=x86-64-v3 -DMOESERVE_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" -DOPENSSL_USE_STATIC_LIBS=TRUE \
-    -DMOESERVE_FMT_HEADER_ONLY=ON >/dev/null
+    -DMOESERVE_FMT_HEADER_ONLY=ON -DMOESERVE_STATIC_LIBS=ON >/dev/null
   targets=${TARGETS:-moeserve runner_cuda_test cuda_bench}
   cmake --build build-cuda-static --target $targets
   exit 0
