@@ -48,7 +48,10 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig config, NowFn now)
       cost_(config.initial_step_cost),
       scheduler_(config.scheduler, kv_, cost_) {
   metrics_.kv_blocks_total = kv_.pool().num_blocks();
-  if (config_.drafter) aux_layers_ = config_.drafter->aux_layers();
+  if (config_.drafter) {
+    aux_layers_ = config_.drafter->aux_layers();
+    kv_.set_drafter(config_.drafter.get());
+  }
 }
 
 std::string EngineCore::capacity_summary() const {

@@ -42,6 +42,8 @@ int KvCacheManager::match_prefix(Sequence& seq) {
   const int64_t length = static_cast<int64_t>(seq.tokens.size());
   queried_tokens_ += length;
   if (!prefix_caching_) return 0;
+  if (drafter_ != nullptr && seq.speculates() && seq.draft_fed == 0)
+    seq.draft_fed = drafter_->match_prefix(seq.id, seq.tokens);
   const int bs = block_size();
   // Candidate hit: k full blocks, with at least one token left to compute.
   const int64_t max_blocks = std::min<int64_t>(length - 1, seq.max_prefix_hit()) / bs;

@@ -25,8 +25,12 @@ class KvCacheManager {
   int64_t blocks_needed(int64_t tokens) const;
 
   // At admission: reuses cached blocks for the longest cached prefix of seq.tokens (never all of it, so at least
-  // one token is computed and yields logits, nor past seq.max_prefix_hit()). Sets num_computed and returns the number of tokens hit.
+  // one token is computed and yields logits, nor past seq.max_prefix_hit()). A speculating sequence new to the
+  // drafter first takes what the drafter's own prefix cache holds (Drafter::match_prefix), which bounds the hit.
+  // Sets num_computed and returns the number of tokens hit.
   int match_prefix(Sequence& seq);
+  // The drafter consulted by match_prefix (none: speculating sequences hit only what their drafter was fed).
+  void set_drafter(speculative::Drafter* drafter) { drafter_ = drafter; }
   // Ensures seq's tables cover the next `new_tokens` tokens; false (and no change) when the pool is short.
   bool allocate(Sequence& seq, int new_tokens);
   // After a step: offers newly full, computed blocks to the prefix cache, and gives back sliding-window blocks
@@ -47,6 +51,7 @@ class KvCacheManager {
   void extend_hashes(Sequence& seq, int64_t full_blocks) const;
 
   KvBlockPool pool_;
+  speculative::Drafter* drafter_ = nullptr;
   std::vector<AttentionKind> group_kinds_;
   int window_;
   bool prefix_caching_;

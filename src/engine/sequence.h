@@ -40,8 +40,8 @@ struct Sequence {
   // Tokens whose KV still has to be computed before the next token can be sampled.
   int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
   bool speculates() const { return speculation.num_draft_tokens > 0; }
-  // A prefix-cache hit may not reach past what the drafter has seen: the target computes no features for cached
-  // positions, and a drafter cannot skip positions.
+  // A prefix-cache hit may not reach past what the drafter holds (fed, or restored from its own prefix cache at
+  // admission): the target computes no features for cached positions, and a drafter cannot skip positions.
   int max_prefix_hit() const { return speculates() ? draft_fed : static_cast<int>(tokens.size()); }
   // The deadline the SLO-aware policy orders by.
   TimePoint deadline(double ttft_target_seconds) const;

@@ -67,6 +67,12 @@ class Drafter {
 
   // The sequence is finished or cancelled: free its state.
   virtual void release(uint64_t sequence_id) = 0;
+
+  // Prefix caching: a sequence the drafter holds no state for, about to be admitted, whose tokens begin as
+  // `tokens`. A drafter that caches its state by token prefix takes what it holds for this prefix and returns the
+  // positions [0, n) it now has for the sequence (n < tokens.size()), as if they had been fed; the engine lets
+  // the target's own prefix-cache hit reach no further than n, and feeds the drafter from the target's hit on.
+  virtual int32_t match_prefix(uint64_t sequence_id, std::span<const int32_t> tokens) { return 0; }
 };
 
 }  // namespace moeserve::speculative

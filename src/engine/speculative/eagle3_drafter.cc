@@ -32,7 +32,12 @@ Eagle3Drafter::Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagl
       target_(std::move(target)),
       inv_freq_(llama_rope_inverse_frequencies(draft_->config().rope, draft_->config().head_dim)),
       pool_threads_(options.threads),
-      kv_tables_(options.num_blocks, options.block_size, "EAGLE-3 drafter") {
+      kv_tables_(options.num_blocks, options.block_size, "EAGLE-3 drafter",
+                 [this](int32_t from, int32_t to, int32_t slots) {
+                   const size_t block = kv_block_bytes(draft_->config(), kv_tables_.block_size()) / sizeof(float);
+                   std::copy_n(kv_cache_.data() + from * block, slots * block / kv_tables_.block_size(),
+                               kv_cache_.data() + to * block);
+                 }) {
   const Eagle3Config& c = draft_->config();
   const Eagle3Weights& w = draft_->weights();
   MOESERVE_CHECK(options.block_size > 0 && options.num_blocks > 0,
@@ -221,8 +226,7 @@ std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std
     forward_rows(rows, g.data(), h2.data());
   }
   for (const DraftInput& in : inputs)
-    kv_tables_.sequence(in.sequence_id).length =
-        in.start_position + static_cast<int32_t>(in.next_tokens.size());
+    kv_tables_.commit(kv_tables_.sequence(in.sequence_id), in.start_position, in.start_token, in.next_tokens);
   return h2;
 }
 

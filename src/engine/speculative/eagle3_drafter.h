@@ -55,6 +55,9 @@ class Eagle3Drafter : public Drafter {
   void propose_scored(std::span<const DraftInput> inputs, std::vector<DraftTree>& out,
                       std::vector<std::vector<float>>* scores);
   void release(uint64_t sequence_id) override;
+  int32_t match_prefix(uint64_t sequence_id, std::span<const int32_t> tokens) override {
+    return kv_tables_.match_prefix(sequence_id, tokens);
+  }
 
   const Eagle3Config& config() const { return draft_->config(); }
   // Positions of the sequence whose KV the drafter holds (0 for one it does not know).

@@ -62,7 +62,15 @@ CudaEagle3Drafter::CudaEagle3Drafter(speculative::Eagle3Config config, Eagle3Dev
     : config_(std::move(config)),
       weights_(std::move(weights)),
       options_(options),
-      kv_tables_(pool_blocks(config_, options), options.block_size, "EAGLE-3 drafter (CUDA)") {
+      kv_tables_(pool_blocks(config_, options), options.block_size, "EAGLE-3 drafter (CUDA)",
+                 [this](int32_t from, int32_t to, int32_t slots) {
+                   // Ordered on the drafter's stream before anything that reads or writes the copy.
+                   const size_t block = kv_block_bytes(config_, kv_tables_.block_size());
+                   const size_t slot = block / kv_tables_.block_size();
+                   auto* base = static_cast<uint8_t*>(kv_.get());
+                   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(base + to * block, base + from * block, slots * slot,
+                                                       cudaMemcpyDeviceToDevice, stream_));
+                 }) {
   const speculative::Eagle3Config& c = config_;
   MOESERVE_CHECK(c.head_dim == 64 || c.head_dim == 128, "EAGLE-3 drafter (CUDA): head_dim {} (64 or 128)", c.head_dim);
   MOESERVE_CHECK(c.hidden_size % 8 == 0 && c.feature_width() % 8 == 0 && c.num_heads % c.num_kv_heads == 0,
@@ -295,8 +303,7 @@ void CudaEagle3Drafter::extend(std::span<const speculative::DraftInput> inputs, 
                                             stream_));
   }
   for (const speculative::DraftInput& in : inputs)
-    kv_tables_.sequence(in.sequence_id).length =
-        in.start_position + static_cast<int32_t>(in.next_tokens.size());
+    kv_tables_.commit(kv_tables_.sequence(in.sequence_id), in.start_position, in.start_token, in.next_tokens);
 }
 
 void CudaEagle3Drafter::enqueue_chain(const DraftRows& rows, int k) {

@@ -51,6 +51,9 @@ class CudaEagle3Drafter : public speculative::Drafter {
   void propose_scored(std::span<const speculative::DraftInput> inputs, std::vector<speculative::DraftTree>& out,
                       std::vector<std::vector<float>>* scores);
   void release(uint64_t sequence_id) override;
+  int32_t match_prefix(uint64_t sequence_id, std::span<const int32_t> tokens) override {
+    return kv_tables_.match_prefix(sequence_id, tokens);
+  }
 
   const speculative::Eagle3Config& config() const { return config_; }
   int32_t cached_positions(uint64_t sequence_id) const;

@@ -67,5 +67,46 @@ TEST(Eagle3Engine, GreedyOutputsEqualTheTargetsUnderPreemption) {
   EXPECT_GT(expect_lossless(testing::draft_options("midlayer"), 24), 0u);
 }
 
+// Requests sharing a 45-token prefix, the later ones arriving after the first has finished: they hit the target's
+// prefix cache and the drafter's (its KV for the prefix is restored, not recomputed), and since the CPU drafter's
+// arithmetic does not depend on the batch, every draft and so every acceptance is the same as without caching.
+TEST(Eagle3Engine, SharedPrefixesHitTheDraftersCacheWithTheSameDrafts) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> id(0, 511);
+  std::vector<int32_t> prefix(45);
+  for (auto& t : prefix) t = id(rng);
+  std::vector<Arrival> requests;
+  const std::vector<DraftShape> shapes = {testing::chain(3), testing::tree(3, 2, 5), testing::chain(2)};
+  for (int i = 0; i < 6; ++i) {
+    Arrival a;
+    a.step = i == 0 ? 0 : 40 + i;
+    a.spec.prompt = prefix;
+    for (int j = 0; j < 3 + i; ++j) a.spec.prompt.push_back(id(rng));
+    a.spec.sampling.temperature = 0.0f;
+    a.spec.max_tokens = 10;
+    a.spec.speculation = shapes[i % shapes.size()];
+    requests.push_back(a);
+  }
+  auto run = [&](bool prefix_caching) {
+    auto runner = testing::target_runner();
+    EngineConfig config = testing::spec_engine_config(eagle3_drafter(testing::draft_options("midlayer")));
+    config.prefix_caching = prefix_caching;
+    EngineCore core(*runner, config);
+    const auto results = run_requests(core, requests);
+    auto reference = testing::target_runner();
+    for (size_t i = 0; i < requests.size(); ++i)
+      EXPECT_EQ(results.at(i).tokens, testing::alone(*reference, requests[i].spec)) << "request " << i;
+    return core.metrics();
+  };
+  const EngineMetrics cached = run(true), uncached = run(false);
+  // Five requests hit 40 tokens each (five blocks of 8; the drafter's fifth block needs token 40, also shared).
+  EXPECT_EQ(cached.prefix_hit_tokens, 5u * 40u);
+  EXPECT_EQ(uncached.prefix_hit_tokens, 0u);
+  EXPECT_GT(cached.spec_drafts, 0u);
+  EXPECT_EQ(cached.spec_drafts, uncached.spec_drafts);
+  EXPECT_EQ(cached.spec_accepted_tokens, uncached.spec_accepted_tokens);
+  EXPECT_EQ(cached.spec_accepted_per_position, uncached.spec_accepted_per_position);
+}
+
 }  // namespace
 }  // namespace moeserve::speculative

@@ -187,6 +187,38 @@ TEST(Eagle3CudaDrafter, GraphedChainsEqualDirectRuns) {
   }
 }
 
+// The head's own prefix cache on the GPU: a sequence started from cached blocks of an earlier one (released) and
+// fed only the positions after them drafts exactly what a sequence fed everything drafts.
+TEST(Eagle3CudaDrafter, APrefixFromTheCacheDraftsAsIfFed) {
+  MOESERVE_REQUIRE_CUDA();
+  auto drafter = gpu_drafter(tiny_head(), true);
+  const int width = static_cast<int>(drafter->config().feature_width());
+  std::mt19937 rng(17);
+  std::normal_distribution<float> feature(0.0f, 1.0f);
+  std::vector<float> features(30 * width);
+  for (float& f : features) f = feature(rng);
+  std::vector<int32_t> tokens(31);  // positions 0..30: a feature for each of 0..29, and the newest token
+  for (int32_t& t : tokens) t = std::uniform_int_distribution<int32_t>(0, 511)(rng);
+  auto input = [&](uint64_t id, int32_t start) {
+    DraftInput in;
+    in.sequence_id = id;
+    in.start_position = start;
+    in.start_token = tokens[start];
+    in.features = std::span<const float>(features).subspan(static_cast<size_t>(start) * width);
+    in.next_tokens = std::span<const int32_t>(tokens).subspan(start + 1);
+    in.shape = testing::chain(5);
+    return in;
+  };
+  std::vector<DraftTree> fed, restored;
+  drafter->propose(std::vector<DraftInput>{input(1, 0)}, fed);
+  drafter->release(1);
+  // Blocks of 8: positions [0, 24) are cached with the token after them.
+  EXPECT_EQ(drafter->match_prefix(2, tokens), 24);
+  drafter->propose(std::vector<DraftInput>{input(2, 24)}, restored);
+  EXPECT_EQ(restored[0].tokens, fed[0].tokens);
+  EXPECT_EQ(drafter->cached_positions(2), 30);
+}
+
 cuda::DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
   cuda::DeviceBuffer buffer(std::max<size_t>(1, values.size()) * 4);
   MOESERVE_CUDA_CHECK(cudaMemcpy(buffer.get(), values.data(), values.size() * 4, cudaMemcpyHostToDevice));
