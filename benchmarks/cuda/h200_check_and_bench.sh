@@ -3,6 +3,9 @@
 #   tests     every CUDA test: kernels against the CPU reference ops, the runner against the CPU runner
 #   bench20   cuda_bench on a synthetic gpt-oss-20b (decode batch 1/8/64/256 at 2k context, prefill 1x8k, 16x1k)
 #   bench120  the same on a synthetic gpt-oss-120b
+#   spec      speculative decoding's cost on a synthetic gpt-oss-120b with the synthetic EAGLE-3 head: verify steps
+#             against decode steps, then tokens/s through the engine at batch 1/8/32, k = 1/3/7, acceptance
+#             0.5/0.7/0.9 (docs/PERF.md)
 #   sanitize  compute-sanitizer memcheck and racecheck (SANITIZERS) over the kernel tests
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
@@ -30,6 +33,9 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
     tests) timeout ${T_TESTS:-900} $TEST ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$OUT/tests.log" 2>&1 ;;
     bench20) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-20b --json "$OUT/bench-20b.json" ${BENCH_ARGS:-} > "$OUT/bench-20b.log" 2>&1 ;;
     bench120) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-120b --json "$OUT/bench-120b.json" ${BENCH_ARGS:-} > "$OUT/bench-120b.log" 2>&1 ;;
+    spec) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-120b --decode-batches 1 --prefill none \
+            --verify-tokens 2,4,8 --spec-batches 1,8,32 --spec-engine-batches 1,8,32 --spec-k 1,3,7 \
+            --spec-acceptance 0.5,0.7,0.9 --json "$OUT/bench-spec.json" > "$OUT/bench-spec.log" 2>&1 ;;
     sanitize)
       for tool in ${SANITIZERS:-memcheck racecheck}; do
         timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
