@@ -404,6 +404,43 @@ SpecResult time_spec_engine(std::shared_ptr<ModelRunner> runner, std::shared_ptr
   return result;
 }
 
+// The drafter alone: B sequences holding `context` positions (random features, one buffer shared by all), then
+// calls that bring `fed` new positions each and ask for a chain of k (k = 0: the extend step only). Mean wall
+// time of a call over `calls` calls, after two warm-up calls (which capture the graph).
+double time_drafter_calls(speculative::Drafter& drafter, int feature_width, int batch, int context, int fed, int k,
+                          int calls, uint64_t first_id) {
+  std::mt19937 rng(first_id);
+  std::normal_distribution<float> normal;
+  std::vector<float> features(static_cast<size_t>(context) * feature_width);
+  for (float& f : features) f = normal(rng);
+  std::vector<int32_t> tokens(context + (calls + 2) * fed + 1);
+  for (int32_t& t : tokens) t = std::uniform_int_distribution<int32_t>(0, 199997)(rng);
+  std::vector<speculative::DraftTree> out;
+  auto call = [&](int32_t start, int n, int draft) {
+    std::vector<speculative::DraftInput> inputs(batch);
+    for (int b = 0; b < batch; ++b) {
+      inputs[b].sequence_id = first_id + b;
+      inputs[b].start_position = start;
+      inputs[b].start_token = tokens[start];
+      inputs[b].features = std::span<const float>(features).first(static_cast<size_t>(n) * feature_width);
+      inputs[b].next_tokens = std::span<const int32_t>(tokens).subspan(start + 1, n);
+      inputs[b].shape = {draft, 1, 0};
+    }
+    drafter.propose(inputs, out);
+  };
+  call(0, context, 0);
+  int32_t position = context;
+  Clock::time_point start;
+  for (int i = 0; i < calls + 2; ++i) {
+    if (i == 2) start = Clock::now();
+    call(position, fed, k);
+    position += fed;
+  }
+  const double ms = seconds_since(start) * 1e3 / calls;
+  for (int b = 0; b < batch; ++b) drafter.release(first_id + b);
+  return ms;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"CUDA runner benchmark on synthetic full-size GPT-OSS models"};
   std::string shape = "gpt-oss-120b", json_path;
@@ -434,6 +471,10 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--spec-prompt", engine_prompt, "prompt tokens of the end-to-end runs")->capture_default_str();
   app.add_option("--spec-output", engine_output, "output tokens of the end-to-end runs")->capture_default_str();
+  std::vector<int> draft_batches;
+  app.add_option("--draft-batches", draft_batches,
+                 "batches of the drafter-alone timings (synthetic EAGLE-3 head; empty: skip)")
+      ->delimiter(',');
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_flag("--no-graphs", no_graphs, "launch decode steps kernel by kernel (what CUDA graphs save)");
   app.add_option("--json", json_path, "write the figures here");
@@ -536,6 +577,30 @@ int run(int argc, char** argv) {
     }
   }
 
+  // The drafter alone, with and without CUDA graphs: what a call costs by batch and draft length.
+  std::vector<std::string> draft_lines;
+  if (!draft_batches.empty()) {
+    CudaDrafterOptions options;
+    options.num_blocks = 4096;
+    std::shared_ptr<speculative::Drafter> graphed = make_synthetic_cuda_eagle3_drafter(c, options, 7);
+    options.cuda_graphs = false;
+    std::shared_ptr<speculative::Drafter> direct = make_synthetic_cuda_eagle3_drafter(c, options, 7);
+    const int width = 3 * c.hidden_size;
+    uint64_t id = 1;
+    for (int b : draft_batches)
+      for (int fed : {1, 4}) {
+        std::string line = fmt::format("| {} | {} |", b, fed);
+        for (int k : {0, 1, 3, 7}) {
+          line += fmt::format(" {:.3f} |", time_drafter_calls(*graphed, width, b, engine_prompt, fed, k, 10, id));
+          id += 1000;
+        }
+        line += fmt::format(" {:.3f} |", time_drafter_calls(*direct, width, b, engine_prompt, fed, 7, 10, id));
+        id += 1000;
+        fmt::print("  drafter {}\n", line);
+        draft_lines.push_back(line);
+      }
+  }
+
   nlohmann::json json = {{"gpu", prop.name},
                          {"model", shape},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
@@ -557,6 +622,12 @@ int run(int argc, char** argv) {
     fmt::print("| batch | k | decode ms | verify ms | verify/decode | no-spec tok/s | a=0.5 tok/s | a=0.7 tok/s | "
                "a=0.9 tok/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& line : spec_lines) fmt::print("{}\n", line);
+  }
+  if (!draft_lines.empty()) {
+    fmt::print("\ndrafter alone (synthetic EAGLE-3 head, {} positions held; ms a call)\n", engine_prompt);
+    fmt::print("| batch | positions fed | extend only | k=1 | k=3 | k=7 | k=7 without graphs |\n"
+               "|---|---|---|---|---|---|---|\n");
+    for (const std::string& line : draft_lines) fmt::print("{}\n", line);
   }
   if (!engine_lines.empty()) {
     fmt::print("\nspeculation end to end (engine; synthetic EAGLE-3 head on the GPU; prompt {}, output {}; "
