@@ -40,7 +40,7 @@ void DraftKvTables::truncate(DraftSequenceKv& kv, int32_t length) {
   }
   kv.length = std::min(kv.length, length);
   kv.tokens.resize(std::min<size_t>(kv.tokens.size(), static_cast<size_t>(kv.length) + 1));
-  kv.keys.resize(std::min<size_t>(kv.keys.size(), static_cast<size_t>(kv.length / bs)));
+  kv.hashes.resize(std::min<size_t>(kv.hashes.size(), static_cast<size_t>(kv.length / bs)));
   kv.registered = std::min(kv.registered, kv.length / bs);
   const size_t keep = (static_cast<size_t>(length) + bs - 1) / bs;
   while (kv.blocks.size() > keep) {
@@ -58,14 +58,32 @@ void DraftKvTables::reserve_slots(DraftSequenceKv& kv, int32_t slots, uint64_t s
   }
 }
 
-uint64_t DraftKvTables::block_key(std::span<const int32_t> tokens, std::vector<uint64_t>& target_hashes,
-                                  size_t b) const {
+DraftSequenceKv& DraftKvTables::begin(const DraftInput& in, int64_t feature_width, int32_t vocab_size) {
+  const int64_t n = static_cast<int64_t>(in.next_tokens.size());
+  MOESERVE_CHECK(static_cast<int64_t>(in.features.size()) == n * feature_width,
+                 "{}: sequence {} brings {} feature floats for {} tokens of width {}", owner_, in.sequence_id,
+                 in.features.size(), n, feature_width);
+  MOESERVE_CHECK(in.shape.num_draft_tokens == 0 || n > 0,
+                 "{}: sequence {} asks for a draft without a new verified position", owner_, in.sequence_id);
+  for (const int32_t token : in.next_tokens)
+    MOESERVE_CHECK(token >= 0 && token < vocab_size, "{}: sequence {}: token {} is outside the vocabulary of {}",
+                   owner_, in.sequence_id, token, vocab_size);
+  DraftSequenceKv& kv = sequence(in.sequence_id);
+  MOESERVE_CHECK(in.start_position >= 0 && in.start_position <= kv.length,
+                 "{}: sequence {} brings features from position {}, but the drafter holds positions [0, {})", owner_,
+                 in.sequence_id, in.start_position, kv.length);
+  truncate(kv, in.start_position);
+  reserve_slots(kv, in.start_position + static_cast<int32_t>(n), in.sequence_id);
+  return kv;
+}
+
+uint64_t DraftKvTables::block_key(std::span<const int32_t> tokens, std::vector<uint64_t>& hashes, size_t b) const {
   const size_t bs = static_cast<size_t>(pool_.block_size());
-  while (target_hashes.size() <= b) {
-    const size_t i = target_hashes.size();
-    target_hashes.push_back(block_hash(i == 0 ? 0 : target_hashes[i - 1], tokens.subspan(i * bs, bs)));
+  while (hashes.size() <= b) {
+    const size_t i = hashes.size();
+    hashes.push_back(block_hash(i == 0 ? 0 : hashes[i - 1], tokens.subspan(i * bs, bs)));
   }
-  return block_hash(target_hashes[b], tokens.subspan((b + 1) * bs, 1));
+  return block_hash(hashes[b], tokens.subspan((b + 1) * bs, 1));
 }
 
 void DraftKvTables::commit(DraftSequenceKv& kv, int32_t start, int32_t start_token,
@@ -73,33 +91,27 @@ void DraftKvTables::commit(DraftSequenceKv& kv, int32_t start, int32_t start_tok
   MOESERVE_CHECK(start <= kv.length && static_cast<size_t>(start) <= kv.tokens.size(),
                  "{}: positions from {} committed after {} of {}", owner_, start, kv.length, kv.tokens.size());
   kv.tokens.resize(static_cast<size_t>(start));
+  kv.hashes.resize(std::min<size_t>(kv.hashes.size(), static_cast<size_t>(start / pool_.block_size())));
   kv.tokens.push_back(start_token);
   kv.tokens.insert(kv.tokens.end(), next_tokens.begin(), next_tokens.end());
   kv.length = start + static_cast<int32_t>(next_tokens.size());
   const int bs = pool_.block_size();
-  // The target's block hashes are recomputed from the tokens on the way (cheap next to a drafting step).
-  std::vector<uint64_t> target_hashes;
-  while (kv.registered < kv.length / bs) {
-    const size_t b = static_cast<size_t>(kv.registered);
-    if (kv.keys.size() <= b) kv.keys.push_back(block_key(kv.tokens, target_hashes, b));
-    pool_.register_full_block(kv.blocks[b], kGroup, kv.keys[b]);
-    ++kv.registered;
-  }
+  for (; kv.registered < kv.length / bs; ++kv.registered)
+    pool_.register_full_block(kv.blocks[kv.registered], kGroup,
+                              block_key(kv.tokens, kv.hashes, static_cast<size_t>(kv.registered)));
 }
 
 int32_t DraftKvTables::match_prefix(uint64_t sequence_id, std::span<const int32_t> tokens) {
   release(sequence_id);  // whatever it held is superseded
   DraftSequenceKv& kv = sequences_[sequence_id];
   const size_t bs = static_cast<size_t>(pool_.block_size());
-  std::vector<uint64_t> target_hashes;
   for (size_t b = 0; (b + 1) * bs < tokens.size(); ++b) {
-    const uint64_t key = block_key(tokens, target_hashes, b);
-    const auto block = pool_.acquire_cached(kGroup, key);
+    const auto block = pool_.acquire_cached(kGroup, block_key(tokens, kv.hashes, b));
     if (!block) break;
     kv.blocks.push_back(*block);
-    kv.keys.push_back(key);
   }
   kv.registered = static_cast<int32_t>(kv.blocks.size());
+  kv.hashes.resize(kv.blocks.size());
   kv.length = static_cast<int32_t>(kv.blocks.size() * bs);
   kv.tokens.assign(tokens.begin(), tokens.begin() + kv.length + (kv.length > 0 ? 1 : 0));
   hit_positions_ += kv.length;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/kv_blocks.h"
+#include "engine/speculative/drafter.h"
 
 namespace moeserve::speculative {
 
@@ -27,8 +28,8 @@ struct DraftSequenceKv {
   std::vector<int32_t> blocks;
   int32_t length = 0;           // slots [0, length) hold committed positions
   std::vector<int32_t> tokens;  // the tokens at positions [0, length] (the last: the newest, not yet consumed)
-  std::vector<uint64_t> keys;   // prefix-cache keys of the full blocks so far
-  int32_t registered = 0;       // leading blocks offered to the prefix cache
+  std::vector<uint64_t> hashes;  // the target's block hashes (kv_blocks.h) of the full blocks of `tokens` so far
+  int32_t registered = 0;        // leading blocks offered to the prefix cache
 };
 
 class DraftKvTables {
@@ -53,6 +54,10 @@ class DraftKvTables {
   void truncate(DraftSequenceKv& kv, int32_t length);
   // Blocks for slots [0, slots); fails naming the sequence when the pool is full.
   void reserve_slots(DraftSequenceKv& kv, int32_t slots, uint64_t sequence_id);
+  // The start of a drafter call for one input: checks it (features of feature_width per new position, tokens in
+  // the vocabulary, a start within what the sequence holds, a new position when a draft is asked for), rolls the
+  // sequence back to its start and reserves slots for its new positions; returns the sequence's table.
+  DraftSequenceKv& begin(const DraftInput& in, int64_t feature_width, int32_t vocab_size);
   // Positions [start, start + next_tokens.size()) now hold committed KV (start_token is the token at start; the
   // next tokens those after each position); full blocks whose key is known enter the prefix cache.
   void commit(DraftSequenceKv& kv, int32_t start, int32_t start_token, std::span<const int32_t> next_tokens);
@@ -65,8 +70,9 @@ class DraftKvTables {
   int64_t hit_positions() const { return hit_positions_; }
 
  private:
-  // The key of full block b of `tokens` (tokens.size() > (b + 1) bs), given the key chain so far.
-  uint64_t block_key(std::span<const int32_t> tokens, std::vector<uint64_t>& target_hashes, size_t b) const;
+  // The key of full block b of `tokens` (tokens.size() > (b + 1) bs); extends `hashes`, the target's block hash
+  // chain over `tokens`, as far as block b.
+  uint64_t block_key(std::span<const int32_t> tokens, std::vector<uint64_t>& hashes, size_t b) const;
 
   KvBlockPool pool_;
   std::string owner_;

@@ -198,21 +198,9 @@ std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std
     const int64_t n = static_cast<int64_t>(in.next_tokens.size());
     MOESERVE_CHECK(seen.insert(in.sequence_id).second, "EAGLE-3 drafter: sequence {} twice in one call",
                    in.sequence_id);
-    MOESERVE_CHECK(static_cast<int64_t>(in.features.size()) == n * F,
-                   "EAGLE-3 drafter: sequence {} brings {} feature floats for {} tokens of width {}", in.sequence_id,
-                   in.features.size(), n, F);
-    MOESERVE_CHECK(in.shape.num_draft_tokens == 0 || n > 0,
-                   "EAGLE-3 drafter: sequence {} asks for a draft without a new verified position", in.sequence_id);
-    SequenceKv& kv = kv_tables_.sequence(in.sequence_id);
-    MOESERVE_CHECK(in.start_position >= 0 && in.start_position <= kv.length,
-                   "EAGLE-3 drafter: sequence {} brings features from position {}, but the drafter holds positions "
-                   "[0, {})", in.sequence_id, in.start_position, kv.length);
-    kv_tables_.truncate(kv, in.start_position);
-    kv_tables_.reserve_slots(kv, in.start_position + static_cast<int32_t>(n), in.sequence_id);
+    SequenceKv& kv = kv_tables_.begin(in, F, c.vocab_size);
     for (int64_t i = 0; i < n; ++i) {
       const int32_t token = in.next_tokens[i];
-      MOESERVE_CHECK(token >= 0 && token < c.vocab_size, "EAGLE-3 drafter: sequence {}: token {} is outside the "
-                     "vocabulary of {}", in.sequence_id, token, c.vocab_size);
       const int32_t p = in.start_position + static_cast<int32_t>(i);
       rows.push_back({&kv, token, p, p, p, {p}});
     }
