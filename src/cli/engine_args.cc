@@ -18,9 +18,14 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
   command->add_option("--kv-cache-fraction", c.kv_cache_fraction,
                       "KV cache as a fraction of free device memory (GPU runners)");
   command->add_option("--block-size", c.block_size, "tokens per KV block")->capture_default_str();
-  command->add_option("--max-num-seqs", c.scheduler.max_num_seqs, "sequences running at once")->capture_default_str();
-  command->add_option("--max-batched-tokens", c.scheduler.max_batched_tokens, "tokens per engine step")
-      ->capture_default_str();
+  command->add_option("--max-num-seqs", args.max_num_seqs,
+                      fmt::format("sequences running at once (default {} on a GPU, {} on the CPU)", kGpuMaxNumSeqs,
+                                  SchedulerConfig{}.max_num_seqs))
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--max-batched-tokens", args.max_batched_tokens,
+                      fmt::format("tokens per engine step (default {} on a GPU, {} on the CPU)", kGpuMaxBatchedTokens,
+                                  SchedulerConfig{}.max_batched_tokens))
+      ->check(CLI::Range(1, 1 << 24));
   command->add_option("--scheduler", args.scheduler, "fcfs, or slo (TTFT/TPOT-aware)")
       ->check(CLI::IsMember({"fcfs", "slo"}))
       ->capture_default_str();
@@ -104,6 +109,9 @@ EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
   const bool device_runner = opened.runner->device_memory_free() > 0;
   EngineConfig c = args.config;
   c.scheduler.policy = parse_scheduling_policy(args.scheduler);
+  c.scheduler.max_num_seqs = args.max_num_seqs.value_or(device_runner ? kGpuMaxNumSeqs : c.scheduler.max_num_seqs);
+  c.scheduler.max_batched_tokens =
+      args.max_batched_tokens.value_or(device_runner ? kGpuMaxBatchedTokens : c.scheduler.max_batched_tokens);
   c.prefix_caching = !args.no_prefix_caching;
   if (!args.kv_cache_size.empty()) {
     c.kv_cache_bytes = parse_byte_size(args.kv_cache_size);

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 #include "cli/runner_args.h"
@@ -13,6 +14,8 @@ namespace moeserve::cli {
 
 struct EngineArgs {
   EngineConfig config;
+  // Unset: chosen by the runner (engine_config), as vLLM chooses its defaults by device.
+  std::optional<int> max_num_seqs, max_batched_tokens;
   std::string kv_cache_size;  // "4GiB", "512MiB", bytes
   std::string scheduler = "fcfs";
   bool no_prefix_caching = false;
@@ -21,9 +24,15 @@ struct EngineArgs {
 
 void add_engine_options(CLI::App* command, EngineArgs& args);
 // The engine config after parsing; the KV budget defaults to a fraction of device memory on a GPU runner and to
-// 1 GiB of host memory on the CPU runner. With --speculative-config, the drafter is built too: an EAGLE-3 head
+// 1 GiB of host memory on the CPU runner, the batch limits to kGpuMaxNumSeqs / kGpuMaxBatchedTokens on a GPU
+// runner and to SchedulerConfig's on the CPU runner. With --speculative-config, the drafter is built too: an EAGLE-3 head
 // (on the GPU beside the CUDA runner, else on the CPU; its KV pool holding as many tokens as the target's; "model":
 // "synthetic" gives the GPU a random head of gpt-oss-120b's shape) or the test drafter named by the method.
+// A GPU runner's batch limits when none are given: what measured fastest at the MLPerf and TensorRT-LLM shapes on
+// an H200 (docs/PERF.md, "Throughput"); vLLM's defaults for H100/H200-class GPUs are 1,024 sequences and 8,192
+// batched tokens for its API server.
+inline constexpr int kGpuMaxNumSeqs = 1024;
+inline constexpr int kGpuMaxBatchedTokens = 8192;
 EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened);
 // "4GiB", "512MiB", "1.5G", "1000000" -> bytes; an Error naming the text otherwise.
 int64_t parse_byte_size(const std::string& text);

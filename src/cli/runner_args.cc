@@ -15,12 +15,18 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   command->add_option("--threads", args.threads, "CPU threads (0: all)")->capture_default_str();
+  command->add_option("--synthetic-router", args.synthetic_router,
+                      "--synthetic expert popularity: uniform, or zipf[:S] (router bias S ln(1/(rank+1)); S = 1)")
+      ->capture_default_str();
 }
 
 OpenedRunner open_runner(const RunnerArgs& args) {
   MOESERVE_CHECK(args.model.empty() != args.synthetic.empty(), "give exactly one of --model and --synthetic");
   CudaRunnerOptions cuda;
   cuda.precision = args.precision;
+  cuda.synthetic_router = args.synthetic_router;
+  parse_synthetic_router(cuda.synthetic_router);
+  MOESERVE_CHECK(args.synthetic_router == "uniform" || !args.synthetic.empty(), "--synthetic-router needs --synthetic");
   OpenedRunner opened;
   opened.threads = args.threads;
   if (!args.synthetic.empty()) {

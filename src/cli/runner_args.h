@@ -18,6 +18,7 @@ struct RunnerArgs {
   std::string device = "cpu";
   std::string precision = "bf16";
   size_t threads = 0;
+  std::string synthetic_router = "uniform";  // --synthetic only: uniform or zipf[:S]
 };
 
 void add_runner_options(CLI::App* command, RunnerArgs& args);

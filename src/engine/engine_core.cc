@@ -240,25 +240,18 @@ speculative::DraftShape EngineCore::next_draft_shape(const Sequence& seq) const 
   return shape;
 }
 
-StepReport EngineCore::step() {
-  StepReport report;
+void EngineCore::finish_cancelled() {
   std::vector<Sequence*> cancelled;
   for (auto& [id, seq] : sequences_)
     if (seq->cancel_requested) cancelled.push_back(seq.get());
   for (Sequence* seq : cancelled) finish(*seq, FinishReason::cancelled, {});
+}
 
-  SchedulerOutput plan = scheduler_.schedule(now_());
-  report.preempted = static_cast<int>(plan.preempted.size());
-  metrics_.preemptions += plan.preempted.size();
-  if (plan.chunks.empty()) {
-    update_gauges();
-    return report;
-  }
-
-  ForwardBatch batch;
+void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) const {
+  ForwardBatch& batch = prepared.batch;
   batch.return_logits = false;
-  // A verify step's tokens: the last committed token (the root) and the draft; parents for a tree.
-  std::vector<std::vector<int32_t>> verify_tokens(plan.chunks.size()), verify_parents(plan.chunks.size());
+  prepared.verify_tokens.assign(plan.chunks.size(), {});
+  prepared.verify_parents.assign(plan.chunks.size(), {});
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];
     Sequence& seq = *chunk.seq;
@@ -270,11 +263,13 @@ StepReport EngineCore::step() {
     step.sampling = &seq.spec.sampling;
     step.sample_index = static_cast<uint64_t>(seq.num_generated());
     if (chunk.num_draft > 0) {
-      verify_tokens[c] = {seq.tokens.back()};
-      verify_tokens[c].insert(verify_tokens[c].end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
-      verify_parents[c] = speculative::verify_tree_parents(seq.draft);
-      step.tokens = verify_tokens[c];
-      step.tree_parent = verify_parents[c];
+      // A verify step's tokens: the last committed token (the root) and the draft; parents for a tree.
+      std::vector<int32_t>& tokens = prepared.verify_tokens[c];
+      tokens = {seq.tokens.back()};
+      tokens.insert(tokens.end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
+      prepared.verify_parents[c] = speculative::verify_tree_parents(seq.draft);
+      step.tokens = tokens;
+      step.tree_parent = prepared.verify_parents[c];
       step.num_logits = 1 + chunk.num_draft;
       if (!seq.spec.sampling.greedy()) {
         step.sampling = nullptr;  // verified here, from the logits
@@ -284,20 +279,25 @@ StepReport EngineCore::step() {
     if (seq.speculates()) batch.capture_layers = aux_layers_;
     batch.sequences.push_back(std::move(step));
   }
+}
+
+bool EngineCore::execute(const SchedulerOutput& plan, const PreparedStep& prepared, StepReport& report) {
   const auto started = Clock::now();
   try {
-    runner_.forward(batch, output_);
+    runner_.forward(prepared.batch, output_);
   } catch (const std::exception& e) {
     // The step failed as a whole: its requests end with the error, the engine carries on with the others.
     for (const ScheduledChunk& chunk : plan.chunks) finish(*chunk.seq, FinishReason::error, {}, e.what());
-    update_gauges();
-    return report;
+    return false;
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   report.sequences = static_cast<int>(plan.chunks.size());
   report.decode_tokens = plan.decode_tokens;
   report.prefill_tokens = plan.prefill_tokens;
+  return true;
+}
 
+void EngineCore::update(const SchedulerOutput& plan) {
   const TimePoint produced = now_();
   std::optional<speculative::DraftRound> round;
   if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.seq->speculates(); }))
@@ -343,15 +343,34 @@ StepReport EngineCore::step() {
         finish(*seq, FinishReason::error, {}, fmt::format("drafter: {}", e.what()));
     }
   }
+}
 
+void EngineCore::record_step(const StepReport& report) {
   ++metrics_.steps;
   metrics_.busy_seconds += report.seconds;
   metrics_.last_step_seconds = report.seconds;
   metrics_.last_step_tokens = report.decode_tokens + report.prefill_tokens;
   metrics_.step_time.observe(report.seconds);
   metrics_.tokens_per_step.observe(metrics_.last_step_tokens);
-  update_gauges();
   if (config_.learn_step_cost) cost_.observe(report.decode_tokens, report.prefill_tokens, report.seconds);
+}
+
+// vLLM v1's EngineCore.step(): schedule, execute, update from the output.
+StepReport EngineCore::step() {
+  StepReport report;
+  finish_cancelled();
+  const SchedulerOutput plan = scheduler_.schedule(now_());
+  report.preempted = static_cast<int>(plan.preempted.size());
+  metrics_.preemptions += plan.preempted.size();
+  if (!plan.chunks.empty()) {
+    PreparedStep prepared;
+    prepare(plan, prepared);
+    if (execute(plan, prepared, report)) {
+      update(plan);
+      record_step(report);
+    }
+  }
+  update_gauges();
   return report;
 }
 

@@ -47,6 +47,12 @@ struct StepReport {
 // budget or a count).
 int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config);
 
+// What the engine hands the runner for one step: the batch, and the verify runs it points into.
+struct PreparedStep {
+  ForwardBatch batch;
+  std::vector<std::vector<int32_t>> verify_tokens, verify_parents;  // per chunk; empty unless it verifies a draft
+};
+
 class EngineCore {
  public:
   using NowFn = std::function<TimePoint()>;
@@ -60,6 +66,7 @@ class EngineCore {
   // Cancels a waiting or running request before the next step (no effect once it has finished).
   void cancel(uint64_t id);
   bool has_work() const { return !sequences_.empty(); }
+  // One step: schedule, execute on the runner, update the sequences from its output.
   StepReport step();
 
   // The longest sequence (prompt plus output) that fits the model's context and the whole KV pool.
@@ -83,6 +90,14 @@ class EngineCore {
                               std::vector<int64_t>& fed_rows);
   // The draft seq may ask for now: its shape cut to what max_tokens, the context and the step budget leave.
   speculative::DraftShape next_draft_shape(const Sequence& seq) const;
+  void finish_cancelled();
+  // The scheduled chunks as the runner's batch.
+  void prepare(const SchedulerOutput& plan, PreparedStep& prepared) const;
+  // Runs the batch; false when the runner failed (the step's requests are then finished with the error).
+  bool execute(const SchedulerOutput& plan, const PreparedStep& prepared, StepReport& report);
+  // Commits what the step computed: verifies drafts, emits tokens, finishes sequences, asks for the next drafts.
+  void update(const SchedulerOutput& plan);
+  void record_step(const StepReport& report);
   void record_finish_metrics(const Sequence& seq, FinishReason reason);
   void update_gauges();
 

@@ -1,6 +1,7 @@
 #include "runner/cuda/cuda_runner.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "model/make_tiny.h"
 #include "runner/cuda/graph_capture.h"
@@ -9,7 +10,7 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kLargestGraphBatch = 256;
+constexpr int kLargestGraphBatch = 1024;
 // Query rows per sequence from which prefill attention (tensor-core tiles) beats the per-token kernel.
 constexpr int kPrefillAttentionRows = 16;
 
@@ -146,6 +147,7 @@ void CudaRunner::upload(const StepMetadata& meta) {
     MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging_bytes_));
   }
   std::copy(meta.host().begin(), meta.host().end(), staging_);
+  timer_.mark(stream_, KernelClass::metadata_upload);
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), staging_, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
@@ -191,32 +193,43 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
                                                              : 8;
   const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
 
+  timer_.mark(stream_, KernelClass::embedding);
   launch_embedding(stream_, weights_.dense, weights_.embedding, H, step.token_ids, T, x);
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const DeviceLayer& w = weights_.layers[layer];
+    timer_.mark(stream_, KernelClass::norm);
     launch_add_rms_norm(stream_, precision_, x, nullptr, layer == 0 ? nullptr : &combine, w.attn_norm, T, H, eps,
                         normed_.get());
     if (layer > 0) capture(layer - 1);
+    timer_.mark(stream_, KernelClass::qkv_projection);
     project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
 
     const int group = groups_.group_of_layer[layer], slot = groups_.slot_of_layer[layer];
     RopeParams rope{qkv_.as<float>(), c.num_heads, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(),
                     static_cast<float>(c.rope_concentration()), q_.get(), kv, group, slot};
+    timer_.mark(stream_, KernelClass::rope_kv_write);
     launch_rope_kv_write(stream_, precision_, rope, step);
 
     AttentionParams attention{q_.get(), attn_.get(), w.sinks, c.attention_scale(), c.num_heads, c.num_kv_heads,
                               c.head_dim, c.layer_types[layer] == AttentionKind::sliding ? c.sliding_window : 0, kv,
                               group, slot};
-    if (plan.prefill_attention)
+    if (plan.prefill_attention) {
+      timer_.mark(stream_, KernelClass::attention_prefill);
       launch_attention_prefill(stream_, attention, step);
-    else
+    } else {
+      timer_.mark(stream_, KernelClass::attention_decode);
       launch_attention_decode(stream_, precision_, attention, step, plan.splits, partial_.as<float>());
+    }
+    timer_.mark(stream_, KernelClass::output_projection);
     project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
 
+    timer_.mark(stream_, KernelClass::norm);
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
+    timer_.mark(stream_, KernelClass::router);
     project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
     launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
                        expert_weights_.as<float>(), routing.expert_counts);
+    timer_.mark(stream_, KernelClass::grouping);
     launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
 
     MoeGemmParams mlp1;
@@ -229,6 +242,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.swiglu_limit = c.swiglu_limit;
     mlp1.routing = routing;
     mlp1.rows = T * k;
+    timer_.mark(stream_, KernelClass::expert_mlp1);
     run_moe(plan.moe, mlp1);
     MoeGemmParams mlp2 = mlp1;
     mlp2.w = w.mlp2;
@@ -236,21 +250,26 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.x_row = nullptr;
     mlp2.out = moe_y_.get();
     mlp2.swiglu = false;
+    timer_.mark(stream_, KernelClass::expert_mlp2);
     run_moe(plan.moe, mlp2);
   }
+  timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, nullptr, &combine, weights_.final_norm, T, H, eps, normed_.get());
   capture(c.num_layers - 1);
+  timer_.mark(stream_, KernelClass::unembedding);
   launch_gather_rows(stream_, precision_, normed_.get(), H, meta.logits_rows(meta_device_.as<int32_t>()), R,
                      logits_in_.get());
   project(logits_in_.get(), R, weights_.unembedding, c.vocab_size, H, nullptr,
                logits_.as<float>());
+  timer_.mark(stream_, KernelClass::sampling);
   launch_argmax(stream_, logits_.as<float>(), R, c.vocab_size, sampled_.as<int32_t>());
 }
 
 void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   const int S = static_cast<int>(batch.sequences.size());
-  bool decode = S > 0 && S <= kLargestGraphBatch && batch.capture_layers.empty();
+  const auto started = std::chrono::steady_clock::now();
+  bool decode = S > 0 && S <= kLargestGraphBatch && batch.capture_layers.empty() && !timer_.enabled();
   for (const SequenceStep& step : batch.sequences)
     decode = decode && step.tokens.size() == 1 && step.num_logits == 1 && step.tree_parent.empty();
   const int bucket = options_.cuda_graphs && decode ? graph_bucket(S) : 0;
@@ -292,10 +311,22 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
         cudaMemcpyAsync(output.logits.data(), logits_.get(), R * V * 4, cudaMemcpyDeviceToHost, stream_));
   }
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  timer_.finish_step(stream_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   output.rows = R;
   output.sampled.assign(R, -1);
   for (int64_t r = 0; r < R; ++r)
     if (rows[r].step->sampling != nullptr) output.sampled[r] = tokens[r];
+}
+
+std::vector<int32_t> CudaRunner::last_layer_expert_rows() {
+  const int E = config_.num_experts;
+  std::vector<int32_t> offsets(E + 1);
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(offsets.data(), moe_.routing().expert_offsets, (E + 1) * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream_));
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<int32_t> rows(E);
+  for (int e = 0; e < E; ++e) rows[e] = offsets[e + 1] - offsets[e];
+  return rows;
 }
 
 void CudaRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_tables,
@@ -377,7 +408,7 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
   TinyModelOptions tiny;
   tiny.shape = shape;
   ModelConfig config = tiny_model_config(tiny);
-  auto weights = cuda::DeviceWeights::synthetic(config, seed, precision);
+  auto weights = cuda::DeviceWeights::synthetic(config, seed, precision, parse_synthetic_router(options.synthetic_router));
   return std::make_unique<cuda::CudaRunner>(std::move(config), std::move(weights), precision, options);
 }
 

@@ -1,6 +1,6 @@
 // The CUDA runner: GPT-OSS's forward on one GPU, behind the same ModelRunner interface as the CPU reference.
 // A step is a fixed sequence of kernels (kernels.h) over device-resident activations and a paged KV cache;
-// decode steps (one token per sequence) are captured as CUDA graphs per batch-size bucket (1, 2, 4, ... 256,
+// decode steps (one token per sequence) are captured as CUDA graphs per batch-size bucket (1, 2, 4, ... 1,024,
 // padded with dummy sequences that write a spare KV block) and replayed with new metadata. Tree verification
 // steps (SequenceStep::tree_parent, at most 64 tokens a tree) run un-graphed with per-token ancestor masks.
 //
@@ -17,6 +17,7 @@
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_weights.h"
+#include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
 
@@ -43,6 +44,10 @@ class CudaRunner : public ModelRunner {
   Precision precision() const { return precision_; }
   // The MoE kernel a step of `tokens` tokens uses, for reports.
   std::string moe_path_name(int tokens) const;
+  // GPU time by kernel class (benchmarks): while enabled, steps run without CUDA graphs.
+  KernelTimer& kernel_timer() { return timer_; }
+  // Rows each expert got in the last layer of the last step (synchronises; benchmarks report the routing's skew).
+  std::vector<int32_t> last_layer_expert_rows();
 
  private:
   enum class MoePath { reference, decode_x1, decode_x2, prefill };
@@ -96,6 +101,7 @@ class CudaRunner : public ModelRunner {
   size_t sample_staging_bytes_ = 0;
   DeviceBuffer sample_rows_;
 
+  KernelTimer timer_;
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step
 };
 

@@ -17,7 +17,13 @@ struct CudaRunnerOptions {
   // throughout; matches the CPU runner to rounding).
   std::string precision = "bf16";
   bool cuda_graphs = true;  // capture decode steps per batch-size bucket
+  // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
+  // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).
+  std::string synthetic_router = "uniform";
 };
+
+// The router skew a --synthetic-router value names (0 for "uniform"); fails on anything else.
+double parse_synthetic_router(const std::string& value);
 
 bool cuda_runner_available();  // built with CUDA and a device is present
 

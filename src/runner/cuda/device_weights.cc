@@ -1,7 +1,10 @@
 #include "runner/cuda/device_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <random>
 
 #include "model/mxfp4.h"
 #include "util/bfloat16.h"
@@ -35,6 +38,17 @@ std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precisi
 }
 
 namespace {
+
+// Adds skew * ln(1 / (r + 1)) to the bias of the expert of rank r, ranks a random permutation of the experts.
+void add_zipf_offsets(float* device_bias, int64_t E, double skew, uint64_t seed) {
+  std::vector<float> bias(E);
+  MOESERVE_CUDA_CHECK(cudaMemcpy(bias.data(), device_bias, E * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<int> rank(E);
+  std::iota(rank.begin(), rank.end(), 0);
+  std::shuffle(rank.begin(), rank.end(), std::mt19937_64(seed));
+  for (int64_t e = 0; e < E; ++e) bias[e] -= static_cast<float>(skew * std::log(rank[e] + 1.0));
+  MOESERVE_CUDA_CHECK(cudaMemcpy(device_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice));
+}
 
 std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
   std::vector<float> out;
@@ -113,7 +127,7 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
   return d;
 }
 
-DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense) {
+DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense, double router_skew) {
   DeviceWeights d;
   d.dense = dense;
   uint64_t next_key = seed * 0x100000001b3ull + 1;
@@ -154,6 +168,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
     l.mlp_norm = vector(H, 1.0f, 0.1f);
     l.router = fill(dense, E * H, 0.0f, in_gain);
     l.router_bias = vector(E, 0.0f, 0.5f);
+    if (router_skew > 0) add_zipf_offsets(const_cast<float*>(l.router_bias), E, router_skew, seed * 1000 + i);
     l.mlp1 = experts(2 * I, H, mxfp4_exponent(H, 5.0));
     l.mlp2 = experts(H, I, mxfp4_exponent(I, 0.2));
     d.layers.push_back(l);

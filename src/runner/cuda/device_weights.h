@@ -33,8 +33,10 @@ struct DeviceLayer {
 class DeviceWeights {
  public:
   static DeviceWeights upload(const Checkpoint& checkpoint, Precision dense);
-  // Random weights of config's shapes with the magnitudes make-tiny uses, keyed by seed.
-  static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense);
+  // Random weights of config's shapes with the magnitudes make-tiny uses, keyed by seed. router_skew > 0 makes
+  // expert popularity Zipf-like: each layer's experts, in a random order r = 0, 1, ..., get router_skew * ln(1 / (r +
+  // 1)) added to their router bias (0: the near-uniform routing of random weights).
+  static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense, double router_skew = 0);
 
   Precision dense = Precision::bf16;
   const void* embedding = nullptr;    // [vocab, hidden]
