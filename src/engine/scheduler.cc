@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "util/error.h"
 
@@ -16,6 +17,8 @@ Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostM
     : config_(config), kv_(kv), cost_(cost) {
   MOESERVE_CHECK(config_.max_num_seqs > 0 && config_.max_batched_tokens > 0,
                  "max_num_seqs and max_batched_tokens must be positive");
+  MOESERVE_CHECK(config_.tpot_headroom > 0 && config_.tpot_headroom <= 1, "slo policy: TPOT headroom {} (in (0, 1])",
+                 config_.tpot_headroom);
 }
 
 bool Scheduler::before(const Sequence* a, const Sequence* b) const {
@@ -38,12 +41,21 @@ void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
 }
 
-int Scheduler::token_budget() const {
+int Scheduler::token_budget(TimePoint now) const {
   if (config_.policy == SchedulingPolicy::fcfs) return config_.max_batched_tokens;
   const StepCost& c = cost_.cost();
   const int decoders = static_cast<int>(std::count_if(running_.begin(), running_.end(),
                                                       [](const Sequence* s) { return s->num_uncomputed() == 1; }));
-  const double left = config_.tpot_target_seconds - c.predict(decoders, 0);
+  // With n tokens d seconds after its first, a request's mean stays under the target if its next token comes
+  // within n x target - d: (d + step) / n <= target.
+  double allowed = std::numeric_limits<double>::infinity();
+  for (const Sequence* s : running_)
+    if (s->num_generated() > 0 && s->timing.first_token) {
+      const double since_first = std::chrono::duration<double>(now - *s->timing.first_token).count();
+      allowed = std::min(allowed, config_.tpot_headroom * config_.tpot_target_seconds * s->num_generated() - since_first);
+    }
+  if (allowed == std::numeric_limits<double>::infinity()) return config_.max_batched_tokens;  // no one decoding
+  const double left = allowed - c.predict(decoders, 0);
   int prefill = c.per_prefill_token_seconds > 0 ? static_cast<int>(left / c.per_prefill_token_seconds) : 1 << 30;
   prefill = std::max(prefill, config_.min_prefill_tokens);
   return std::min(config_.max_batched_tokens, decoders + prefill);
@@ -90,7 +102,7 @@ void Scheduler::add_chunk(const ScheduledChunk& chunk, SchedulerOutput& out, int
 
 SchedulerOutput Scheduler::schedule(TimePoint now) {
   SchedulerOutput out;
-  int budget = token_budget();
+  int budget = token_budget(now);
   std::sort(running_.begin(), running_.end(), [&](const Sequence* a, const Sequence* b) { return before(a, b); });
 
   // Running sequences first, in order; when KV runs out, the last in order is preempted (possibly this one). The

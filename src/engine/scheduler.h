@@ -3,9 +3,15 @@
 //
 // Policies:
 //  - fcfs: waiting requests in (priority, arrival) order; a fixed token budget per step (max_batched_tokens).
-//  - slo:  given p99 targets for TTFT and TPOT, sizes every step so its predicted time (StepCostModel) stays
-//          under the TPOT target: all running decodes, plus as many prefill tokens as the remaining time allows;
-//          admits waiting requests earliest deadline first (arrival + TTFT target, or the request's own deadline)
+//  - slo:  given p99 targets for TTFT and TPOT, sizes every step by its predicted time (StepCostModel): all
+//          running decodes, plus as many prefill tokens as the time every decoding request can spare allows.
+//          LoadGen's TPOT is a request's mean time per output token, (latency - TTFT) / (tokens - 1), not a
+//          bound on each step, so a request that has n tokens d seconds after its first can wait
+//          n x target - d for its next one and still have a mean under the target whenever it ends. The step
+//          may take the least of that over the decoding requests (times tpot_headroom, for the prediction's
+//          error): decode-only steps that run under the target bank the time a burst of prompts then spends on
+//          prefill (lower TTFT at the same TPOT), and a request's first tokens still come within the target.
+//          Admits waiting requests earliest deadline first (arrival + TTFT target, or the request's own deadline)
 //          and stops admitting when one more decoding sequence would push a decode-only step over the target.
 #pragma once
 
@@ -29,6 +35,7 @@ struct SchedulerConfig {
   double ttft_target_seconds = 3.0;   // slo policy: p99 TTFT target (MLPerf gpt-oss-120b Server: 3 s)
   double tpot_target_seconds = 0.080;  // slo policy: p99 TPOT target (MLPerf gpt-oss-120b Server: 80 ms)
   int min_prefill_tokens = 16;      // slo policy: prefill progress guaranteed per step while requests wait
+  double tpot_headroom = 0.9;       // slo policy: the share of each request's TPOT budget a step may plan to use
 };
 
 struct ScheduledChunk {
@@ -60,7 +67,7 @@ class Scheduler {
 
  private:
   bool before(const Sequence* a, const Sequence* b) const;  // scheduling order
-  int token_budget() const;
+  int token_budget(TimePoint now) const;
   bool can_admit_decoder() const;
   void preempt(Sequence* seq, SchedulerOutput& out);
   // Allocates KV for the largest chunk of at most `wanted` tokens that fits (halving); 0 when none does.

@@ -30,7 +30,9 @@ class SimulatedTimeRunner : public ModelRunner {
     }
     inner_.forward(batch, output);
     clock_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cost_.predict(decode, prefill)));
+    steps.push_back({decode, prefill});
   }
+  std::vector<std::pair<int, int>> steps;  // (decode, prefill) tokens of every step run
 
  private:
   ModelRunner& inner_;
@@ -148,6 +150,66 @@ TEST(SloPolicy, BeatsFcfsOnP99TpotAtEqualThroughput) {
   EXPECT_LT(slo.p99_tpot, 0.7 * fcfs.p99_tpot);
   EXPECT_LE(slo.p99_tpot, 0.060);  // the target holds
   EXPECT_NEAR(slo.throughput / fcfs.throughput, 1.0, 0.05);
+}
+
+// A burst of long prompts arrives while long requests decode: steps that use the time those requests banked (their
+// decode-only steps ran far under the target) prefill far more than one step's worth of the target, and every
+// request's mean TPOT still holds.
+TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
+  static auto checkpoint = [] {
+    TinyModelOptions o;
+    o.vocab = 512;
+    return std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
+  }();
+  CpuRunner cpu(checkpoint, 2);
+  TimePoint clock{};
+  const StepCost cost{0.005, 0.0005, 0.00005};
+  SimulatedTimeRunner runner(cpu, cost, clock);
+  EngineConfig config;
+  config.num_kv_blocks = 4096;
+  config.learn_step_cost = false;
+  config.initial_step_cost = cost;
+  config.scheduler.policy = SchedulingPolicy::slo;
+  config.scheduler.max_batched_tokens = 4096;
+  config.scheduler.ttft_target_seconds = 3.0;
+  config.scheduler.tpot_target_seconds = 0.060;
+  EngineCore core(runner, config, [&] { return clock; });
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> id(0, 511);
+  struct Seen {
+    TimePoint first{}, last{};
+    int tokens = 0;
+  };
+  std::vector<Seen> seen(18);
+  auto add = [&](uint64_t i, int prompt, int output) {
+    RequestSpec spec;
+    for (int n = 0; n < prompt; ++n) spec.prompt.push_back(id(rng));
+    spec.max_tokens = output;
+    spec.sampling.temperature = 0;
+    spec.arrival = clock;
+    core.add_request(i, std::move(spec), [&seen](const RequestEvent& e) {
+      Seen& s = seen[e.request_id];
+      if (s.tokens == 0 && !e.tokens.empty()) s.first = e.time;
+      s.tokens += static_cast<int>(e.tokens.size());
+      s.last = e.time;
+    });
+  };
+  for (int i = 0; i < 10; ++i) add(i, 32, 120);  // decoders: 10 x 0.5 ms + 5 ms = 10 ms steps, target 60 ms
+  for (int i = 0; i < 40; ++i) core.step();
+  const size_t burst_from = runner.steps.size();
+  for (int i = 10; i < 18; ++i) add(i, 2000, 40);
+  while (core.has_work()) core.step();
+
+  // The per-step rule would give a burst step at most (0.9 x 60 ms - 10 ms) / 0.05 ms = 880 prefill tokens.
+  int largest = 0;
+  for (size_t i = burst_from; i < runner.steps.size(); ++i) largest = std::max(largest, runner.steps[i].second);
+  std::printf("largest prefill chunk in the burst: %d tokens\n", largest);
+  EXPECT_GE(largest, 2000);
+  for (const Seen& s : seen) {
+    ASSERT_GT(s.tokens, 1);
+    const double tpot = std::chrono::duration<double>(s.last - s.first).count() / (s.tokens - 1);
+    EXPECT_LE(tpot, 0.060);
+  }
 }
 
 }  // namespace
