@@ -54,13 +54,17 @@ double percentile(std::vector<double> v, double p) {
 
 constexpr int kRequests = 60;
 
-LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
+std::shared_ptr<const Checkpoint> tiny_checkpoint() {
   static auto checkpoint = [] {
     TinyModelOptions o;
     o.vocab = 512;
     return std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
   }();
-  CpuRunner cpu(checkpoint, 2);
+  return checkpoint;
+}
+
+LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
+  CpuRunner cpu(tiny_checkpoint(), 2);
   TimePoint clock{};
   SimulatedTimeRunner runner(cpu, cost, clock);
   EngineConfig config;
@@ -156,12 +160,7 @@ TEST(SloPolicy, BeatsFcfsOnP99TpotAtEqualThroughput) {
 // decode-only steps ran far under the target) prefill far more than one step's worth of the target, and every
 // request's mean TPOT still holds.
 TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
-  static auto checkpoint = [] {
-    TinyModelOptions o;
-    o.vocab = 512;
-    return std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
-  }();
-  CpuRunner cpu(checkpoint, 2);
+  CpuRunner cpu(tiny_checkpoint(), 2);
   TimePoint clock{};
   const StepCost cost{0.005, 0.0005, 0.00005};
   SimulatedTimeRunner runner(cpu, cost, clock);
