@@ -7,6 +7,9 @@
 #             against decode steps, then tokens/s through the engine at batch 1/8/32, k = 1/3/7, acceptance
 #             0.5/0.7/0.9 (docs/PERF.md)
 #   sanitize  compute-sanitizer memcheck and racecheck (SANITIZERS) over the kernel tests
+#   breakdown step_breakdown (BREAKDOWN_ARGS): GPU time by kernel class beside each class's floor
+#   throughput benchmarks/cuda/throughput.sh (its RUNS / ROUTERS / ENGINE variables): moeserve bench Offline
+#   server    benchmarks/cuda/server_search.sh: the highest VALID Server target_qps at the MLPerf shape
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
@@ -15,7 +18,8 @@
 # $BIN/o200k_base.tiktoken or set MOESERVE_O200K_RANKS.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/moeserve-cuda}
+FINAL_OUT=${OUT:-/tmp/moeserve-cuda}
+OUT=$FINAL_OUT/run  # everything goes here, then into one archive ($FINAL_OUT/run.tar.gz) and a summary
 mkdir -p "$OUT"
 BIN=${BIN:-build-cuda-static}
 TEST=$BIN/tests/runner/cuda/runner_cuda_test
@@ -36,6 +40,10 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
     spec) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-120b --decode-batches 1 --prefill none \
             --verify-tokens 2,4,8 --spec-batches 1,8,32 --spec-engine-batches 1,8,32 --spec-k 1,3,7 \
             --spec-acceptance 0.5,0.7,0.9 --json "$OUT/bench-spec.json" > "$OUT/bench-spec.log" 2>&1 ;;
+    breakdown) timeout ${T_BENCH:-600} $BIN/step_breakdown ${BREAKDOWN_ARGS:---decode 1@2048,256@2048,1024@1500} \
+                 --json "$OUT/breakdown.json" > "$OUT/breakdown.log" 2>&1 ;;
+    throughput) OUT=$OUT/throughput BIN=$BIN benchmarks/cuda/throughput.sh > "$OUT/throughput.log" 2>&1 ;;
+    server) OUT=$OUT/server BIN=$BIN benchmarks/cuda/server_search.sh > "$OUT/server.log" 2>&1 ;;
     sanitize)
       for tool in ${SANITIZERS:-memcheck racecheck}; do
         timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
@@ -51,4 +59,8 @@ cat "$OUT/stages.log"
 [ -f "$OUT/tests.log" ] && grep -hE "error-bound|greedy|^\[  (FAILED|PASSED|SKIPPED) \]|Failure|error:" "$OUT/tests.log" | head -120
 [ -f "$OUT/sanitize.log" ] && cat "$OUT/sanitize.log" && grep -h "ERROR SUMMARY" "$OUT"/sanitize-*.log
 for f in "$OUT"/bench-*.log; do [ -f "$f" ] && grep -vE "^\s+(decode|prefill)" "$f"; done
+[ -f "$OUT/breakdown.log" ] && grep -E "^\||^[a-z]|wall" "$OUT/breakdown.log"
+[ -f "$OUT/throughput.log" ] && sed -n '/==== Offline/,$p' "$OUT/throughput.log"
+[ -f "$OUT/server.log" ] && sed -n '/==== Server/,$p' "$OUT/server.log"
+tar -czf "$FINAL_OUT/run.tar.gz" -C "$FINAL_OUT" run && rm -rf "$OUT"
 exit 0
