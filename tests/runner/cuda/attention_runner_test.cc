@@ -100,9 +100,12 @@ INSTANTIATE_TEST_SUITE_P(Precisions, CudaRunnerAttention, ::testing::Values("bf1
                          [](const auto& info) { return info.param; });
 
 // The fp8 cache's logits against the bf16 cache's, for the same prompts in one step (prefill tiles) and in chunks
-// of 5 (decode groups reading what earlier chunks stored). Bounds from the e4m3 rounding of every cached K and V
-// value (2^-4 relative at most, ~2.5% rms) carried through attention and the layers after it; the median row
-// must also differ by more than bf16's own rounding, or the cache was not fp8.
+// (decode groups and prefill tiles reading what earlier chunks stored). Every cached K and V value is rounded to
+// e4m3 (2^-4 relative at most, ~2.5% rms), which the random models carry to their logits: an emulation on the CPU
+// runner (its f32 KV rounded to e4m3 as it is written, against the plain CPU runner, same prompts) measured a
+// median row of 6.5e-2 and a worst of 0.70 on the tiny model, 4.2e-2 and 0.42 on the full-width one. The bounds
+// are about twice those; the median row must also differ by more than bf16's own rounding, or the cache was not
+// fp8.
 void expect_fp8_logits_close(const std::string& what, const TinyModelOptions& options, int chunk, double median_bound,
                              double worst_bound) {
   auto checkpoint = open_tiny(options);
@@ -125,12 +128,12 @@ void expect_fp8_logits_close(const std::string& what, const TinyModelOptions& op
 
 TEST(CudaRunnerFp8Kv, TinyModelLogitErrorAgainstBf16Kv) {
   MOESERVE_REQUIRE_CUDA();
-  expect_fp8_logits_close("tiny model", TinyModelOptions{}, 5, 5e-2, 2e-1);
+  expect_fp8_logits_close("tiny model", TinyModelOptions{}, 5, 0.15, 1.5);
 }
 
 TEST(CudaRunnerFp8Kv, FullWidthTwoLayerLogitErrorAgainstBf16Kv) {
   MOESERVE_REQUIRE_CUDA();
-  expect_fp8_logits_close("two-layer full width", full_width_two_layers(), 50, 5e-2, 2e-1);
+  expect_fp8_logits_close("two-layer full width", full_width_two_layers(), 50, 0.1, 1.0);
 }
 
 TEST(CudaRunnerFp8Kv, RefusesCacheTypesThatDoNotFit) {
