@@ -72,23 +72,6 @@ void build_step(Step& step, const ModelConfig& c, const std::vector<int>& length
   step.view = step.meta.view(step.device.as<int32_t>());
 }
 
-template <typename F>
-double time_us(F&& launch, int reps) {
-  for (int i = 0; i < 3; ++i) launch();
-  cudaEvent_t start, stop;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&start));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&stop));
-  MOESERVE_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < reps; ++i) launch();
-  MOESERVE_CUDA_CHECK(cudaEventRecord(stop));
-  MOESERVE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms * 1e3 / reps;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"decode and prefill attention alone on one full gpt-oss-120b layer"};
   std::string json_path;
@@ -146,7 +129,8 @@ int run(int argc, char** argv) {
             counters(static_cast<size_t>(units) * 4);
         MOESERVE_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
         const cuda::DecodeScratch scratch{splits, partial.as<float>(), counters.as<int32_t>()};
-        const double us = time_us([&] { cuda::launch_attention_decode(nullptr, params, step.view, scratch); }, reps);
+        const double us = cuda_bench::event_time_us(
+            [&] { cuda::launch_attention_decode(nullptr, params, step.view, scratch); }, reps, 3);
         const double bytes = static_cast<double>(batch) * context * KVH * 2 * D * cuda::kv_element_bytes(dtype);
         Row r{"decode", kv_name(dtype), batch, context, splits, us, bytes / (us * 1e-6) / 1e9, 0};
         r.of_ceiling = r.rate * 1e9 / ceilings.copy_bytes_per_s;
@@ -157,7 +141,8 @@ int run(int argc, char** argv) {
     if (prefill_length > 0) {
       Step step;
       build_step(step, c, {prefill_length}, prefill_length, pool_blocks, 1);
-      const double us = time_us([&] { cuda::launch_attention_prefill(nullptr, params, step.view); }, std::max(1, reps / 4));
+      const double us = cuda_bench::event_time_us(
+          [&] { cuda::launch_attention_prefill(nullptr, params, step.view); }, std::max(1, reps / 4), 3);
       const double pairs = 0.5 * prefill_length * (prefill_length + 1.0);
       Row r{"prefill causal", kv_name(dtype), 1, prefill_length, 0, us, 4.0 * H * D * pairs / (us * 1e-6) / 1e12, 0};
       r.of_ceiling = r.rate * 1e12 / ceilings.bf16_flops_per_s;

@@ -21,24 +21,11 @@
 namespace moeserve {
 namespace {
 
+using testing::full_width_two_layers;
 using testing::prompt;
 
 std::shared_ptr<const Checkpoint> open_tiny(const TinyModelOptions& options = {}) {
   return std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(options)));
-}
-
-TinyModelOptions full_width_two_layers() {
-  TinyModelOptions o;  // gpt-oss-20b's dimensions, two layers (as cuda_runner_test's full-width test)
-  o.layers = 2;
-  o.hidden = 2880;
-  o.heads = 64;
-  o.kv_heads = 8;
-  o.head_dim = 64;
-  o.experts = 32;
-  o.top_k = 4;
-  o.intermediate = 2880;
-  o.window = 128;
-  return o;
 }
 
 std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const Checkpoint> checkpoint, const std::string& precision,

@@ -128,16 +128,7 @@ TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
 }
 
 TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
-  TinyModelOptions o;  // gpt-oss-20b's dimensions (../shared/reference/gpt-oss-architecture.md), two layers
-  o.layers = 2;
-  o.hidden = 2880;
-  o.heads = 64;
-  o.kv_heads = 8;
-  o.head_dim = 64;
-  o.experts = 32;
-  o.top_k = 4;
-  o.intermediate = 2880;
-  o.window = 128;
+  const TinyModelOptions o = testing::full_width_two_layers();
   auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
   CpuRunner cpu(checkpoint, 0);
   auto gpu = cuda_runner(checkpoint);

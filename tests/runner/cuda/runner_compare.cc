@@ -11,6 +11,20 @@
 
 namespace moeserve::testing {
 
+TinyModelOptions full_width_two_layers() {
+  TinyModelOptions o;
+  o.layers = 2;
+  o.hidden = 2880;
+  o.heads = 64;
+  o.kv_heads = 8;
+  o.head_dim = 64;
+  o.experts = 32;
+  o.top_k = 4;
+  o.intermediate = 2880;
+  o.window = 128;
+  return o;
+}
+
 std::vector<int32_t> prompt(int length, int salt, int vocab) {
   std::vector<int32_t> tokens(length);
   for (int i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((1000003LL * (i + 1) * (salt + 7) + 17 * salt) % vocab);

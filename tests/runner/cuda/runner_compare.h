@@ -6,11 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "model/make_tiny.h"
 #include "runner/runner.h"
 
 namespace moeserve::testing {
 
 std::vector<int32_t> prompt(int length, int salt, int vocab);
+
+// gpt-oss-20b's dimensions (hidden 2,880, 64 query and 8 KV heads of 64 dims, window 128), two layers.
+TinyModelOptions full_width_two_layers();
 
 // Logits of every position of every prompt, in one batched step and then in chunks of `chunk` over other blocks.
 struct AllLogits {
