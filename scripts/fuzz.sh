@@ -17,11 +17,20 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF -DMOESERVE_O200K_RANKS="$(realpath "$ranks")" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 cmake --build build-fuzz --target tokenizer_fuzz harmony_parser_fuzz
+# attn: the step metadata (needs the CUDA toolkit's headers; fuzz/CMakeLists.txt skips it without them).
+attn_targets=()
+if cmake --build build-fuzz --target help | grep -q '^attn_fuzz:'; then
+  cmake --build build-fuzz --target attn_fuzz
+  attn_targets=(attn_fuzz)
+fi
 mkdir -p build-fuzz/findings
-for target in tokenizer_fuzz harmony_parser_fuzz; do
+for target in tokenizer_fuzz harmony_parser_fuzz "${attn_targets[@]}"; do
   corpus="build-fuzz/corpus/$target"
   mkdir -p "$corpus"
-  cp tests/fixtures/harmony/*.txt tests/tokenizer/corpus_seed.txt "$corpus"/
+  case "$target" in
+    attn_fuzz) cp tests/fixtures/attn/*.bin "$corpus"/ ;;
+    *) cp tests/fixtures/harmony/*.txt tests/tokenizer/corpus_seed.txt "$corpus"/ ;;
+  esac
   echo "fuzz: $target for ${seconds}s"
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"

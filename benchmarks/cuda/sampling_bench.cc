@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "bench_common.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
 
@@ -73,20 +74,7 @@ int run() {
         cuda::launch_sample(nullptr, logits.as<float>(), V, sample_rows.as<cuda::SampleRow>(), rows,
                             tokens.as<int32_t>());
       };
-      launch();
-      cudaEvent_t start, stop;
-      MOESERVE_CUDA_CHECK(cudaEventCreate(&start));
-      MOESERVE_CUDA_CHECK(cudaEventCreate(&stop));
-      const int reps = 50;
-      MOESERVE_CUDA_CHECK(cudaEventRecord(start));
-      for (int i = 0; i < reps; ++i) launch();
-      MOESERVE_CUDA_CHECK(cudaEventRecord(stop));
-      MOESERVE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      const double gpu_us = ms * 1e3 / reps;
+      const double gpu_us = bench_cuda::event_time_us(launch, 50);
       const double floor_us = n * 4.0 / (bandwidth / 2) * 1e6;  // one read at the copy's one-way rate
 
       // The old path: logits to the host, then the CPU sampler per row (the draws must agree).

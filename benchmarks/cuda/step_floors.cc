@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runner/cuda/step_metadata.h"
+
 namespace moeserve::bench_cuda {
 
 double uniform_touched_experts(const ModelConfig& c, int tokens) {
@@ -32,12 +34,14 @@ StepCosts step_costs(const ModelConfig& c, const ForwardBatch& batch, double tou
   at(KernelClass::rope_kv_write).bytes = L * T * ((Q + 2 * KV) * 4 + (Q + 2 * KV) * 2);
   dense(KernelClass::output_projection, H, Q, T, L);
   dense(KernelClass::router, E, H, T, L);
-  // Attention: each sequence's visible keys and values once per layer; q.k and p.v for every query's keys.
-  ClassCost attention;
-  int max_q = 0;
+  // Attention: each sequence's visible keys and values once per layer; q.k and p.v for every query's keys. The
+  // runner runs sequences of kPrefillAttentionRows or more tokens through the prefill tiles, the rest through the
+  // decode kernel.
   for (const SequenceStep& s : batch.sequences) {
     const double q = static_cast<double>(s.tokens.size()), start = s.start_position;
-    max_q = std::max(max_q, static_cast<int>(s.tokens.size()));
+    ClassCost& attention = at(s.tokens.size() >= static_cast<size_t>(cuda::kPrefillAttentionRows)
+                                  ? KernelClass::attention_prefill
+                                  : KernelClass::attention_decode);
     for (AttentionKind kind : c.layer_types) {
       const bool sliding = kind == AttentionKind::sliding;
       const double keys_read = sliding ? std::min(start + q, c.sliding_window + q - 1) : start + q;
@@ -53,8 +57,6 @@ StepCosts step_costs(const ModelConfig& c, const ForwardBatch& batch, double tou
     }
     attention.bytes += q * L * Q * 2 * 2;  // q in, output out
   }
-  // The runner uses the prefill tiles for the whole step once a sequence brings 16 or more tokens.
-  at(max_q >= 16 ? KernelClass::attention_prefill : KernelClass::attention_decode) = attention;
   const double mxfp4 = 17.0 / 32.0;
   at(KernelClass::expert_mlp1).bytes = L * (touched * (2 * I * H * mxfp4 + 2 * I * 4) + T * k * (H * 2 + I * 2));
   at(KernelClass::expert_mlp1).flops = L * 2 * T * k * 2 * I * H;

@@ -14,6 +14,11 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
   command->add_option("--precision", args.precision, "CUDA activations and KV cache: bf16, or f32 (matches the CPU)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  command->add_option("--kv-cache-dtype", args.kv_cache_dtype,
+                      "CUDA KV cache: auto (the precision's type), bf16, or fp8_e4m3 (fp8; half the bytes, per-layer "
+                      "scales from the checkpoint or 1.0)")
+      ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}))
+      ->capture_default_str();
   command->add_option("--threads", args.threads, "CPU threads (0: all)")->capture_default_str();
   command->add_option("--synthetic-router", args.synthetic_router,
                       "--synthetic expert popularity: uniform, or zipf[:S] (router bias S ln(1/(rank+1)); S = 1)")
@@ -27,6 +32,10 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   cuda.synthetic_router = args.synthetic_router;
   parse_synthetic_router(cuda.synthetic_router);
   MOESERVE_CHECK(args.synthetic_router == "uniform" || !args.synthetic.empty(), "--synthetic-router needs --synthetic");
+  cuda.kv_cache_dtype = args.kv_cache_dtype;
+  MOESERVE_CHECK(args.device == "cuda" || args.kv_cache_dtype == "auto",
+                 "--kv-cache-dtype {} needs --device cuda: the CPU runner keeps an f32 KV cache (use auto)",
+                 args.kv_cache_dtype);
   OpenedRunner opened;
   opened.threads = args.threads;
   if (!args.synthetic.empty()) {

@@ -1,5 +1,5 @@
 // The options that choose and open a model runner, shared by the subcommands that run a model:
-// --model DIR or --synthetic SHAPE, --device cpu|cuda, --precision (CUDA), --threads (CPU).
+// --model DIR or --synthetic SHAPE, --device cpu|cuda, --precision and --kv-cache-dtype (CUDA), --threads (CPU).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,6 +17,7 @@ struct RunnerArgs {
   std::string synthetic;  // gpt-oss-20b or gpt-oss-120b: random weights made on the GPU
   std::string device = "cpu";
   std::string precision = "bf16";
+  std::string kv_cache_dtype = "auto";  // vLLM's flag: auto, bf16 (bfloat16), fp8_e4m3 (fp8)
   size_t threads = 0;
   std::string synthetic_router = "uniform";  // --synthetic only: uniform or zipf[:S]
 };

@@ -7,11 +7,13 @@
 // ldmatrix.trans. At the end the sink joins the denominator once: o = O / (l + e^(sink - m)).
 // Tree steps (at most 64 tokens, so one tile at row 0): a row's keys run to its own slot, its window starts from
 // its position (start + depth), and the step's keys among them must pass its tree mask.
+// fp8 KV: each thread loads 8 e4m3 values of a row and stores them as bf16 (exact), so the tile is a bf16 tile;
+// the layer's k_scale joins the score scale and v_scale the output.
 // Version 1: single-buffered tiles, no GQA sharing of K/V tiles between the heads of a group (they meet in L2).
 // head_dim must be 64. CPU reference: cpu::attend_one_head per query row.
 #include <cmath>
 
-#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/kv_dtype.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -32,9 +34,28 @@ __device__ __forceinline__ float quad_max(float v) {
   return v;
 }
 
-// kTree: the step has tree masks (a causal step's kernel skips them).
-template <bool kTree>
+// Row r's 8-element piece `chunk` of K and of V into the tiles (zeros where offset < 0: outside the tile's keys).
+__device__ __forceinline__ void load_piece(const bf16* cache, int64_t offset, int64_t v_minus_k, bf16* k_dst, bf16* v_dst) {
+  const bool ok = offset >= 0;
+  cp_async_16(k_dst, ok ? cache + offset : cache, ok);
+  cp_async_16(v_dst, ok ? cache + offset + v_minus_k : cache, ok);
+}
+__device__ __forceinline__ void load_piece(const fp8* cache, int64_t offset, int64_t v_minus_k, bf16* k_dst, bf16* v_dst) {
+  uint2 k = make_uint2(0, 0), v = make_uint2(0, 0);
+  if (offset >= 0) {
+    k = *reinterpret_cast<const uint2*>(cache + offset);
+    v = *reinterpret_cast<const uint2*>(cache + offset + v_minus_k);
+  }
+  *reinterpret_cast<uint4*>(k_dst) = make_uint4(e4m3x2_to_bf16x2(k.x), e4m3x2_to_bf16x2(k.x >> 16),
+                                                e4m3x2_to_bf16x2(k.y), e4m3x2_to_bf16x2(k.y >> 16));
+  *reinterpret_cast<uint4*>(v_dst) = make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16),
+                                                e4m3x2_to_bf16x2(v.y), e4m3x2_to_bf16x2(v.y >> 16));
+}
+
+// kTree: the step has tree masks (a causal step's kernel skips them). KvElem: bf16 or fp8 (the cache's type).
+template <bool kTree, typename KvElem>
 __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams p, StepView step) {
+  constexpr bool kFp8 = sizeof(KvElem) == 1;
   __shared__ __align__(16) bf16 k_s[kTileKeys][kRowStride];
   __shared__ __align__(16) bf16 v_s[kTileKeys][kRowStride];
 
@@ -71,7 +92,7 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
   }
 
   const float sink = p.sinks[head] * kLog2e;
-  const float qk_scale = p.scale * kLog2e;
+  const float qk_scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float o[8][4] = {};
   float m_a = sink, m_b = sink, l_a = 0.0f, l_b = 0.0f;
 
@@ -79,7 +100,7 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
   const int first_position = start_position + row0;
   const int last_slot = start_position + min(row0 + kTileRows, q_len) - 1;
   const int key_lo = p.window > 0 ? max(0, first_position - p.window + 1) : 0;
-  const bf16* cache = static_cast<const bf16*>(p.kv.base);
+  const KvElem* cache = static_cast<const KvElem*>(p.kv.base);
   const int64_t v_minus_k = static_cast<int64_t>(p.kv.kv_heads) * p.kv.block_size * kHeadDim;
 
   for (int tile = key_lo / kTileKeys * kTileKeys; tile <= last_slot; tile += kTileKeys) {
@@ -87,9 +108,7 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
       const int r = i / 8, chunk = i % 8, key = tile + r;
       int64_t offset = -1;
       if (key >= key_lo && key <= last_slot) offset = kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key);
-      const bool ok = offset >= 0;
-      cp_async_16(&k_s[r][chunk * 8], ok ? cache + offset + chunk * 8 : cache, ok);
-      cp_async_16(&v_s[r][chunk * 8], ok ? cache + offset + v_minus_k + chunk * 8 : cache, ok);
+      load_piece(cache, offset < 0 ? -1 : offset + chunk * 8, v_minus_k, &k_s[r][chunk * 8], &v_s[r][chunk * 8]);
     }
     cp_async_commit();
     cp_async_wait_all();
@@ -154,8 +173,9 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
     __syncthreads();
   }
 
-  l_a = quad_sum(l_a) + exp2f(sink - m_a);
-  l_b = quad_sum(l_b) + exp2f(sink - m_b);
+  const float v_scale = kFp8 ? p.v_scale : 1.0f;
+  l_a = (quad_sum(l_a) + exp2f(sink - m_a)) / v_scale;
+  l_b = (quad_sum(l_b) + exp2f(sink - m_b)) / v_scale;
   bf16* out = static_cast<bf16*>(p.out);
 #pragma unroll
   for (int jd = 0; jd < 8; ++jd) {
@@ -175,10 +195,18 @@ void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params
   if (step.num_q_tiles == 0) return;
   if (params.head_dim != kHeadDim) fail_cuda("attention_prefill", "head_dim must be 64", __FILE__, __LINE__);
   const dim3 grid(step.num_q_tiles, params.heads);
-  if (step.tree_masks != nullptr)
-    attention_prefill_kernel<true><<<grid, 128, 0, stream>>>(params, step);
-  else
-    attention_prefill_kernel<false><<<grid, 128, 0, stream>>>(params, step);
+  const bool tree = step.tree_masks != nullptr;
+  switch (params.kv.dtype) {
+    case KvDtype::bf16:
+      (tree ? attention_prefill_kernel<true, bf16> : attention_prefill_kernel<false, bf16>)<<<grid, 128, 0, stream>>>(
+          params, step);
+      break;
+    case KvDtype::fp8_e4m3:
+      (tree ? attention_prefill_kernel<true, fp8> : attention_prefill_kernel<false, fp8>)<<<grid, 128, 0, stream>>>(
+          params, step);
+      break;
+    default: fail_cuda("attention_prefill", "the KV cache must be bf16 or fp8", __FILE__, __LINE__);
+  }
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

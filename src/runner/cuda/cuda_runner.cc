@@ -11,8 +11,6 @@ namespace moeserve::cuda {
 namespace {
 
 constexpr int kLargestGraphBatch = 1024;
-// Query rows per sequence from which prefill attention (tensor-core tiles) beats the per-token kernel.
-constexpr int kPrefillAttentionRows = 16;
 
 int graph_bucket(int sequences) {
   int bucket = 1;
@@ -26,14 +24,26 @@ Precision parse_precision(const std::string& name) {
   fail("CUDA runner precision \"{}\" (bf16 or f32)", name);
 }
 
+// vLLM's --kv-cache-dtype values (fp8 is its alias of fp8_e4m3, bfloat16 its spelling of bf16).
+KvDtype parse_kv_dtype(const std::string& name, Precision precision) {
+  if (name == "auto") return precision == Precision::f32 ? KvDtype::f32 : KvDtype::bf16;
+  const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
+  MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
+  MOESERVE_CHECK(precision == Precision::bf16,
+                 "--kv-cache-dtype {} needs --precision bf16: the f32 precision keeps an f32 KV cache (use auto)", name);
+  return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
+}
+
 }  // namespace
 
 CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision precision,
-                       const CudaRunnerOptions& options)
+                       const CudaRunnerOptions& options, KvScales scales)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       precision_(precision),
       options_(options),
+      kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision)),
+      kv_scales_(std::move(scales)),
       groups_(kv_groups_of(config_)) {
   const ModelConfig& c = config_;
   MOESERVE_CHECK(c.head_dim == 64, "CUDA runner: head_dim {} (the attention kernels need 64)", c.head_dim);
@@ -42,6 +52,10 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
                  "CUDA runner: {} query heads per KV head (1, 2, 4 or 8 supported)", per_kv);
   MOESERVE_CHECK(c.num_experts <= 256 && c.experts_per_token <= 8,
                  "CUDA runner: {} experts, top-{} (at most 256 and top-8)", c.num_experts, c.experts_per_token);
+  if (kv_scales_.k.empty()) kv_scales_ = KvScales::ones(c.num_layers);
+  MOESERVE_CHECK(static_cast<int>(kv_scales_.k.size()) == c.num_layers && kv_scales_.v.size() == kv_scales_.k.size(),
+                 "CUDA runner: {} K and {} V scales for {} layers", kv_scales_.k.size(), kv_scales_.v.size(),
+                 c.num_layers);
   max_layers_per_group_ = *std::max_element(groups_.layers_in_group.begin(), groups_.layers_in_group.end());
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -61,7 +75,7 @@ void CudaRunner::clear_graphs() {
 }
 
 size_t CudaRunner::kv_block_bytes(int block_size) const {
-  return static_cast<size_t>(max_layers_per_group_) * 2 * block_size * config_.kv_dim() * element_bytes(precision_);
+  return static_cast<size_t>(max_layers_per_group_) * 2 * block_size * config_.kv_dim() * kv_element_bytes(kv_dtype_);
 }
 
 size_t CudaRunner::device_memory_free() const {
@@ -81,7 +95,7 @@ void CudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
 
 void CudaRunner::fill_kv_cache_random(uint64_t seed) {
   MOESERVE_CHECK(kv_.get() != nullptr, "fill_kv_cache_random() before allocate_kv_cache()");
-  launch_fill_uniform(stream_, precision_, kv_.get(), kv_.bytes() / element_bytes(precision_), seed, 0.0f, 1.0f);
+  fill_kv_random(stream_, kv_dtype_, kv_.get(), kv_.bytes(), seed);
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -108,8 +122,11 @@ std::string CudaRunner::moe_path_name(int tokens) const {
 CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
   Plan plan;
   plan.tokens = meta.num_tokens();
-  plan.prefill_attention = precision_ == Precision::bf16 && meta.max_q_len() >= kPrefillAttentionRows;
-  plan.splits = attention_decode_splits(plan.tokens, config_.num_kv_heads, multiprocessors_);
+  plan.prefill_attention = meta.num_q_tiles() > 0;
+  plan.splits = precision_ == Precision::f32
+                    ? attention_decode_f32_splits(plan.tokens, config_.num_kv_heads, multiprocessors_)
+                    : attention_decode_max_splits(kv_dtype_, config_.heads_per_kv(),
+                                                  meta.num_decode_groups() * config_.num_kv_heads, multiprocessors_);
   plan.moe = moe_path(plan.tokens);
   return plan;
 }
@@ -131,7 +148,13 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
   grow(expert_weights_, T * K * 4);
   grow(moe_act_, T * K * I * A);
   grow(moe_y_, T * K * H * 4);
-  grow(partial_, T * c.num_heads * plan.splits * (c.head_dim + 2) * 4);
+  const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
+  grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
+                                              : attention_decode_partial_floats(decode_units, plan.splits) * 4);
+  if (decode_counters_.grow(std::max<size_t>(decode_units * 4, 16))) {
+    moved = true;
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
+  }
   grow(logits_in_, R * H * A);
   grow(logits_, R * c.vocab_size * 4);
   grow(sampled_, R * 4);
@@ -186,7 +209,8 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       }
   };
 
-  const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, c.num_kv_heads, c.head_dim};
+  const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, c.num_kv_heads, c.head_dim, kv_dtype_};
+  const DecodeScratch decode{plan.splits, partial_.as<float>(), decode_counters_.as<int32_t>()};
   const MoeRouting routing = moe_.routing();
   const int rows_per_tile = plan.moe == MoePath::prefill    ? kMoePrefillTileRows
                             : plan.moe == MoePath::decode_x2 ? 16
@@ -205,20 +229,26 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
 
     const int group = groups_.group_of_layer[layer], slot = groups_.slot_of_layer[layer];
+    const float k_scale = kv_scales_.k[layer], v_scale = kv_scales_.v[layer];
     RopeParams rope{qkv_.as<float>(), c.num_heads, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(),
-                    static_cast<float>(c.rope_concentration()), q_.get(), kv, group, slot};
+                    static_cast<float>(c.rope_concentration()), q_.get(), kv, group, slot, k_scale, v_scale};
     timer_.mark(stream_, KernelClass::rope_kv_write);
     launch_rope_kv_write(stream_, precision_, rope, step);
 
     AttentionParams attention{q_.get(), attn_.get(), w.sinks, c.attention_scale(), c.num_heads, c.num_kv_heads,
                               c.head_dim, c.layer_types[layer] == AttentionKind::sliding ? c.sliding_window : 0, kv,
-                              group, slot};
-    if (plan.prefill_attention) {
-      timer_.mark(stream_, KernelClass::attention_prefill);
-      launch_attention_prefill(stream_, attention, step);
-    } else {
+                              group, slot, k_scale, v_scale};
+    if (precision_ == Precision::f32) {
       timer_.mark(stream_, KernelClass::attention_decode);
-      launch_attention_decode(stream_, precision_, attention, step, plan.splits, partial_.as<float>());
+      launch_attention_decode_f32(stream_, attention, step, plan.splits, partial_.as<float>());
+    } else {
+      // Disjoint tokens: prefill tiles for the long sequences, decode groups for the others.
+      if (plan.prefill_attention) {
+        timer_.mark(stream_, KernelClass::attention_prefill);
+        launch_attention_prefill(stream_, attention, step);
+      }
+      timer_.mark(stream_, KernelClass::attention_decode);
+      launch_attention_decode(stream_, attention, step, decode);
     }
     timer_.mark(stream_, KernelClass::output_projection);
     project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
@@ -274,7 +304,8 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
     decode = decode && step.tokens.size() == 1 && step.num_logits == 1 && step.tree_parent.empty();
   const int bucket = options_.cuda_graphs && decode ? graph_bucket(S) : 0;
 
-  meta_.build(batch, config_, groups_, layout_, bucket, padding_block_, bucket == 0);
+  meta_.build(batch, config_, groups_, layout_, bucket, padding_block_,
+              precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
   const Plan plan = plan_for(meta_);
   ensure_capacity(meta_, plan);
   upload(meta_);
@@ -359,11 +390,12 @@ void CudaRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_t
   // so does the next step, which reads what they wrote.
   MOESERVE_CUDA_CHECK(
       cudaMemcpyAsync(move_args_.get(), args.data(), args.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, config_.num_kv_heads, config_.head_dim};
+  const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, config_.num_kv_heads, config_.head_dim,
+                  kv_dtype_};
   for (int g = 0; g < groups_.num_groups(); ++g) {
     const KvMoveParams params{kv, move_args_.as<int32_t>(), static_cast<int>(moves.size()),
                               move_args_.as<int32_t>() + table_at[g], groups_.layers_in_group[g]};
-    launch_move_kv_slots(stream_, precision_, params);
+    launch_move_kv_slots(stream_, params);
   }
 }
 
@@ -396,7 +428,8 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
   const cuda::Precision precision = cuda::parse_precision(options.precision);
   MOESERVE_CUDA_CHECK(cudaSetDevice(options.device));
   auto weights = cuda::DeviceWeights::upload(*checkpoint, precision);
-  return std::make_unique<cuda::CudaRunner>(checkpoint->config(), std::move(weights), precision, options);
+  return std::make_unique<cuda::CudaRunner>(checkpoint->config(), std::move(weights), precision, options,
+                                            cuda::read_kv_scales(*checkpoint));
 }
 
 std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape, uint64_t seed,

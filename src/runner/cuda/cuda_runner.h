@@ -4,10 +4,12 @@
 // padded with dummy sequences that write a spare KV block) and replayed with new metadata. Tree verification
 // steps (SequenceStep::tree_parent, at most 64 tokens a tree) run un-graphed with per-token ancestor masks.
 //
-// Per layer: [residual add +] RMSNorm -> QKV (cuBLASLt) -> RoPE + KV write -> attention (prefill: flash tiles on
-// tensor cores; decode: split-key flash-decoding) -> output projection (cuBLASLt) -> residual add + RMSNorm ->
+// Per layer: [residual add +] RMSNorm -> QKV (cuBLASLt) -> RoPE + KV write -> attention (two launches over
+// disjoint tokens: prefill chunks through flash tiles on tensor cores, the other sequences' tokens through
+// split-key decode attention on tensor cores) -> output projection (cuBLASLt) -> residual add + RMSNorm ->
 // router (cuBLASLt) -> top-k -> grouping by expert -> MXFP4 expert GEMMs (SwiGLU fused into the first) -> the
-// weighted combine, fused into the next layer's residual add + RMSNorm.
+// weighted combine, fused into the next layer's residual add + RMSNorm. The KV cache is the precision's type, or
+// fp8 e4m3 with per-layer K and V scales (--kv-cache-dtype; kv_scales.h reads a checkpoint's).
 #pragma once
 
 #include <map>
@@ -18,6 +20,7 @@
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_weights.h"
 #include "runner/cuda/kernel_timer.h"
+#include "runner/cuda/kv_scales.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
 
@@ -25,7 +28,8 @@ namespace moeserve::cuda {
 
 class CudaRunner : public ModelRunner {
  public:
-  CudaRunner(ModelConfig config, DeviceWeights weights, Precision precision, const CudaRunnerOptions& options);
+  CudaRunner(ModelConfig config, DeviceWeights weights, Precision precision, const CudaRunnerOptions& options,
+             KvScales scales = {});
   ~CudaRunner() override;
 
   std::string name() const override { return "cuda"; }
@@ -42,6 +46,7 @@ class CudaRunner : public ModelRunner {
   void fill_kv_cache_random(uint64_t seed);
   size_t weight_bytes() const { return weights_.bytes; }
   Precision precision() const { return precision_; }
+  KvDtype kv_dtype() const { return kv_dtype_; }
   // The MoE kernel a step of `tokens` tokens uses, for reports.
   std::string moe_path_name(int tokens) const;
   // GPU time by kernel class (benchmarks): while enabled, steps run without CUDA graphs.
@@ -54,7 +59,7 @@ class CudaRunner : public ModelRunner {
   struct Plan {
     int tokens = 0;
     bool prefill_attention = false;
-    int splits = 1;
+    int splits = 1;  // decode attention's (most) key splits
     MoePath moe = MoePath::reference;
   };
   MoePath moe_path(int tokens) const;
@@ -76,6 +81,8 @@ class CudaRunner : public ModelRunner {
   DeviceWeights weights_;
   Precision precision_;
   CudaRunnerOptions options_;
+  KvDtype kv_dtype_;
+  KvScales kv_scales_;  // one K and one V scale per layer (1.0 unless the checkpoint has them)
   KvGroups groups_;
   int max_layers_per_group_ = 0;
   int multiprocessors_ = 0;
@@ -96,6 +103,7 @@ class CudaRunner : public ModelRunner {
   // Activations of the step in flight (capacity grows; a reallocation drops the captured graphs).
   DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
       partial_, logits_in_, logits_, sampled_;
+  DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches
   MoeBuffers moe_;
   SampleRow* sample_staging_ = nullptr;  // pinned host copy of the step's sample rows
   size_t sample_staging_bytes_ = 0;

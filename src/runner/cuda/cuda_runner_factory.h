@@ -16,6 +16,9 @@ struct CudaRunnerOptions {
   // "bf16" (the fast path: bf16 activations, KV cache and dense weights) or "f32" (the plain kernels, fp32
   // throughout; matches the CPU runner to rounding).
   std::string precision = "bf16";
+  // vLLM's --kv-cache-dtype: "auto" (the precision's type), "bf16" (or "bfloat16"), "fp8_e4m3" (or "fp8": half the
+  // bytes a block, so twice the sequences in the pool; per-layer K and V scales from the checkpoint, else 1.0).
+  std::string kv_cache_dtype = "auto";
   bool cuda_graphs = true;  // capture decode steps per batch-size bucket
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).

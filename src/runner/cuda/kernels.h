@@ -7,6 +7,7 @@
 // activations that feed matrix products (normed rows, q, attention output, expert intermediates) and the KV
 // cache are bf16, and dense weights are bf16. Precision::f32 keeps all of them fp32 and uses the simple kernels;
 // it exists to check the fast path and to match the CPU runner token for token. Experts stay MXFP4 in both.
+// With Precision::bf16 the KV cache may instead be fp8 e4m3 (KvDtype), dequantised in the attention kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +21,11 @@ namespace moeserve::cuda {
 
 enum class Precision { bf16, f32 };
 inline size_t element_bytes(Precision p) { return p == Precision::bf16 ? 2 : 4; }
+
+// The KV cache's element type: f32 with Precision::f32; bf16 or fp8 e4m3 (vLLM's --kv-cache-dtype fp8_e4m3: one
+// float scale per layer for K and one for V, value = stored * scale) with Precision::bf16.
+enum class KvDtype { f32, bf16, fp8_e4m3 };
+inline size_t kv_element_bytes(KvDtype d) { return d == KvDtype::f32 ? 4 : d == KvDtype::bf16 ? 2 : 1; }
 
 // One forward step's metadata on the device (built by step_metadata.h), as kernels read it.
 struct StepView {
@@ -37,6 +43,10 @@ struct StepView {
   const int32_t* q_tile_seq = nullptr;   // [num_q_tiles] prefill attention: sequence of each 64-row query tile
   const int32_t* q_tile_row0 = nullptr;  // [num_q_tiles] first row of the tile inside its sequence
   int num_q_tiles = 0;
+  // Decode attention: first token of each query group, kDecodeTileRows / heads-per-KV-head consecutive tokens of
+  // one sequence (fewer at the sequence's end), for the sequences without prefill tiles; disjoint from them.
+  const int32_t* decode_token0 = nullptr;  // [num_decode_groups]
+  int num_decode_groups = 0;
   // Tree steps only (null otherwise; runner.h's SequenceStep::tree_parent): [T][2][2] words, per token two 64-bit
   // masks (low word first) over the step indices of its sequence, the keys of the step it sees: for full layers
   // itself and its ancestors, for sliding layers those inside the window. All ones for a causal sequence's tokens.
@@ -44,14 +54,17 @@ struct StepView {
   const int32_t* tree_masks = nullptr;
 };
 inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
+inline constexpr int kDecodeTileRows = 16;  // decode attention's (token, head) rows per group: the mma's M
+inline int decode_group_tokens(int heads_per_kv) { return kDecodeTileRows / heads_per_kv; }
 
-// The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of the precision's element type.
+// The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of `dtype`.
 struct KvView {
   void* base = nullptr;
   int block_size = 0;
   int layers_per_block = 0;  // the largest KV group's layer count
   int kv_heads = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::bf16;
 };
 
 // ---- embedding.cu: row gathers -------------------------------------------------------------------------------
@@ -83,7 +96,9 @@ struct RopeParams {
   void* q_out = nullptr;  // [T, heads, head_dim]
   KvView kv;
   int group = 0, slot = 0;  // the layer's KV group and its slot in a block
+  float k_scale = 1.0f, v_scale = 1.0f;  // fp8 KV: stored = value / scale (saturated to +-448); else unused
 };
+// q as the precision's type; K and V as kv.dtype (bf16 or fp8 with Precision::bf16, f32 with Precision::f32).
 void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);
 
 // ---- attention_decode.cu / attention_prefill.cu ------------------------------------------------------------------
@@ -96,13 +111,26 @@ struct AttentionParams {
   int window = 0;  // keys q - window + 1 .. q; 0 for full causal attention
   KvView kv;
   int group = 0, slot = 0;
+  float k_scale = 1.0f, v_scale = 1.0f;  // fp8 KV: value = stored * scale; else unused
 };
-// Every query token against its cached keys, split over `splits` key ranges merged by a second kernel.
-// partial holds T * heads * splits * (head_dim + 2) floats.
-int attention_decode_splits(int T, int kv_heads, int multiprocessors);
-void launch_attention_decode(cudaStream_t stream, Precision type, const AttentionParams& params, const StepView& step,
-                             int splits, float* partial);
-// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 only.
+// Decode attention on tensor cores (bf16 q, bf16 or fp8 KV): the query groups of step.decode_token0, each over
+// up to `max_splits` key ranges (fewer for short contexts); the last block of a group to finish merges them.
+struct DecodeScratch {
+  int max_splits = 1;
+  float* partial = nullptr;     // attention_decode_partial_floats(...)
+  int32_t* counters = nullptr;  // [num_decode_groups * kv_heads], zero on entry and on return
+};
+// The fewest splits whose blocks fill the GPU's last wave (units = decode groups x KV heads).
+int attention_decode_max_splits(KvDtype dtype, int heads_per_kv, int units, int multiprocessors);
+size_t attention_decode_partial_floats(int units, int max_splits);
+void launch_attention_decode(cudaStream_t stream, const AttentionParams& params, const StepView& step,
+                             const DecodeScratch& scratch);
+// The fp32 path: every query token against its cached keys, split over `splits` key ranges merged by a second
+// kernel; partial holds T * heads * splits * (head_dim + 2) floats.
+int attention_decode_f32_splits(int T, int kv_heads, int multiprocessors);
+void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& params, const StepView& step, int splits,
+                                 float* partial);
+// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 q, bf16 or fp8 KV.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
@@ -113,8 +141,13 @@ struct KvMoveParams {
   const int32_t* block_table = nullptr;  // the sequence's block table of one KV group
   int group_layers = 0;                  // the group's layers: slots 0 .. group_layers - 1 of its blocks
 };
-// K and V of every layer of the group and every KV head, copied from `from` to `to` move after move.
-void launch_move_kv_slots(cudaStream_t stream, Precision type, const KvMoveParams& params);
+// K and V of every layer of the group and every KV head, copied from `from` to `to` move after move (rows of
+// kv.dtype, copied as they are stored: a layer's fp8 scale is the same at both slots).
+void launch_move_kv_slots(cudaStream_t stream, const KvMoveParams& params);
+
+// ---- kv_fill.cu: random KV contents (benchmarks), made on the device ----------------------------------------------
+// `bytes` of a pool of `dtype` filled with values uniform with unit variance (fp8: bf16 values quantised).
+void fill_kv_random(cudaStream_t stream, KvDtype dtype, void* base, size_t bytes, uint64_t seed);
 
 // ---- router.cu: top-k experts and softmax over the selected logits -------------------------------------------------
 // Also counts tokens per expert into expert_counts, which must be zero on entry: launch_group_by_expert reads

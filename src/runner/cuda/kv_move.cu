@@ -1,7 +1,8 @@
 // KV slots copied within one sequence's block table (ModelRunner::move_kv_slots: a verified tree's accepted path
 // moved to contiguous positions). Grid: (layer of the group, K or V, KV head); a block walks the moves in order and
-// its threads copy the row's 4-byte words. A thread copies the same words of every move, so a move that reads an
-// earlier move's destination sees it without synchronisation.
+// its threads copy the row's 4-byte words (bf16, f32 and fp8 rows alike: an fp8 row keeps its layer's scale). A
+// thread copies the same words of every move, so a move that reads an earlier move's destination sees it without
+// synchronisation.
 // CPU reference: CpuRunner::move_kv_slots.
 #include "runner/cuda/device_common.cuh"
 
@@ -24,10 +25,10 @@ __global__ void move_kv_slots_kernel(KvMoveParams p, int element_bytes) {
 
 }  // namespace
 
-void launch_move_kv_slots(cudaStream_t stream, Precision type, const KvMoveParams& params) {
+void launch_move_kv_slots(cudaStream_t stream, const KvMoveParams& params) {
   if (params.num_moves == 0 || params.group_layers == 0) return;
   const dim3 grid(params.group_layers, 2, params.kv.kv_heads);
-  move_kv_slots_kernel<<<grid, 32, 0, stream>>>(params, static_cast<int>(element_bytes(type)));
+  move_kv_slots_kernel<<<grid, 32, 0, stream>>>(params, static_cast<int>(kv_element_bytes(params.kv.dtype)));
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

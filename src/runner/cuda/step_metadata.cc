@@ -47,7 +47,7 @@ void StepMetadata::write_tree(std::span<const int32_t> parent, int32_t start, in
 }
 
 void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const KvGroups& groups,
-                         const KvCacheLayout& kv, int pad_to, int32_t padding_block, bool prefill_tiles) {
+                         const KvCacheLayout& kv, int pad_to, int32_t padding_block, int prefill_min_rows) {
   const int real_seqs = static_cast<int>(batch.sequences.size());
   seqs_ = std::max(real_seqs, pad_to);
   groups_ = groups.num_groups();
@@ -106,12 +106,20 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   for (int s = real_seqs; s < seqs_; ++s) rows_.push_back({first++, nullptr, 0});
   const int R = static_cast<int>(rows_.size());
 
+  // Query tiles for the long sequences, decode groups (first tokens) for the rest, graph padding included.
   std::vector<std::pair<int32_t, int32_t>> tiles;
-  if (prefill_tiles)
-    for (int s = 0; s < real_seqs; ++s)
-      for (int32_t r = 0; r < static_cast<int32_t>(batch.sequences[s].tokens.size()); r += kPrefillTileRows)
-        tiles.emplace_back(s, r);
+  std::vector<int32_t> decode_token0;
+  const int group_tokens = decode_group_tokens(c.heads_per_kv());
+  for (int s = 0, token = 0; s < seqs_; ++s) {
+    const int32_t n = s < real_seqs ? static_cast<int32_t>(batch.sequences[s].tokens.size()) : 1;
+    if (prefill_min_rows > 0 && n >= prefill_min_rows)
+      for (int32_t r = 0; r < n; r += kPrefillTileRows) tiles.emplace_back(s, r);
+    else
+      for (int32_t r = 0; r < n; r += group_tokens) decode_token0.push_back(token + r);
+    token += n;
+  }
   q_tiles_ = static_cast<int>(tiles.size());
+  decode_groups_ = static_cast<int>(decode_token0.size());
 
   size_t at = 1;  // data_[0]: the table stride
   auto place = [&](size_t count) {
@@ -128,6 +136,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   rows_at_ = place(R);
   tile_seq_at_ = place(q_tiles_);
   tile_row0_at_ = place(q_tiles_);
+  decode_token0_at_ = place(decode_groups_);
   tree_masks_at_ = place(has_tree_ ? static_cast<size_t>(T) * 4 : 0);
   tables_at_ = place(static_cast<size_t>(seqs_) * groups_ * stride);
   data_.assign(at, -1);
@@ -164,6 +173,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
     data_[tile_seq_at_ + i] = tiles[i].first;
     data_[tile_row0_at_ + i] = tiles[i].second;
   }
+  std::copy(decode_token0.begin(), decode_token0.end(), data_.begin() + static_cast<std::ptrdiff_t>(decode_token0_at_));
   tokens_ = T;
 }
 
@@ -183,6 +193,8 @@ StepView StepMetadata::view(const int32_t* device) const {
   v.q_tile_seq = device + tile_seq_at_;
   v.q_tile_row0 = device + tile_row0_at_;
   v.num_q_tiles = q_tiles_;
+  v.decode_token0 = device + decode_token0_at_;
+  v.num_decode_groups = decode_groups_;
   v.tree_masks = has_tree_ ? device + tree_masks_at_ : nullptr;
   return v;
 }

@@ -1,8 +1,11 @@
 // One forward step's batch description flattened into int32 arrays for the device (token ids, positions,
-// sequences, logits rows, prefill query tiles, tree masks, block tables), checked as the CPU runner checks it.
-// The arrays sit at offsets that depend only on (tokens, sequences, rows, query tiles, whether a tree is in the
-// step), with the block tables last and their stride stored on the device, so a graph captured for a decode
-// batch size replays with any tables (decode graphs never hold a tree step).
+// sequences, logits rows, prefill query tiles, decode query groups, tree masks, block tables), checked as the CPU
+// runner checks it. A step's attention runs in two launches over disjoint tokens: sequences of at least
+// `prefill_min_rows` tokens through the prefill kernel's 64-row query tiles, the others (decode tokens, verify
+// runs, short chunks) through the decode kernel's query groups. The arrays sit at offsets that depend only on
+// (tokens, sequences, rows, query tiles, decode groups, whether a tree is in the step), with the block tables last
+// and their stride stored on the device, so a graph captured for a decode batch size replays with any tables
+// (decode graphs never hold a tree step).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,9 @@
 namespace moeserve::cuda {
 
 inline constexpr int kPrefillTileRows = 64;  // attention_prefill.cu's query tile
+// Query rows per sequence from which prefill attention (64-row tiles) beats the decode kernel's 16-row groups.
+inline constexpr int kPrefillAttentionRows = 16;
+inline constexpr int kNoPrefillTiles = 0;  // prefill_min_rows: every sequence through the decode groups
 
 struct StepRow {
   int32_t token = 0;                      // row of the token in the step
@@ -25,9 +31,10 @@ struct StepRow {
 class StepMetadata {
  public:
   // pad_to > 0: decode batches only, padded with one-token sequences at position 0 whose block tables point at
-  // padding_block, up to pad_to sequences. prefill_tiles: lay out the prefill attention's query tiles.
+  // padding_block, up to pad_to sequences. prefill_min_rows > 0: sequences of at least that many tokens get
+  // prefill query tiles; the others (all, with kNoPrefillTiles) decode query groups.
   void build(const ForwardBatch& batch, const ModelConfig& config, const KvGroups& groups, const KvCacheLayout& kv,
-             int pad_to, int32_t padding_block, bool prefill_tiles);
+             int pad_to, int32_t padding_block, int prefill_min_rows);
 
   // The arrays, as pointers into a device copy of host().
   StepView view(const int32_t* device) const;
@@ -37,6 +44,8 @@ class StepMetadata {
   int num_tokens() const { return tokens_; }
   int num_seqs() const { return seqs_; }
   int max_q_len() const { return max_q_len_; }
+  int num_q_tiles() const { return q_tiles_; }
+  int num_decode_groups() const { return decode_groups_; }
   bool has_tree() const { return has_tree_; }
   const std::vector<StepRow>& rows() const { return rows_; }  // logits rows, real ones first
 
@@ -46,10 +55,10 @@ class StepMetadata {
 
   std::vector<int32_t> data_;
   std::vector<StepRow> rows_;
-  int tokens_ = 0, seqs_ = 0, groups_ = 0, q_tiles_ = 0, max_q_len_ = 0;
+  int tokens_ = 0, seqs_ = 0, groups_ = 0, q_tiles_ = 0, decode_groups_ = 0, max_q_len_ = 0;
   bool has_tree_ = false;
   size_t ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, q_start_at_ = 0, q_len_at_ = 0, context_at_ = 0,
-         rows_at_ = 0, tile_seq_at_ = 0, tile_row0_at_ = 0, tree_masks_at_ = 0, tables_at_ = 0;
+         rows_at_ = 0, tile_seq_at_ = 0, tile_row0_at_ = 0, decode_token0_at_ = 0, tree_masks_at_ = 0, tables_at_ = 0;
 };
 
 }  // namespace moeserve::cuda

@@ -1,8 +1,9 @@
 // The attention kernels against cpu::attend_one_head, over a paged cache filled with random keys and values:
 // several sequences of different lengths at once, scattered blocks (given back, -1, before a sliding window),
-// sinks, GQA groups of 8 (GPT-OSS) and 2 (the tiny model), full and sliding layers. The decode kernel takes
-// one or many query tokens per sequence (it is also the fp32 path's prefill); the prefill kernel takes chunks
-// that straddle its 64-row query tiles.
+// sinks, GQA groups of 8 (GPT-OSS), 4, 2 (the tiny model) and 1, full and sliding layers, bf16 and fp8 e4m3 KV
+// (stored with K and V scales other than 1; the reference reads the dequantised values). The decode kernel
+// takes any query length (its groups hold 16 / heads-per-KV tokens), the prefill kernel chunks that straddle
+// its 64-row query tiles, a mixed step both over disjoint tokens; the fp32 path's kernel takes everything.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -13,7 +14,7 @@ namespace moeserve {
 namespace {
 
 using cuda::DeviceBuffer;
-using cuda::Precision;
+using cuda::KvDtype;
 
 struct AttentionCase {
   std::string name;
@@ -22,13 +23,29 @@ struct AttentionCase {
   std::vector<int> q_lens;    // query tokens of the step (the last q_len positions)
 };
 
+// Which launches run: decode groups for every sequence, prefill tiles for every sequence, both as a mixed step
+// splits them, or the fp32 kernel for every token.
+enum class Path { decode, prefill, mixed, decode_f32 };
+
 struct Kernel {
-  Precision precision;
-  bool prefill;
+  Path path;
+  KvDtype kv;
+  int forced_splits = 0;  // decode: the launch's most splits (0: the runner's choice)
+  int launches = 1;       // decode: run this often with the same scratch (its counters must come back to zero)
 };
 
+constexpr float kKScale = 0.5f, kVScale = 2.0f;  // fp8 scales: neither is 1, so a missing factor shows
+
+const char* kv_name(KvDtype kv) { return kv == KvDtype::f32 ? "f32" : kv == KvDtype::bf16 ? "bf16" : "fp8"; }
+
+int multiprocessors() {
+  int count = 0;
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
+  return count;
+}
+
 // Runs one kernel over a case on a full (layer 1) or sliding (layer 0) layer and returns ||out - ref|| / ||ref||.
-double attention_error(const AttentionCase& ac, Kernel kernel, bool sliding, int forced_splits, std::mt19937& rng) {
+double attention_error(const AttentionCase& ac, const Kernel& kernel, bool sliding, std::mt19937& rng) {
   TinyModelOptions options;
   options.layers = 2;  // group 0 sliding, group 1 full
   options.heads = ac.heads;
@@ -57,30 +74,57 @@ double attention_error(const AttentionCase& ac, Kernel kernel, bool sliding, int
     batch.sequences.push_back(step);
   }
   const KvCacheLayout layout{block_size, num_blocks};
-  testing::DeviceStep device_step(batch, c, layout, kernel.prefill);
+  const int prefill_min_rows = kernel.path == Path::prefill ? 1
+                               : kernel.path == Path::mixed ? cuda::kPrefillAttentionRows
+                                                            : cuda::kNoPrefillTiles;
+  testing::DeviceStep device_step(batch, c, layout, prefill_min_rows);
   const int T = device_step.meta.num_tokens();
 
   const size_t block_elements = 2 * static_cast<size_t>(c.num_kv_heads) * block_size * D;
-  const auto cache = testing::round_to(kernel.precision, testing::random_floats(rng, num_blocks * block_elements));
-  const auto q = testing::round_to(kernel.precision, testing::random_floats(rng, static_cast<size_t>(T) * c.num_heads * D));
+  const size_t half_block = block_elements / 2;  // K, then V
+  const cuda::Precision precision = kernel.kv == KvDtype::f32 ? cuda::Precision::f32 : cuda::Precision::bf16;
+  std::vector<float> cache = testing::random_floats(rng, num_blocks * block_elements);
+  DeviceBuffer cache_d;
+  if (kernel.kv == KvDtype::fp8_e4m3) {
+    const auto stored = testing::to_e4m3(cache, [&](size_t i) { return (i / half_block) % 2 == 0 ? kKScale : kVScale; });
+    cache = testing::from_e4m3(stored, [&](size_t i) { return (i / half_block) % 2 == 0 ? kKScale : kVScale; });
+    cache_d = cuda::to_device(stored);
+  } else {
+    cache = testing::round_to(precision, cache);
+    cache_d = testing::upload_as(precision, cache);
+  }
+  const auto q = testing::round_to(precision, testing::random_floats(rng, static_cast<size_t>(T) * c.num_heads * D));
   const auto sinks = testing::random_floats(rng, c.num_heads);
-  DeviceBuffer cache_d = testing::upload_as(kernel.precision, cache), q_d = testing::upload_as(kernel.precision, q),
-               sinks_d = cuda::to_device(sinks),
-               out_d(static_cast<size_t>(T) * c.num_heads * D * cuda::element_bytes(kernel.precision));
+  DeviceBuffer q_d = testing::upload_as(precision, q), sinks_d = cuda::to_device(sinks),
+               out_d(static_cast<size_t>(T) * c.num_heads * D * cuda::element_bytes(precision));
+  MOESERVE_CUDA_CHECK(cudaMemset(out_d.get(), 0xff, out_d.bytes()));  // NaNs where a token is never written
   const int group = sliding ? 0 : 1;
+  const bool fp8 = kernel.kv == KvDtype::fp8_e4m3;
   cuda::AttentionParams params{q_d.get(), out_d.get(), sinks_d.as<float>(), c.attention_scale(), c.num_heads,
                                c.num_kv_heads, D, sliding ? c.sliding_window : 0,
-                               cuda::KvView{cache_d.get(), block_size, 1, c.num_kv_heads, D}, group, 0};
-  if (kernel.prefill) {
-    cuda::launch_attention_prefill(nullptr, params, device_step.view);
-  } else {
-    const int splits = forced_splits > 0 ? forced_splits : cuda::attention_decode_splits(T, c.num_kv_heads, 132);
+                               cuda::KvView{cache_d.get(), block_size, 1, c.num_kv_heads, D, kernel.kv}, group, 0,
+                               fp8 ? kKScale : 1.0f, fp8 ? kVScale : 1.0f};
+  if (kernel.path == Path::decode_f32) {
+    const int splits = cuda::attention_decode_f32_splits(T, c.num_kv_heads, multiprocessors());
     DeviceBuffer partial(static_cast<size_t>(T) * c.num_heads * splits * (D + 2) * 4);
-    cuda::launch_attention_decode(nullptr, kernel.precision, params, device_step.view, splits, partial.as<float>());
+    cuda::launch_attention_decode_f32(nullptr, params, device_step.view, splits, partial.as<float>());
+  } else {
+    if (kernel.path != Path::decode) cuda::launch_attention_prefill(nullptr, params, device_step.view);
+    const int units = device_step.meta.num_decode_groups() * c.num_kv_heads;
+    const int splits = kernel.forced_splits > 0
+                           ? kernel.forced_splits
+                           : cuda::attention_decode_max_splits(kernel.kv, c.heads_per_kv(), units, multiprocessors());
+    DeviceBuffer partial(std::max<size_t>(cuda::attention_decode_partial_floats(units, splits) * 4, 16)),
+        counters(std::max(units, 1) * 4);
+    MOESERVE_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+    const cuda::DecodeScratch scratch{splits, partial.as<float>(), counters.as<int32_t>()};
+    for (int i = 0; i < kernel.launches; ++i) cuda::launch_attention_decode(nullptr, params, device_step.view, scratch);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto left = cuda::to_host<int32_t>(counters.get(), std::max(units, 1));
+    EXPECT_EQ(left, std::vector<int32_t>(left.size(), 0)) << "split counters after " << kernel.launches << " launches";
   }
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto out = testing::download_as(kernel.precision, out_d.get(), static_cast<size_t>(T) * c.num_heads * D);
+  const auto out = testing::download_as(precision, out_d.get(), static_cast<size_t>(T) * c.num_heads * D);
 
   std::vector<float> ref(out.size());
   std::vector<float> scores;
@@ -111,7 +155,10 @@ const std::vector<AttentionCase>& cases() {
   static const std::vector<AttentionCase> all = {
       {"gqa8 decode", 64, 8, {1, 100, 700, 2100}, {1, 1, 1, 1}},
       {"gqa8 prefill", 64, 8, {1, 100, 200, 1300}, {1, 100, 64, 130}},
+      {"gqa8 short runs", 64, 8, {5, 300, 2000, 40, 17}, {3, 15, 8, 2, 16}},
+      {"gqa4 short runs", 16, 4, {9, 500, 77}, {5, 1, 12}},
       {"gqa2 prefill", 4, 2, {40, 7, 300}, {40, 7, 17}},
+      {"gqa1 short runs", 4, 4, {30, 260, 16}, {15, 9, 16}},
   };
   return all;
 }
@@ -119,34 +166,52 @@ const std::vector<AttentionCase>& cases() {
 class CudaAttention : public ::testing::Test {
  protected:
   void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  void expect_all_cases(const std::string& label, const Kernel& kernel, double bound) {
+    for (const auto& ac : cases())
+      for (bool sliding : {false, true}) {
+        const std::string what = "attention " + label + " " + kv_name(kernel.kv) + " " + ac.name +
+                                 (sliding ? " sliding" : " full");
+        testing::expect_error_within(what, attention_error(ac, kernel, sliding, rng_), bound);
+      }
+  }
   std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 99u};
 };
 
+// Bounds: q, K and V are exact inputs (bf16, or fp8 values the reference dequantises too); the output is rounded
+// to bf16 (2^-9 relative) and the probabilities enter P.V as bf16 (2^-9 each; fp16 with fp8 KV, 2^-12), so 1e-2.
+// fp32: the order of summation only.
 TEST_F(CudaAttention, DecodeKernelMatchesCpu) {
-  for (Precision precision : {Precision::bf16, Precision::f32})
-    for (const auto& ac : cases())
-      for (bool sliding : {false, true}) {
-        // bf16: only the output is rounded (inputs are bf16 already); fp32: summation order only.
-        const double bound = precision == Precision::bf16 ? 4e-3 : 1e-5;
-        const std::string what = "attention decode-kernel " + std::string(testing::precision_name(precision)) + " " +
-                                 ac.name + (sliding ? " sliding" : " full");
-        testing::expect_error_within(what, attention_error(ac, {precision, false}, sliding, 0, rng_), bound);
-      }
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("decode-kernel", {Path::decode, kv}, 1e-2);
 }
 
-TEST_F(CudaAttention, DecodeKernelWithMoreSplitsThanKeys) {
-  const AttentionCase ac{"gqa8 short", 64, 8, {3, 40}, {1, 1}};
-  testing::expect_error_within("attention decode-kernel bf16 32 splits",
-                               attention_error(ac, {Precision::bf16, false}, false, 32, rng_), 4e-3);
+TEST_F(CudaAttention, DecodeKernelF32MatchesCpu) {
+  expect_all_cases("decode-kernel-f32", {Path::decode_f32, KvDtype::f32}, 1e-5);
 }
 
 TEST_F(CudaAttention, PrefillKernelMatchesCpu) {
-  for (const auto& ac : cases())
-    for (bool sliding : {false, true}) {
-      // The probabilities enter the P.V product as bf16 (2^-9 relative each), on top of the output rounding.
-      const std::string what = "attention prefill-kernel bf16 " + ac.name + (sliding ? " sliding" : " full");
-      testing::expect_error_within(what, attention_error(ac, {Precision::bf16, true}, sliding, 0, rng_), 1e-2);
-    }
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("prefill-kernel", {Path::prefill, kv}, 1e-2);
+}
+
+// Long sequences through prefill tiles, short ones through decode groups, in one step: every token is written
+// (the output starts as NaNs) and matches.
+TEST_F(CudaAttention, MixedStepMatchesCpu) {
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("mixed-step", {Path::mixed, kv}, 1e-2);
+}
+
+// Split counts the runner would not choose: more than the keys have 64-key pieces (the kernel uses fewer), odd
+// ones over long contexts (ranges that are not powers of two), the most, and one; each launched three times
+// with the same counters, as a replayed graph does.
+TEST_F(CudaAttention, DecodeKernelWithForcedSplits) {
+  const std::vector<AttentionCase> split_cases = {{"gqa8 short", 64, 8, {3, 40}, {1, 1}},
+                                                  {"gqa8 long", 64, 8, {2100, 1000, 129}, {1, 2, 1}}};
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    for (int splits : {1, 3, 7, 32})
+      for (const auto& ac : split_cases)
+        for (bool sliding : {false, true}) {
+          const std::string what = "attention decode-kernel " + std::string(kv_name(kv)) + " " + ac.name + " " +
+                                   std::to_string(splits) + " splits x3" + (sliding ? " sliding" : " full");
+          testing::expect_error_within(what, attention_error(ac, {Path::decode, kv, splits, 3}, sliding, rng_), 1e-2);
+        }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "cuda_test_util.h"
+#include "runner_compare.h"
 #include "engine/engine_harness.h"
 #include "engine/generate.h"
 #include "engine/speculative/spec_engine_harness.h"
@@ -25,108 +26,10 @@
 namespace moeserve {
 namespace {
 
-std::vector<int32_t> prompt(int length, int salt, int vocab) {
-  std::vector<int32_t> tokens(length);
-  for (int i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((1000003LL * (i + 1) * (salt + 7) + 17 * salt) % vocab);
-  return tokens;
-}
-
-// Logits of every position of every prompt, in one batched step and then in chunks of `chunk` over other blocks.
-struct AllLogits {
-  std::vector<float> batched, chunked;
-};
-
-AllLogits run_prompts(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts, int chunk) {
-  const int groups = kv_groups_of(runner.config()).num_groups(), block_size = 8;
-  int longest = 0;
-  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  const int blocks_each = (longest + block_size - 1) / block_size;
-  const int n = static_cast<int>(prompts.size());
-  runner.allocate_kv_cache({block_size, static_cast<int64_t>(n) * groups * blocks_each});
-  auto tables_for = [&](uint32_t seed) {
-    std::vector<int32_t> pool(n * groups * blocks_each);
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
-    std::vector<std::vector<std::vector<int32_t>>> tables(n, std::vector<std::vector<int32_t>>(groups));
-    size_t next = 0;
-    for (auto& seq : tables)
-      for (auto& table : seq) table.assign(pool.begin() + next, pool.begin() + next + blocks_each), next += blocks_each;
-    return tables;
-  };
-  auto spans = [](const std::vector<std::vector<int32_t>>& seq) {
-    std::vector<std::span<const int32_t>> out;
-    for (const auto& t : seq) out.emplace_back(t);
-    return out;
-  };
-  AllLogits result;
-  const auto tables = tables_for(3);
-  ForwardBatch batch;
-  for (int s = 0; s < n; ++s) {
-    SequenceStep step;
-    step.tokens = prompts[s];
-    step.block_tables = spans(tables[s]);
-    step.num_logits = static_cast<int32_t>(prompts[s].size());
-    batch.sequences.push_back(step);
-  }
-  ForwardOutput out;
-  runner.forward(batch, out);
-  result.batched = out.logits;
-  const auto other = tables_for(5);
-  for (int s = 0; s < n; ++s)
-    for (size_t begin = 0; begin < prompts[s].size(); begin += chunk) {
-      const size_t end = std::min(prompts[s].size(), begin + chunk);
-      ForwardBatch step_batch;
-      SequenceStep step;
-      step.tokens = std::span(prompts[s]).subspan(begin, end - begin);
-      step.start_position = static_cast<int32_t>(begin);
-      step.block_tables = spans(other[s]);
-      step.num_logits = static_cast<int32_t>(end - begin);
-      step_batch.sequences.push_back(step);
-      runner.forward(step_batch, out);
-      result.chunked.insert(result.chunked.end(), out.logits.begin(), out.logits.end());
-    }
-  return result;
-}
-
-// Per-row ||out - ref|| / ||ref|| of logits rows, summarised.
-struct RowErrors {
-  double worst = 0, median = 0;
-  int rows = 0, above_5e2 = 0;
-};
-
-RowErrors row_errors(const std::vector<float>& out, const std::vector<float>& ref, int vocab) {
-  EXPECT_EQ(out.size(), ref.size());
-  std::vector<double> errors;
-  for (size_t row = 0; (row + 1) * vocab <= std::min(out.size(), ref.size()); ++row) {
-    std::vector<float> a(out.begin() + row * vocab, out.begin() + (row + 1) * vocab),
-        b(ref.begin() + row * vocab, ref.begin() + (row + 1) * vocab);
-    errors.push_back(testing::relative_error(a, b));
-  }
-  RowErrors e;
-  e.rows = static_cast<int>(errors.size());
-  if (errors.empty()) return e;
-  std::sort(errors.begin(), errors.end());
-  e.worst = errors.back();
-  e.median = errors[errors.size() / 2];
-  e.above_5e2 = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double x) { return x > 5e-2; }));
-  return e;
-}
-
-// fp32: every row within 1e-4 (the CPU's arithmetic in another order). bf16: activations and KV are rounded at
-// every layer (~2e-3 per operation, see the kernel tests), and a token whose 4th and 5th router logits lie
-// closer than that may take another expert than on the CPU, which moves its row by tens of percent; so the
-// median row is bounded, and the worst row and the count of rows off by more than 5% are reported.
-void expect_logits_close(const std::string& what, const std::string& precision, const std::vector<float>& out,
-                         const std::vector<float>& ref, int vocab) {
-  const RowErrors e = row_errors(out, ref, vocab);
-  std::printf("%s %s: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", what.c_str(), precision.c_str(),
-              e.rows, e.median, e.worst, e.above_5e2);
-  if (precision == "f32") {
-    testing::expect_error_within(what + " worst row f32", e.worst, 1e-4);
-  } else {
-    testing::expect_error_within(what + " median row bf16", e.median, 3e-2);
-  }
-}
+using testing::AllLogits;
+using testing::expect_logits_close;
+using testing::prompt;
+using testing::run_prompts;
 
 class CudaRunnerTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -225,16 +128,7 @@ TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
 }
 
 TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
-  TinyModelOptions o;  // gpt-oss-20b's dimensions (../shared/reference/gpt-oss-architecture.md), two layers
-  o.layers = 2;
-  o.hidden = 2880;
-  o.heads = 64;
-  o.kv_heads = 8;
-  o.head_dim = 64;
-  o.experts = 32;
-  o.top_k = 4;
-  o.intermediate = 2880;
-  o.window = 128;
+  const TinyModelOptions o = testing::full_width_two_layers();
   auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(o)));
   CpuRunner cpu(checkpoint, 0);
   auto gpu = cuda_runner(checkpoint);
@@ -454,7 +348,7 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
   batch.sequences = {step_of(tree_tokens, 10), step_of(chunk, 4)};
   batch.sequences[0].tree_parent = parent;
   cuda::StepMetadata meta;
-  meta.build(batch, config, groups, kv, 0, 0, false);
+  meta.build(batch, config, groups, kv, 0, 0, cuda::kNoPrefillTiles);
   const cuda::StepView view = meta.view(meta.host().data());  // host pointers: the layout is the same
   ASSERT_TRUE(meta.has_tree());
   ASSERT_NE(view.tree_masks, nullptr);
@@ -472,7 +366,7 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
     for (int w = 0; w < 4; ++w) EXPECT_EQ(view.tree_masks[t * 4 + w], -1) << "causal token " << t;
 
   batch.sequences[0].tree_parent = {};
-  meta.build(batch, config, groups, kv, 0, 0, false);
+  meta.build(batch, config, groups, kv, 0, 0, cuda::kNoPrefillTiles);
   EXPECT_EQ(meta.view(meta.host().data()).tree_masks, nullptr);
 
   std::vector<int32_t> big(65, 1), big_parent(65);
@@ -480,7 +374,7 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
   ForwardBatch too_big;
   too_big.sequences = {step_of(big, 0)};
   too_big.sequences[0].tree_parent = big_parent;
-  EXPECT_THROW(meta.build(too_big, config, groups, kv, 0, 0, false), std::exception);
+  EXPECT_THROW(meta.build(too_big, config, groups, kv, 0, 0, cuda::kNoPrefillTiles), std::exception);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaRunnerTest, ::testing::Values("bf16", "f32"),

@@ -1,5 +1,7 @@
 #include "cuda_test_util.h"
 
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -60,6 +62,20 @@ std::vector<float> download_as(cuda::Precision precision, const void* device, si
 
 const char* precision_name(cuda::Precision precision) { return precision == cuda::Precision::bf16 ? "bf16" : "f32"; }
 
+std::vector<uint8_t> to_e4m3(const std::vector<float>& values, const std::function<float(size_t)>& scale_of) {
+  std::vector<uint8_t> stored(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    stored[i] = __nv_cvt_float_to_fp8(values[i] / scale_of(i), __NV_SATFINITE, __NV_E4M3);
+  return stored;
+}
+
+std::vector<float> from_e4m3(const std::vector<uint8_t>& stored, const std::function<float(size_t)>& scale_of) {
+  std::vector<float> values(stored.size());
+  for (size_t i = 0; i < stored.size(); ++i)
+    values[i] = __half2float(__half(__nv_cvt_fp8_to_halfraw(stored[i], __NV_E4M3))) * scale_of(i);
+  return values;
+}
+
 std::vector<std::vector<int32_t>> scattered_tables(std::mt19937& rng, const std::vector<int>& starts,
                                                    const std::vector<int>& ends, int window, int block_size,
                                                    int64_t* num_blocks) {
@@ -86,8 +102,8 @@ std::vector<std::vector<int32_t>> scattered_tables(std::mt19937& rng, const std:
 }
 
 DeviceStep::DeviceStep(const ForwardBatch& batch, const ModelConfig& config, const KvCacheLayout& kv,
-                       bool prefill_tiles) {
-  meta.build(batch, config, kv_groups_of(config), kv, 0, 0, prefill_tiles);
+                       int prefill_min_rows) {
+  meta.build(batch, config, kv_groups_of(config), kv, 0, 0, prefill_min_rows);
   buffer = cuda::to_device(meta.host());
   view = meta.view(buffer.as<int32_t>());
 }

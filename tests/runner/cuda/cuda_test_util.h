@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,18 +38,23 @@ std::vector<float> download_as(cuda::Precision precision, const void* device, si
 
 const char* precision_name(cuda::Precision precision);
 
+// fp8 e4m3 as the device stores it (value / scale, rounded to nearest, saturated to +-448; scale_of(i) is
+// element i's scale) and the values it stands for (stored * scale).
+std::vector<uint8_t> to_e4m3(const std::vector<float>& values, const std::function<float(size_t)>& scale_of);
+std::vector<float> from_e4m3(const std::vector<uint8_t>& stored, const std::function<float(size_t)>& scale_of);
+
 // Block tables for sequences that read positions [max(0, start - window + 1), end) (window 0: from 0): distinct
 // shuffled blocks for those, -1 (given back) before them. *num_blocks is the pool size they need.
 std::vector<std::vector<int32_t>> scattered_tables(std::mt19937& rng, const std::vector<int>& starts,
                                                    const std::vector<int>& ends, int window, int block_size,
                                                    int64_t* num_blocks);
 
-// A step's metadata on the device.
+// A step's metadata on the device (prefill_min_rows as StepMetadata::build takes it).
 struct DeviceStep {
   cuda::StepMetadata meta;
   cuda::DeviceBuffer buffer;
   cuda::StepView view;
-  DeviceStep(const ForwardBatch& batch, const ModelConfig& config, const KvCacheLayout& kv, bool prefill_tiles);
+  DeviceStep(const ForwardBatch& batch, const ModelConfig& config, const KvCacheLayout& kv, int prefill_min_rows);
 };
 
 }  // namespace moeserve::testing

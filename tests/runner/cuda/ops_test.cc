@@ -150,19 +150,14 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
     batch.sequences.push_back(step);
   }
   const KvCacheLayout layout{block_size, num_blocks};
-  testing::DeviceStep device_step(batch, c, layout, false);
+  testing::DeviceStep device_step(batch, c, layout, cuda::kNoPrefillTiles);
   const int T = static_cast<int>(positions.size()), width = (heads + 2 * kv_heads) * D;
   const auto qkv = random_floats(rng_, static_cast<size_t>(T) * width);
   const auto inv_freq = rope_inverse_frequencies(c);
   const float concentration = static_cast<float>(c.rope_concentration());
   const size_t block_elements = 2 * kv_heads * block_size * D;
   DeviceBuffer qkv_d = cuda::to_device(qkv), inv_freq_d = cuda::to_device(inv_freq),
-               q_d(static_cast<size_t>(T) * heads * D * cuda::element_bytes(precision())),
-               kv_d(num_blocks * block_elements * cuda::element_bytes(precision()));
-  cuda::RopeParams params{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(), concentration, q_d.get(),
-                          cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D}, 0, 0};
-  cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
-  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+               q_d(static_cast<size_t>(T) * heads * D * cuda::element_bytes(precision()));
 
   std::vector<float> q(static_cast<size_t>(T) * heads * D), k(static_cast<size_t>(T) * kv_heads * D),
       v(static_cast<size_t>(T) * kv_heads * D);
@@ -175,24 +170,40 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
   cpu::apply_rope(q.data(), T, heads, D, positions.data(), inv_freq, concentration);
   cpu::apply_rope(k.data(), T, kv_heads, D, positions.data(), inv_freq, concentration);
 
-  const auto cache = download_as(precision(), kv_d.get(), num_blocks * block_elements);
-  std::vector<float> k_out, v_out;
-  int t = 0;
-  for (size_t s = 0; s < starts.size(); ++s)
-    for (int i = 0; i < lengths[s]; ++i, ++t) {
-      const int p = starts[s] + i;
-      const size_t block = tables[s][p / block_size];
-      for (int which = 0; which < 2; ++which)
-        for (int h = 0; h < kv_heads; ++h) {
-          const size_t at = block * block_elements + ((which * kv_heads + h) * block_size + p % block_size) * D;
-          (which == 0 ? k_out : v_out).insert((which == 0 ? k_out : v_out).end(), cache.begin() + at,
-                                              cache.begin() + at + D);
-        }
-    }
-  expect_error_within(label("rope q"), relative_error(download_as(precision(), q_d.get(), q.size()), q),
-                      rounding_bound());
-  expect_error_within(label("rope k in cache"), relative_error(k_out, k), rounding_bound());
-  expect_error_within(label("v in cache"), relative_error(v_out, v), rounding_bound());
+  // The KV write as each cache type of the precision stores it; fp8 with K and V scales other than 1. An e4m3
+  // value is within 2^-4 of its input (3 mantissa bits, round to nearest), so ||error|| <= 2^-4 ||input||.
+  using cuda::KvDtype;
+  for (KvDtype kv : precision() == Precision::f32 ? std::vector{KvDtype::f32} : std::vector{KvDtype::bf16, KvDtype::fp8_e4m3}) {
+    const bool fp8 = kv == KvDtype::fp8_e4m3;
+    const float k_scale = fp8 ? 0.25f : 1.0f, v_scale = fp8 ? 3.0f : 1.0f;
+    DeviceBuffer kv_d(num_blocks * block_elements * cuda::kv_element_bytes(kv));
+    cuda::RopeParams params{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(), concentration, q_d.get(),
+                            cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D, kv}, 0, 0, k_scale, v_scale};
+    cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto cache = fp8 ? testing::from_e4m3(cuda::to_host<uint8_t>(kv_d.get(), num_blocks * block_elements),
+                                                [&](size_t i) { return (i % block_elements) < block_elements / 2 ? k_scale : v_scale; })
+                           : download_as(precision(), kv_d.get(), num_blocks * block_elements);
+    std::vector<float> k_out, v_out;
+    int t = 0;
+    for (size_t s = 0; s < starts.size(); ++s)
+      for (int i = 0; i < lengths[s]; ++i, ++t) {
+        const int p = starts[s] + i;
+        const size_t block = tables[s][p / block_size];
+        for (int which = 0; which < 2; ++which)
+          for (int h = 0; h < kv_heads; ++h) {
+            const size_t at = block * block_elements + ((which * kv_heads + h) * block_size + p % block_size) * D;
+            (which == 0 ? k_out : v_out).insert((which == 0 ? k_out : v_out).end(), cache.begin() + at,
+                                                cache.begin() + at + D);
+          }
+      }
+    expect_error_within(label("rope q"), relative_error(download_as(precision(), q_d.get(), q.size()), q),
+                        rounding_bound());
+    const double bound = fp8 ? 0.0625 : rounding_bound();
+    const std::string cache_type = fp8 ? " fp8 cache" : "";
+    expect_error_within(label("rope k in cache" + cache_type), relative_error(k_out, k), bound);
+    expect_error_within(label("v in cache" + cache_type), relative_error(v_out, v), bound);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaKernels, ::testing::Values(Precision::bf16, Precision::f32),

@@ -1,0 +1,116 @@
+#include "runner_compare.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "cuda_test_util.h"
+
+namespace moeserve::testing {
+
+TinyModelOptions full_width_two_layers() {
+  TinyModelOptions o;
+  o.layers = 2;
+  o.hidden = 2880;
+  o.heads = 64;
+  o.kv_heads = 8;
+  o.head_dim = 64;
+  o.experts = 32;
+  o.top_k = 4;
+  o.intermediate = 2880;
+  o.window = 128;
+  return o;
+}
+
+std::vector<int32_t> prompt(int length, int salt, int vocab) {
+  std::vector<int32_t> tokens(length);
+  for (int i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((1000003LL * (i + 1) * (salt + 7) + 17 * salt) % vocab);
+  return tokens;
+}
+
+AllLogits run_prompts(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts, int chunk) {
+  const int groups = kv_groups_of(runner.config()).num_groups(), block_size = 8;
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  const int blocks_each = (longest + block_size - 1) / block_size;
+  const int n = static_cast<int>(prompts.size());
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(n) * groups * blocks_each});
+  auto tables_for = [&](uint32_t seed) {
+    std::vector<int32_t> pool(n * groups * blocks_each);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
+    std::vector<std::vector<std::vector<int32_t>>> tables(n, std::vector<std::vector<int32_t>>(groups));
+    size_t next = 0;
+    for (auto& seq : tables)
+      for (auto& table : seq) table.assign(pool.begin() + next, pool.begin() + next + blocks_each), next += blocks_each;
+    return tables;
+  };
+  auto spans = [](const std::vector<std::vector<int32_t>>& seq) {
+    std::vector<std::span<const int32_t>> out;
+    for (const auto& t : seq) out.emplace_back(t);
+    return out;
+  };
+  AllLogits result;
+  const auto tables = tables_for(3);
+  ForwardBatch batch;
+  for (int s = 0; s < n; ++s) {
+    SequenceStep step;
+    step.tokens = prompts[s];
+    step.block_tables = spans(tables[s]);
+    step.num_logits = static_cast<int32_t>(prompts[s].size());
+    batch.sequences.push_back(step);
+  }
+  ForwardOutput out;
+  runner.forward(batch, out);
+  result.batched = out.logits;
+  const auto other = tables_for(5);
+  for (int s = 0; s < n; ++s)
+    for (size_t begin = 0; begin < prompts[s].size(); begin += chunk) {
+      const size_t end = std::min(prompts[s].size(), begin + chunk);
+      ForwardBatch step_batch;
+      SequenceStep step;
+      step.tokens = std::span(prompts[s]).subspan(begin, end - begin);
+      step.start_position = static_cast<int32_t>(begin);
+      step.block_tables = spans(other[s]);
+      step.num_logits = static_cast<int32_t>(end - begin);
+      step_batch.sequences.push_back(step);
+      runner.forward(step_batch, out);
+      result.chunked.insert(result.chunked.end(), out.logits.begin(), out.logits.end());
+    }
+  return result;
+}
+
+RowErrors row_errors(const std::vector<float>& out, const std::vector<float>& ref, int vocab) {
+  EXPECT_EQ(out.size(), ref.size());
+  std::vector<double> errors;
+  for (size_t row = 0; (row + 1) * vocab <= std::min(out.size(), ref.size()); ++row) {
+    std::vector<float> a(out.begin() + row * vocab, out.begin() + (row + 1) * vocab),
+        b(ref.begin() + row * vocab, ref.begin() + (row + 1) * vocab);
+    errors.push_back(relative_error(a, b));
+  }
+  RowErrors e;
+  e.rows = static_cast<int>(errors.size());
+  if (errors.empty()) return e;
+  std::sort(errors.begin(), errors.end());
+  e.worst = errors.back();
+  e.median = errors[errors.size() / 2];
+  e.above_5e2 = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double x) { return x > 5e-2; }));
+  return e;
+}
+
+void expect_logits_close(const std::string& what, const std::string& precision, const std::vector<float>& out,
+                         const std::vector<float>& ref, int vocab) {
+  const RowErrors e = row_errors(out, ref, vocab);
+  std::printf("%s %s: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", what.c_str(), precision.c_str(),
+              e.rows, e.median, e.worst, e.above_5e2);
+  if (precision == "f32") {
+    expect_error_within(what + " worst row f32", e.worst, 1e-4);
+  } else {
+    expect_error_within(what + " median row bf16", e.median, 3e-2);
+  }
+}
+
+}  // namespace moeserve::testing
