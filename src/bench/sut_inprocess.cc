@@ -10,6 +10,13 @@ InProcessSut::InProcessSut(std::shared_ptr<Engine> engine, std::vector<int32_t> 
 nlohmann::json InProcessSut::describe() const {
   nlohmann::json description = description_;
   const EngineMetrics m = engine_->metrics();
+  // What the run cost the engine: steps, recomputation after preemption, prefix-cache hits.
+  description["engine"]["run"] = {{"steps", m.steps},
+                                  {"busy_seconds", m.busy_seconds},
+                                  {"preemptions", m.preemptions},
+                                  {"prompt_tokens_computed", m.prompt_tokens_computed},
+                                  {"generated_tokens", m.generated_tokens},
+                                  {"prefix_hit_rate", m.prefix_hit_rate()}};
   if (m.spec_drafts > 0)
     description["speculative_decoding"] = {{"drafts", m.spec_drafts},
                                            {"draft_tokens", m.spec_draft_tokens},

@@ -163,12 +163,17 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
     description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
     description["weights"] = describe_loaded_weights(*opened.checkpoint);
   } else {
-    description["checkpoint"] = {{"synthetic", a.runner.synthetic}};
+    description["checkpoint"] = {{"synthetic", a.runner.synthetic}, {"router", a.runner.synthetic_router}};
   }
   std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
   EngineConfig engine_settings = engine_config(a.engine, opened);
   auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
-  description["engine"] = engine->capacity_summary();
+  description["engine"] = {{"kv_cache", engine->capacity_summary()},
+                           {"kv_cache_dtype", a.runner.kv_cache_dtype},
+                           {"max_num_seqs", engine_settings.scheduler.max_num_seqs},
+                           {"max_batched_tokens", engine_settings.scheduler.max_batched_tokens},
+                           {"scheduler", a.engine.scheduler},
+                           {"prefix_caching", engine_settings.prefix_caching}};
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }
 
