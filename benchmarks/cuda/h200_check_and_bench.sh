@@ -7,6 +7,8 @@
 #             against decode steps, then tokens/s through the engine at batch 1/8/32, k = 1/3/7, acceptance
 #             0.5/0.7/0.9 (docs/PERF.md)
 #   sanitize  compute-sanitizer memcheck and racecheck (SANITIZERS) over the kernel tests
+#   attention attention_bench: decode attention alone (batch 1..1,024, contexts 1k-8k, bf16 and fp8 KV), prefill 1 x 8k
+#   moe       moe_bench: every expert GEMM path at 1..1,024 rows per expert, uniform and skewed
 #   breakdown step_breakdown (BREAKDOWN_ARGS): GPU time by kernel class beside each class's floor
 #   throughput benchmarks/cuda/throughput.sh (its RUNS / ROUTERS / ENGINE variables): moeserve bench Offline
 #   server    benchmarks/cuda/server_search.sh: the highest VALID Server target_qps at the MLPerf shape
@@ -22,6 +24,11 @@ FINAL_OUT=${OUT:-/tmp/moeserve-cuda}
 OUT=$FINAL_OUT/run  # everything goes here, then into one archive ($FINAL_OUT/run.tar.gz) and a summary
 mkdir -p "$OUT"
 BIN=${BIN:-build-cuda-static}
+# Binaries may travel as one archive (the device tool carries at most 64 MiB): BIN_ARCHIVE=FILE.tar.xz holding bin/.
+if [ -n "${BIN_ARCHIVE:-}" ]; then
+  mkdir -p "$BIN" && tar -xJf "$BIN_ARCHIVE" -C "$BIN" --strip-components=1 && mkdir -p "$BIN/tests/runner/cuda" &&
+    mv -f "$BIN/runner_cuda_test" "$BIN/tests/runner/cuda/" 2>/dev/null
+fi
 TEST=$BIN/tests/runner/cuda/runner_cuda_test
 [ -x $BIN/cuda_bench ] || BUILD_CUDA=1 scripts/build_static.sh
 for dir in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib; do
@@ -40,6 +47,8 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
     spec) timeout ${T_BENCH:-600} $BIN/cuda_bench --synthetic gpt-oss-120b --decode-batches 1 --prefill none \
             --verify-tokens 2,4,8 --spec-batches 1,8,32 --spec-engine-batches 1,8,32 --spec-k 1,3,7 \
             --spec-acceptance 0.5,0.7,0.9 --json "$OUT/bench-spec.json" > "$OUT/bench-spec.log" 2>&1 ;;
+    attention) timeout ${T_BENCH:-600} $BIN/attention_bench --json "$OUT/attention.json" > "$OUT/attention.log" 2>&1 ;;
+    moe) timeout ${T_BENCH:-600} $BIN/moe_bench --json "$OUT/moe.json" > "$OUT/moe.log" 2>&1 ;;
     breakdown) timeout ${T_BENCH:-600} $BIN/step_breakdown ${BREAKDOWN_ARGS:---decode 1@2048,256@2048,1024@1500} \
                  --json "$OUT/breakdown.json" > "$OUT/breakdown.log" 2>&1 ;;
     throughput) OUT=$OUT/throughput BIN=$BIN benchmarks/cuda/throughput.sh > "$OUT/throughput.log" 2>&1 ;;
@@ -59,6 +68,7 @@ cat "$OUT/stages.log"
 [ -f "$OUT/tests.log" ] && grep -hE "error-bound|greedy|^\[  (FAILED|PASSED|SKIPPED) \]|Failure|error:" "$OUT/tests.log" | head -120
 [ -f "$OUT/sanitize.log" ] && cat "$OUT/sanitize.log" && grep -h "ERROR SUMMARY" "$OUT"/sanitize-*.log
 for f in "$OUT"/bench-*.log; do [ -f "$f" ] && grep -vE "^\s+(decode|prefill)" "$f"; done
+for f in attention moe; do [ -f "$OUT/$f.log" ] && echo "==== $f" && tail -${TABLE_LINES:-40} "$OUT/$f.log"; done
 [ -f "$OUT/breakdown.log" ] && grep -E "^\||^[a-z]|wall" "$OUT/breakdown.log"
 [ -f "$OUT/throughput.log" ] && sed -n '/==== Offline/,$p' "$OUT/throughput.log"
 [ -f "$OUT/server.log" ] && sed -n '/==== Server/,$p' "$OUT/server.log"
