@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "eval/python_text.h"
@@ -160,6 +161,24 @@ std::string shorten(std::string_view text, size_t limit = 200) {
   return fmt::format("{}...({} bytes)", text.substr(0, limit), text.size());
 }
 
+// The options with python made canonical (the sandbox's root shows the file, not the links to it) and, when
+// it lies outside the system directories (e.g. a build under /opt), its installation shown read-only: the
+// directory above its bin/, where Python looks for its standard library (or its own directory otherwise).
+LcbRunnerOptions with_python_shown(LcbRunnerOptions options) {
+  MOESERVE_CHECK(options.python.starts_with("/"), "LiveCodeBench: python must be an absolute path, not {}",
+                 options.python);
+  std::error_code error;
+  const std::filesystem::path python = std::filesystem::canonical(options.python, error);
+  MOESERVE_CHECK(!error, "LiveCodeBench: python {}: {}", options.python, error.message());
+  options.python = python.string();
+  if (!is_sandbox_system_path(options.python)) {
+    const std::filesystem::path directory = python.parent_path();
+    options.sandbox.read_only_paths.push_back(
+        (directory.filename() == "bin" ? directory.parent_path() : directory).string());
+  }
+  return options;
+}
+
 }  // namespace
 
 bool lcb_stdio_output_matches(std::string_view produced, std::string_view expected) {
@@ -179,9 +198,8 @@ bool lcb_call_output_matches(std::string_view produced_json, std::string_view ex
   return python_equal(produced, expected);
 }
 
-LcbRunner::LcbRunner(LcbRunnerOptions options) : options_(std::move(options)), sandbox_(options_.sandbox) {
-  MOESERVE_CHECK(options_.python.starts_with("/"), "LiveCodeBench: python must be an absolute path, not {}",
-                 options_.python);
+LcbRunner::LcbRunner(LcbRunnerOptions options)
+    : options_(with_python_shown(std::move(options))), sandbox_(options_.sandbox) {
   MOESERVE_CHECK(options_.timeout_seconds > 0, "LiveCodeBench: the per-test timeout must be positive");
 }
 

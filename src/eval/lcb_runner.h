@@ -25,7 +25,10 @@
 namespace moeserve::eval {
 
 struct LcbRunnerOptions {
-  std::string python = "/usr/bin/python3";  // an absolute path; the system python3 (root-only pyenv shims fail)
+  // An absolute path, run as the file it links to: a python outside the system directories has its
+  // installation (the directory above its bin/) shown read-only in the sandbox; a venv's own packages are not.
+  // pyenv's shims are scripts that need the user's home: name the interpreter itself.
+  std::string python = "/usr/bin/python3";
   double timeout_seconds = 60;              // per test, MLPerf's setting
   uint64_t memory_bytes = 4ull << 30;       // RLIMIT_AS of the program
   int max_processes = 16;
