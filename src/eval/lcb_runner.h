@@ -54,6 +54,7 @@ class LcbRunner {
   explicit LcbRunner(LcbRunnerOptions options = {});
 
   Isolation isolation() const { return sandbox_.isolation(); }
+  const Sandbox& sandbox() const { return sandbox_; }
 
   LcbVerdict run(const LcbProblem& problem, const std::string& code) const;
   // Runs the jobs on up to `workers` threads at a time; verdicts in job order.
