@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
     const Timing direct = time_runs(runs, [&] { run_directly(program); });
     fmt::print("{:<16} median {:7.2f} ms  p90 {:7.2f} ms\n", "unsandboxed", direct.median_ms, direct.p90_ms);
     for (Isolation mode : {Isolation::namespaces, Isolation::root_namespaces, Isolation::processes_only}) {
-      const Sandbox sandbox(SandboxOptions{.strongest = mode});
+      SandboxOptions options;
+      options.strongest = mode;
+      const Sandbox sandbox(options);
       if (sandbox.isolation() != mode) {
         fmt::print("{:<16} not available here\n", isolation_name(mode));
         continue;

@@ -2,8 +2,9 @@
 // where the OS allows, and entirely gone when run() returns.
 //
 // Every run gets:
-//   - a fresh directory (mkdtemp under the temp root) holding the request's files, readable only, and a work/
-//     subdirectory that is the program's working directory and the one place it may write;
+//   - a fresh directory (mkdtemp under the temp root; /sandbox as the program sees it in the namespace modes)
+//     holding the request's files, readable only, and a work/ subdirectory that is the program's working
+//     directory and the one place it may write;
 //   - a cleared environment (PATH=/usr/bin:/bin, LANG=C.UTF-8, PYTHONDONTWRITEBYTECODE=1), stdin /dev/null,
 //     no file descriptors but stdout and stderr (pipes the caller reads);
 //   - rlimits on the program: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_CORE = 0,
