@@ -48,9 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     stopped = !report.take(report_text.substr(begin, end - begin));
     begin = end + 1;
   }
-  check(report.tests_passed() >= 0 && report.tests_passed() <= static_cast<int>(tests.size()), "tests passed out of range");
+  const int total = static_cast<int>(tests.size());
+  check(report.tests_passed() >= 0 && report.tests_passed() <= total, "tests passed out of range");
   if (stopped) {
-    check(!report.detail().empty() || report.tests_passed() == static_cast<int>(tests.size()), "stopped without a reason");
+    check(!report.detail().empty() || report.tests_passed() == total, "stopped without a reason");
   }
 
   check(lcb_stdio_output_matches(report_text, report_text), "stdio comparison not reflexive");

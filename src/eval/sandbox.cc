@@ -194,7 +194,8 @@ std::string_view exposure_name(Exposure exposure) {
     case Exposure::host_sockets: return "the host's UNIX sockets (path and abstract)";
     case Exposure::network: return "the network";
     case Exposure::shared_directories: return "writes to world-writable directories such as /tmp";
-    case Exposure::evaluator_identity: return "the evaluator's own uid (signals and ptrace to its processes, its files)";
+    case Exposure::evaluator_identity:
+      return "the evaluator's own uid (signals and ptrace to its processes, its files)";
   }
   return "?";
 }

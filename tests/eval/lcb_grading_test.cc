@@ -51,8 +51,9 @@ TEST(LcbReport, StopsAtTheFirstFailureWithItsReason) {
 TEST(LcbReport, ForgedDeepLinesAreRefusedUnparsed) {
   // 10^6 levels crash nlohmann's parse (and 10^5 its dump) by stack overflow.
   const std::vector<LcbTest> tests = {{"", "[1]"}};
-  for (const std::string& line : {nested(1'000'000), R"({"test": 0, "status": "ok", "output": )" + nested(1'000'000) + "}",
-                                  R"({"event": )" + nested(1'000'000) + "}"}) {
+  const std::string deep = nested(1'000'000);
+  for (const std::string& line : {deep, R"({"test": 0, "status": "ok", "output": )" + deep + "}",
+                                  R"({"event": )" + deep + "}"}) {
     LcbReport report(tests, true);
     EXPECT_FALSE(report.take(line));
     EXPECT_TRUE(report.detail().starts_with("the harness wrote something else: ")) << report.detail().substr(0, 80);
@@ -99,7 +100,8 @@ TEST(LcbReport, ASolutionForgingTheReportCannotCrashTheEvaluator) {
       "'{\"test\": 0, \"status\": \"ok\", \"output\": ' + '[' * n + ']' * n + '}\\n')\n"
       "__main__.results.flush()\nprint(1)\n");
   EXPECT_FALSE(verdict.passed);
-  EXPECT_TRUE(verdict.detail.starts_with("the harness wrote something else: {\"test\": 0")) << verdict.detail.substr(0, 80);
+  EXPECT_TRUE(verdict.detail.starts_with("the harness wrote something else: {\"test\": 0"))
+      << verdict.detail.substr(0, 80);
 }
 
 }  // namespace

@@ -113,8 +113,10 @@ TEST_P(SandboxEscapeTest, CannotReadOtherProcessesCommandLinesOrEnvironments) {
   const std::string evaluator = read_proc_file("/proc/self/cmdline").c_str();
   const Outcome run = run_python(
       "import os, sys\nseen = []\n"
-      "names = ['/proc/1/cmdline', '/proc/1/environ', '/proc/%s/cmdline' % sys.argv[1], '/proc/%s/environ' % sys.argv[1]]\n"
-      "try:\n    names += ['/proc/%s/%s' % (p, w) for p in os.listdir('/proc') if p.isdigit() for w in ('cmdline', 'environ')]\n"
+      "names = ['/proc/%s/%s' % (p, w) for p in ('1', sys.argv[1]) for w in ('cmdline', 'environ')]\n"
+      "try:\n"
+      "    names += ['/proc/%s/%s' % (p, w) for p in os.listdir('/proc') if p.isdigit()\n"
+      "              for w in ('cmdline', 'environ')]\n"
       "except OSError:\n    pass\n"
       "for name in names:\n    try:\n        seen.append(open(name, 'rb').read().decode(errors='replace'))\n"
       "    except OSError:\n        pass\nprint(seen)",
@@ -132,7 +134,8 @@ TEST_P(SandboxEscapeTest, ProcShowsOnlyTheRunsOwnProcesses) {
   // The program and a child of it; every process listed must be one of them (the same command line).
   const Outcome run = run_python(
       "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\n"
-      "mounted = os.path.exists('/proc/self')\npids = [p for p in os.listdir('/proc') if p.isdigit()] if mounted else []\n"
+      "mounted = os.path.exists('/proc/self')\n"
+      "pids = [p for p in os.listdir('/proc') if p.isdigit()] if mounted else []\n"
       "own = open('/proc/self/cmdline').read() if mounted else ''\n"
       "mine = [p for p in pids if open('/proc/%s/cmdline' % p).read() == own]\n"
       "print(len(pids), len(mine), mounted)",
@@ -218,7 +221,9 @@ TEST_P(SandboxEscapeTest, CannotWriteOutsideItsDirectory) {
                                  {shared + name, Exposure::shared_directories},
                                  {std::filesystem::temp_directory_path().string() + name, Exposure::shared_directories},
                                  {std::string(MOESERVE_SOURCE_DIR) + name, Exposure::evaluator_identity}};
-  if (const char* home = std::getenv("HOME")) targets.push_back({std::string(home) + name, Exposure::evaluator_identity});
+  if (const char* home = std::getenv("HOME")) {
+    targets.push_back({std::string(home) + name, Exposure::evaluator_identity});
+  }
   std::vector<std::string> args;
   for (const Target& target : targets) args.push_back(target.path);
   const Outcome run = run_python(
@@ -278,7 +283,9 @@ TEST_P(SandboxEscapeTest, SeesOnlyWhatPythonNeeds) {
   std::getline(lines, dev);
   std::getline(lines, etc);
   std::getline(lines, cwd);
-  for (const char* name : {"'dev'", "'proc'", "'sandbox'", "'usr'"}) EXPECT_NE(top.find(name), std::string::npos) << top;
+  for (const char* name : {"'dev'", "'proc'", "'sandbox'", "'usr'"}) {
+    EXPECT_NE(top.find(name), std::string::npos) << top;
+  }
   for (const char* name : {"'home'", "'root'", "'run'", "'tmp'", "'var'", "'sys'", "'work'"}) {
     EXPECT_EQ(top.find(name), std::string::npos) << name << " in " << top;
   }

@@ -202,7 +202,8 @@ TEST(Sandbox, SaysWhatProcessesOnlyCannotKeepOut) {
 std::string script_directory() {
   const std::string directory = moeserve::testing::temp_dir("sandbox-shown");
   ::chmod(directory.c_str(), 0755);
-  write_text_file(directory + "/tool.sh", "#!/bin/sh\necho shown\necho changed > \"$0\" 2>/dev/null || echo read-only\n");
+  write_text_file(directory + "/tool.sh",
+                  "#!/bin/sh\necho shown\necho changed > \"$0\" 2>/dev/null || echo read-only\n");
   ::chmod((directory + "/tool.sh").c_str(), 0755);
   return directory;
 }
