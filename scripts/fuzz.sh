@@ -35,4 +35,11 @@ for target in tokenizer_fuzz harmony_parser_fuzz "${attn_targets[@]}"; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
+# sandbox: the LiveCodeBench report and output comparisons, seeded from tests/fixtures/sandbox_fuzz.
+cmake --build build-fuzz --target sandbox_fuzz
+mkdir -p build-fuzz/corpus/sandbox_fuzz
+cp tests/fixtures/sandbox_fuzz/*.bin build-fuzz/corpus/sandbox_fuzz/
+echo "fuzz: sandbox_fuzz for ${seconds}s"
+build-fuzz/fuzz/sandbox_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
+  -artifact_prefix=build-fuzz/findings/sandbox_fuzz- -print_final_stats=1 build-fuzz/corpus/sandbox_fuzz
 echo "fuzz: no crashes"

@@ -65,7 +65,9 @@ std::unique_ptr<LcbRunner> lcb_runner(const EvalArgs& args) {
   options.timeout_seconds = args.lcb_timeout;
   options.workers = args.lcb_workers;
   auto runner = std::make_unique<LcbRunner>(options);
-  fmt::print(stderr, "LiveCodeBench programs run in a sandbox with {} isolation\n", isolation_name(runner->isolation()));
+  // A mode that cannot keep programs away from the host lists what it leaves open (sandbox.h).
+  fmt::print(stderr, "{}LiveCodeBench programs run in a sandbox: {}\n",
+             runner->sandbox().exposures().empty() ? "" : "warning: ", runner->sandbox().summary());
   return runner;
 }
 

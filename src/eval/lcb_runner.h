@@ -3,13 +3,7 @@
 //
 // Each sample runs in its own sandbox (sandbox.h) under python3 with lcb_harness.py, which executes the program
 // the way lcb_runner does and reports each test's output; the expected outputs stay in the evaluator, which
-// compares them (grade_stdio / grade_call_based):
-//   stdin/stdout: both texts stripped and split on "\n", each line stripped; the line counts must agree and
-//                 each line be equal, or else read as whitespace-separated decimals and be equal as numbers
-//                 (Python's Decimal: "1.0" equals "1", "1e2" equals "100");
-//   call-based:   the result (a tuple as a list) equals the JSON-decoded expected output with Python's ==
-//                 (1 == 1.0 == True; lists and dicts element by element). Integers beyond 64 bits compare as
-//                 doubles, as JSON decoding here reads them.
+// compares them as grade_stdio / grade_call_based do (lcb_grading.h).
 // Timeouts: every test (and the compile) has the per-test wall-clock timeout inside the harness; the sandbox
 // kills the whole sample at (timeout + 1) * tests + 5 seconds of wall clock or CPU time, lcb_runner's global
 // timeout in check_correctness. MLPerf passes timeout = 60.
@@ -19,13 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "eval/lcb_grading.h"
 #include "eval/livecodebench.h"
 #include "eval/sandbox.h"
 
 namespace moeserve::eval {
 
 struct LcbRunnerOptions {
-  std::string python = "/usr/bin/python3";  // an absolute path; the system python3 (root-only pyenv shims fail)
+  // An absolute path, run as the file it links to: a python outside the system directories has its
+  // installation (the directory above its bin/) shown read-only in the sandbox; a venv's own packages are not.
+  // pyenv's shims are scripts that need the user's home: name the interpreter itself.
+  std::string python = "/usr/bin/python3";
   double timeout_seconds = 60;              // per test, MLPerf's setting
   uint64_t memory_bytes = 4ull << 30;       // RLIMIT_AS of the program
   int max_processes = 16;
@@ -51,6 +49,7 @@ class LcbRunner {
   explicit LcbRunner(LcbRunnerOptions options = {});
 
   Isolation isolation() const { return sandbox_.isolation(); }
+  const Sandbox& sandbox() const { return sandbox_; }
 
   LcbVerdict run(const LcbProblem& problem, const std::string& code) const;
   // Runs the jobs on up to `workers` threads at a time; verdicts in job order.
@@ -60,11 +59,6 @@ class LcbRunner {
   LcbRunnerOptions options_;
   Sandbox sandbox_;
 };
-
-// The comparisons, exposed for tests.
-bool lcb_stdio_output_matches(std::string_view produced, std::string_view expected);
-// produced and expected are JSON texts; false when either is not JSON.
-bool lcb_call_output_matches(std::string_view produced_json, std::string_view expected_json);
 
 // The harness source, embedded at build time from lcb_harness.py.
 extern const char* const kLcbHarnessSource;

@@ -73,16 +73,19 @@ std::string_view python_strip(std::string_view text) {
   return text.substr(begin, end - begin);
 }
 
+bool PythonWords::next(std::string_view& word) {
+  while (size_t n = python_space_at(text_, offset_)) offset_ += n;
+  if (offset_ >= text_.size()) return false;
+  const size_t begin = offset_;
+  while (offset_ < text_.size() && python_space_at(text_, offset_) == 0) ++offset_;
+  word = text_.substr(begin, offset_ - begin);
+  return true;
+}
+
 std::vector<std::string_view> python_split(std::string_view text) {
   std::vector<std::string_view> words;
-  size_t i = 0;
-  while (i < text.size()) {
-    while (size_t n = python_space_at(text, i)) i += n;
-    if (i >= text.size()) break;
-    const size_t begin = i;
-    while (i < text.size() && python_space_at(text, i) == 0) ++i;
-    words.push_back(text.substr(begin, i - begin));
-  }
+  PythonWords reader(text);
+  for (std::string_view word; reader.next(word);) words.push_back(word);
   return words;
 }
 

@@ -16,6 +16,18 @@ size_t python_space_at(std::string_view text, size_t offset);
 
 std::string_view python_strip(std::string_view text);                   // str.strip()
 std::vector<std::string_view> python_split(std::string_view text);      // str.split()
+
+// str.split() one word at a time, for text too large to hold its words.
+class PythonWords {
+ public:
+  explicit PythonWords(std::string_view text) : text_(text) {}
+  // The next word, or false at the end.
+  bool next(std::string_view& word);
+
+ private:
+  std::string_view text_;
+  size_t offset_ = 0;
+};
 std::vector<std::string_view> python_split(std::string_view text, std::string_view separator);  // str.split(sep)
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to);  // str.replace
 std::string ascii_lower(std::string_view text);

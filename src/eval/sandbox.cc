@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <random>
 
 #include "eval/sandbox_child.h"
+#include "eval/sandbox_root.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -32,6 +34,7 @@ using sandbox_detail::kRunUidCount;
 using sandbox_detail::kRunUidFirst;
 using sandbox_detail::kSandboxId;
 using sandbox_detail::ReportRecord;
+using sandbox_detail::SandboxRoot;
 using Clock = std::chrono::steady_clock;
 
 const char* stage_name(char stage) {
@@ -40,8 +43,7 @@ const char* stage_name(char stage) {
     case 'g': return "creating the id-map pipe";
     case 'u': return "writing the uid/gid maps";
     case 'p': return "making the mounts private";
-    case 'r': return "making the mounts read-only";
-    case 't': return "mounting the work tmpfs";
+    case 'v': return "entering the run's root (pivot_root)";
     case 'k': return "forking the program";
     case 'l': return "setting rlimits";
     case 'i': return "dropping to uid/gid 65534";
@@ -112,6 +114,7 @@ class RunDirectory {
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
   }
+  const std::string& path() const { return path_; }
   const std::string& work() const { return work_; }
 
  private:
@@ -185,22 +188,64 @@ std::string_view end_name(SandboxResult::End end) {
   return "?";
 }
 
+std::string_view exposure_name(Exposure exposure) {
+  switch (exposure) {
+    case Exposure::host_processes: return "other processes' command lines under /proc";
+    case Exposure::host_sockets: return "the host's UNIX sockets (path and abstract)";
+    case Exposure::network: return "the network";
+    case Exposure::shared_directories: return "writes to world-writable directories such as /tmp";
+    case Exposure::evaluator_identity:
+      return "the evaluator's own uid (signals and ptrace to its processes, its files)";
+  }
+  return "?";
+}
+
 Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)), isolation_(Isolation::processes_only) {
   if (options_.temp_root.empty()) options_.temp_root = std::filesystem::temp_directory_path().string();
+  options_.read_only_paths = sandbox_detail::checked_read_only_paths(options_.read_only_paths);
+  if (options_.strongest != Isolation::processes_only) {
+    root_ = std::make_shared<const SandboxRoot>(options_.temp_root, options_.read_only_paths);
+  }
   // Probe: the strongest mode in which a trivial program starts.
   static constexpr std::array<Isolation, 3> order = {Isolation::namespaces, Isolation::root_namespaces,
                                                      Isolation::processes_only};
   for (Isolation mode : order) {
     if (mode < options_.strongest) continue;
-    if (mode == Isolation::root_namespaces && ::geteuid() != 0) continue;
+    if (mode == Isolation::root_namespaces && ::geteuid() != 0) {
+      probe_failures_.push_back(fmt::format("{}: needs root", isolation_name(mode)));
+      continue;
+    }
     isolation_ = mode;
-    if (mode == Isolation::processes_only) break;
+    if (mode == Isolation::processes_only) {
+      root_.reset();
+      break;
+    }
     SandboxRequest probe;
     probe.argv = {"/bin/sh", "-c", "exit 0"};
     probe.limits.wall_seconds = 10;
     const SandboxResult result = run(probe);
     if (result.end == SandboxResult::End::exited && result.exit_code == 0) break;
+    probe_failures_.push_back(fmt::format("{}: {}", isolation_name(mode),
+                                          result.setup_error.empty() ? end_name(result.end) : result.setup_error));
   }
+}
+
+std::vector<Exposure> Sandbox::exposures() const {
+  if (isolation_ != Isolation::processes_only) return {};
+  std::vector<Exposure> exposures = {Exposure::host_processes, Exposure::host_sockets, Exposure::network,
+                                     Exposure::shared_directories};
+  if (::geteuid() != 0) exposures.push_back(Exposure::evaluator_identity);
+  return exposures;
+}
+
+std::string Sandbox::summary() const {
+  std::string text(isolation_name(isolation_));
+  if (!probe_failures_.empty()) text += fmt::format(" ({})", fmt::join(probe_failures_, "; "));
+  const std::vector<Exposure> exposed = exposures();
+  for (size_t i = 0; i < exposed.size(); ++i) {
+    text += fmt::format("{}{}", i == 0 ? "; NOT isolated from: " : ", ", exposure_name(exposed[i]));
+  }
+  return text;
 }
 
 SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_line) const {
@@ -219,8 +264,17 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
   if (root && !plan.user_namespace) plan.program_uid = host_uid;
   const std::string uid_map = fmt::format("{} {} 1\n", kSandboxId, host_uid);
   const std::string gid_map = fmt::format("{} {} 1\n", kSandboxId, ::geteuid() == 0 ? kSandboxId : ::getegid());
-  RunDirectory directory(options_.temp_root, request.files, root ? std::optional<uint32_t>(host_uid) : std::nullopt);
+  const RunDirectory directory(options_.temp_root, request.files,
+                              root ? std::optional<uint32_t>(host_uid) : std::nullopt);
   plan.work_dir = directory.work().c_str();
+  std::vector<sandbox_detail::MountStep> mounts;
+  if (plan.mount_namespace) {
+    MOESERVE_CHECK(root_ != nullptr, "sandbox: no root for the {} mode", isolation_name(isolation_));
+    mounts = root_->steps(directory.path());
+    plan.mounts = mounts.data();
+    plan.mount_count = static_cast<uint16_t>(mounts.size());
+    plan.work_dir = SandboxRoot::kWorkDirectory;
+  }
   plan.tmpfs_options = tmpfs_options.c_str();
   plan.uid_map = uid_map.c_str();
   plan.gid_map = gid_map.c_str();
@@ -316,9 +370,15 @@ SandboxResult Sandbox::run(const SandboxRequest& request, const LineHandler& on_
     if (record.kind == 'S') {
       program_status = record.value;
     } else if (record.kind == 'E' && result.setup_error.empty()) {
-      result.setup_error = fmt::format("{}: {}", stage_name(record.stage), std::strerror(record.value));
+      const std::string step = record.stage == 'm' && root_ != nullptr ? root_->describe(record.mount)
+                                                                         : std::string(stage_name(record.stage));
+      result.setup_error = fmt::format("{}: {}", step, std::strerror(record.value));
     } else if (record.kind == 'X' && result.setup_error.empty()) {
       result.setup_error = fmt::format("execve {}: {}", request.argv[0], std::strerror(record.value));
+      if (record.value == ENOENT && plan.mount_namespace) {
+        result.setup_error += fmt::format(" (the sandbox shows only {}; SandboxOptions::read_only_paths adds more)",
+                                          root_->shown_paths());
+      }
     }
   }
   if (ended_by_us) {

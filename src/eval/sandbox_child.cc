@@ -22,13 +22,13 @@ constexpr int kReport = 4;
 constexpr int kStdout = 5;
 constexpr int kStderr = 6;
 
-void report(char kind, char stage, int value) {
-  const ReportRecord record{kind, stage, value};
+void report(char kind, char stage, int value, uint16_t mount = 0) {
+  const ReportRecord record{kind, stage, mount, value};
   [[maybe_unused]] ssize_t written = write(kReport, &record, sizeof(record));
 }
 
-[[noreturn]] void fail_setup(char stage) {
-  report('E', stage, errno);
+[[noreturn]] void fail_setup(char stage, uint16_t mount = 0) {
+  report('E', stage, errno, mount);
   _exit(127);
 }
 
@@ -157,6 +157,52 @@ void kill_own_children() {
   _exit(127);
 }
 
+bool set_attributes(const char* target, unsigned int flags, uint64_t attributes) {
+  mount_attr attr{};
+  attr.attr_set = attributes;
+  return mount_setattr(AT_FDCWD, target, flags, &attr, sizeof(attr)) == 0;
+}
+
+// Attributes are set on each new mount after it is made (a bind mount takes its source's at first); adding
+// flags is allowed even on mounts a user namespace has locked.
+bool perform(const MountStep& step, const char* tmpfs_options) {
+  constexpr uint64_t kReadOnly = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  switch (step.kind) {
+    case MountStep::Kind::root:
+      return mount(step.target, step.target, nullptr, MS_BIND, nullptr) == 0 &&
+             set_attributes(step.target, 0, kReadOnly);
+    case MountStep::Kind::read_only:
+      return mount(step.source, step.target, nullptr, MS_BIND | MS_REC, nullptr) == 0 &&
+             set_attributes(step.target, AT_RECURSIVE, kReadOnly);
+    case MountStep::Kind::device:  // nodev would make the node unusable; writes to a device ignore read-only
+      return mount(step.source, step.target, nullptr, MS_BIND, nullptr) == 0 &&
+             set_attributes(step.target, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+    case MountStep::Kind::proc:
+      // subset=pid: only process directories; hidepid=invisible: only processes the program may ptrace, so not
+      // init (another uid, or not dumpable). A kernel that refuses (a container's masked /proc defeats the
+      // check that an unprivileged procfs reveals nothing new) leaves /proc empty, which hides just as well.
+      mount("proc", step.target, "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid,hidepid=invisible");
+      return true;
+    case MountStep::Kind::work:
+      return mount("tmpfs", step.target, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options) == 0;
+  }
+  return false;
+}
+
+// Builds the run's root from its mount steps and pivots into it, then detaches the host's tree, so no path
+// leads to a host file, socket or device the steps did not name. pivot_root(".", ".") stacks the old root on
+// the new one and umount2(".") takes it away (pivot_root(2), NOTES).
+void enter_root(const ChildPlan& plan) {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail_setup('p');
+  for (uint16_t i = 0; i < plan.mount_count; ++i) {
+    if (!perform(plan.mounts[i], plan.tmpfs_options)) fail_setup('m', i);
+  }
+  if (chdir(plan.mounts[0].target) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
+      chdir("/") != 0) {
+    fail_setup('v');
+  }
+}
+
 [[noreturn]] void run_init(const ChildPlan& plan, int go_read) {
   if (plan.user_namespace) {
     char go = 0;
@@ -169,13 +215,7 @@ void kill_own_children() {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_DUMPABLE, 0);
   setpgid(0, 0);
-  if (plan.mount_namespace) {
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail_setup('p');
-    mount_attr attr{};
-    attr.attr_set = MOUNT_ATTR_RDONLY;
-    if (mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof(attr)) != 0) fail_setup('r');
-    if (mount("tmpfs", plan.work_dir, "tmpfs", MS_NOSUID | MS_NODEV, plan.tmpfs_options) != 0) fail_setup('t');
-  }
+  if (plan.mount_namespace) enter_root(plan);
   const pid_t program = raw_clone(0);
   if (program < 0) fail_setup('k');
   if (program == 0) run_program(plan);
@@ -201,23 +241,28 @@ void move_descriptors(const ChildPlan& plan) {
 }
 
 // Waits for init to end (leaving it unreaped, so its pid and process group stay reserved) or for the control
-// pipe to say stop.
+// pipe to say stop. A pidfd of init turns readable when it ends (Linux 5.3); without one, it looks every 10 ms.
 void supervise(pid_t init) {
-  pollfd control{kControl, POLLIN, 0};
+  const int init_fd = static_cast<int>(syscall(SYS_pidfd_open, init, 0));
+  pollfd fds[2] = {{kControl, POLLIN, 0}, {init_fd, POLLIN, 0}};  // poll skips a negative fd
   for (;;) {
     siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(init), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == init) return;
-    if (poll(&control, 1, 10) > 0 && control.revents != 0) return;
+    if (waitid(P_PID, static_cast<id_t>(init), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == init) break;
+    if (poll(fds, 2, init_fd >= 0 ? -1 : 10) > 0 && fds[0].revents != 0) break;
   }
+  if (init_fd >= 0) close(init_fd);
 }
 
-[[noreturn]] void kill_everything(pid_t init) {
+// pid_namespace: init is PID 1 of one, so its death kills every process of the run and orphans went to init,
+// never here: waiting for init is enough. Without one, orphans of the tree are the keeper's children (it is
+// a subreaper) and are killed until none is left.
+[[noreturn]] void kill_everything(pid_t init, bool pid_namespace) {
   kill(-init, SIGKILL);  // init's process group: the program and what it forked without leaving the group
-  kill(init, SIGKILL);   // as PID 1 of its namespace, init takes every process in it along
+  kill(init, SIGKILL);
   for (;;) {
-    kill_own_children();
+    if (!pid_namespace) kill_own_children();
     int status = 0;
-    const pid_t reaped = waitpid(-1, &status, WNOHANG);
+    const pid_t reaped = waitpid(-1, &status, pid_namespace ? 0 : WNOHANG);
     if (reaped > 0) continue;
     if (reaped < 0 && errno == ECHILD) _exit(0);
     if (reaped < 0 && errno == EINTR) continue;
@@ -249,7 +294,7 @@ void run_keeper(const ChildPlan& plan) {
     close(go[1]);
   }
   supervise(init);
-  kill_everything(init);
+  kill_everything(init, (plan.clone_flags & CLONE_NEWPID) != 0);
 }
 
 }  // namespace moeserve::eval::sandbox_detail

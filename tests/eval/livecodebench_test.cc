@@ -13,6 +13,7 @@
 
 #include "eval/lcb_runner.h"
 #include "eval/livecodebench.h"
+#include "eval/sandbox_fixture.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -126,16 +127,8 @@ class LcbRunnerTest : public ::testing::Test {
     return LcbRunner(options);
   }
 
-  // Processes whose working directory is under this test's root: left behind by a run.
-  int leftover_processes() const {
-    int count = 0;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      std::error_code error;
-      const std::filesystem::path cwd = std::filesystem::read_symlink(entry.path() / "cwd", error);
-      if (!error && cwd.string().starts_with(root_)) ++count;
-    }
-    return count;
-  }
+  // Processes of runs under this test's root, left behind by a run; call it while the runner lives.
+  int leftover_processes() const { return sandbox_testing::processes_of_runs(root_); }
 
   const LcbProblem& problem(const std::string& id) const { return problems_.at(id); }
 
@@ -166,7 +159,8 @@ TEST_F(LcbRunnerTest, HandWrittenSolutionsPass) {
        "s = input().strip()\nprint('Yes' if all(a > b for a, b in zip(s, s[1:])) else 'No')\n"},
       {&problem("abc302_a"), "A, B = map(int, input().split())\nprint(float((A + B - 1) // B) if A < 100 else (A + B - 1) // B)\n"},
   };
-  const std::vector<LcbVerdict> verdicts = runner().run_all(jobs);
+  const LcbRunner lcb = runner();
+  const std::vector<LcbVerdict> verdicts = lcb.run_all(jobs);
   for (size_t i = 0; i < jobs.size(); ++i) {
     EXPECT_TRUE(verdicts[i].passed) << jobs[i].problem->question_id << ": " << verdicts[i].detail;
     EXPECT_EQ(verdicts[i].tests_passed, verdicts[i].tests_total);
@@ -197,7 +191,8 @@ TEST_F(LcbRunnerTest, WrongSolutionsFail) {
   };
   std::vector<LcbJob> jobs;
   for (const Case& c : cases) jobs.push_back({&problem(c.id), c.code});
-  const std::vector<LcbVerdict> verdicts = runner().run_all(jobs);
+  const LcbRunner lcb = runner();
+  const std::vector<LcbVerdict> verdicts = lcb.run_all(jobs);
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_FALSE(verdicts[i].passed) << cases[i].id << ": " << cases[i].code;
     EXPECT_NE(verdicts[i].detail.find(cases[i].detail), std::string::npos) << verdicts[i].detail;
@@ -226,7 +221,8 @@ TEST_F(LcbRunnerTest, AttacksFailWithinTheirLimitsAndLeaveNothing) {
   std::vector<LcbJob> jobs;
   for (const Case& c : cases) jobs.push_back({&problem("abc321_a"), c.code});  // 4 tests, per-test timeout 1 s
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<LcbVerdict> verdicts = runner(1).run_all(jobs);
+  const LcbRunner lcb = runner(1);
+  const std::vector<LcbVerdict> verdicts = lcb.run_all(jobs);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_FALSE(verdicts[i].passed) << cases[i].name;
