@@ -26,4 +26,12 @@ for target in tokenizer_fuzz harmony_parser_fuzz; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
+# The HTTP request reader (fuzz/http_request_fuzz.cc), seeded with the requests in tests/fixtures/http.
+cmake --build build-fuzz --target http_request_fuzz
+corpus="build-fuzz/corpus/http_request_fuzz"
+mkdir -p "$corpus"
+cp tests/fixtures/http/*.req "$corpus"/
+echo "fuzz: http_request_fuzz for ${seconds}s"
+build-fuzz/fuzz/http_request_fuzz -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+  -artifact_prefix=build-fuzz/findings/http_request_fuzz- -print_final_stats=1 "$corpus"
 echo "fuzz: no crashes"
