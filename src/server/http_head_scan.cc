@@ -54,7 +54,8 @@ bool RequestHeadScan::run_until(unsigned char c, unsigned char end, State next, 
 }
 
 bool RequestHeadScan::step(unsigned char c) {
-  static constexpr std::string_view kVersion = "HTTP/d.d\r";
+  // Beast takes HTTP/1.0 and HTTP/1.1 only ('b': a binary digit).
+  static constexpr std::string_view kVersion = "HTTP/1.b\r";
   switch (state_) {
     case State::method_start:
       if (!is_tchar(c)) return reject(c, "a method (e.g. GET or POST)");
@@ -71,8 +72,8 @@ bool RequestHeadScan::step(unsigned char c) {
       return run_until(c, ' ', State::version, is_target_char, "the request target or the space after it");
     case State::version: {
       const char want = kVersion[version_index_];
-      const bool ok = want == 'd' ? (c >= '0' && c <= '9') : c == static_cast<unsigned char>(want);
-      if (!ok) return reject(c, "the HTTP version (HTTP/1.1)");
+      const bool ok = want == 'b' ? (c == '0' || c == '1') : c == static_cast<unsigned char>(want);
+      if (!ok) return reject(c, "the HTTP version (HTTP/1.0 or HTTP/1.1)");
       if (++version_index_ == kVersion.size()) state_ = State::request_line_lf;
       return true;
     }

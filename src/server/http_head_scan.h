@@ -19,6 +19,8 @@ class RequestHeadScan {
   size_t scan(std::string_view bytes);
   bool done() const { return state_ == State::done; }
   bool invalid() const { return state_ == State::invalid; }
+  // Bytes of the head examined: its size once done().
+  size_t examined() const { return offset_; }
   // What was wrong, naming the byte and its offset in the head; empty unless invalid().
   const std::string& error() const { return error_; }
 
@@ -32,7 +34,7 @@ class RequestHeadScan {
   bool reject(unsigned char c, const char* expected);  // false, after recording the error
 
   State state_ = State::method_start;
-  size_t version_index_ = 0;  // the position in "HTTP/d.d\r" while in State::version
+  size_t version_index_ = 0;  // the position in "HTTP/1.b\r" while in State::version
   size_t offset_ = 0;         // bytes of the head examined
   std::string error_;
 };
