@@ -100,6 +100,10 @@ TEST(HttpRequestReader, JunkIsRefusedAtItsFirstByteEvenAfterAPlausibleStart) {
   expect_failure(read_requests("GET / HTTP/1.1\r\n Folded: first\r\n\r\n"), 400, "field name");
   expect_failure(read_requests("GET / HTTP/1.1\r\nName : v\r\n\r\n"), 400, "colon");
   expect_failure(read_requests("GET / HTTP/9\r\n\r\n"), 400, "HTTP version");
+  // Found by fuzz/http_request_fuzz: Beast takes 1.0 and 1.1 only, so the scan does (HTTP/2's preface included).
+  const Outcome preface = read_requests("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 3);
+  expect_failure(preface, 400, "HTTP/1.0 or HTTP/1.1");
+  EXPECT_EQ(preface.fed, 12u);
 }
 
 TEST(HttpRequestReader, HeadOverItsLimitsIs431AndNeverBufferedPastThem) {
