@@ -49,7 +49,8 @@ Reading read_connection(std::string_view stream, size_t read_size) {
         require(static_cast<size_t>(std::distance(request.begin(), request.end())) <= kLimits.max_header_fields);
         std::string summary = std::string(request.method_string()) + ' ' + std::string(request.target()) + ' ' +
                               std::to_string(request.version()) + '\n';
-        for (const auto& field : request) summary += std::string(field.name_string()) + ':' + std::string(field.value()) + '\n';
+        for (const auto& field : request)
+          summary += std::string(field.name_string()) + ':' + std::string(field.value()) + '\n';
         out.requests.push_back(summary + request.body());
         reader.next_request();
         break;

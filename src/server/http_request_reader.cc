@@ -66,7 +66,8 @@ class HttpRequestReader::Parser final : public http::basic_parser<true> {
       return refuse(ec, 431, fmt::format("request header fields too large: more than {} header fields (the limit)",
                                          limits_.max_header_fields));
     if (name_string.size() > kMaxFieldBytes || value.size() > kMaxFieldBytes)
-      return refuse(ec, 431, fmt::format("request header fields too large: a field is longer than {} bytes", kMaxFieldBytes));
+      return refuse(ec, 431,
+                    fmt::format("request header fields too large: a field is longer than {} bytes", kMaxFieldBytes));
     request.insert(name, name_string, value);
   }
 

@@ -142,7 +142,8 @@ TEST(HttpConformance, ApiKeyWithTheSchemeAndHeaderNameInAnyCase) {
     c.send(request_bytes("GET", "/v1/models", "", std::string(header) + "\r\n"));
     EXPECT_EQ(c.read_response().status, 200u) << header;
   }
-  for (const char* header : {"Authorization: Bearer sekre", "Authorization: Bearer sekret2", "Authorization: Basic sekret",
+  for (const char* header : {"Authorization: Bearer sekre", "Authorization: Bearer sekret2",
+                             "Authorization: Basic sekret",
                              "Authorization: sekret"}) {
     RawConnection c(s.port);
     c.send(request_bytes("GET", "/v1/models", "", std::string(header) + "\r\n"));

@@ -20,7 +20,8 @@ using testing::RawConnection;
 using testing::TinyServer;
 
 std::string chunked_head() {
-  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n";
 }
 
 std::string chunk(const std::string& data) { return fmt::format("{:x}\r\n{}\r\n", data.size(), data); }
@@ -32,8 +33,8 @@ void expect_closed(RawConnection& connection) {
 TEST(HttpFaults, TrailerOf100KbIs431) {
   TinyServer s;
   RawConnection c(s.port);
-  c.send(chunked_head() + chunk(testing::tiny_completion(0, 4, false).dump()) + "0\r\nX-T: " + std::string(100000, 'a') +
-         "\r\n\r\n");
+  const std::string trailer = "X-T: " + std::string(100000, 'a') + "\r\n";
+  c.send(chunked_head() + chunk(testing::tiny_completion(0, 4, false).dump()) + "0\r\n" + trailer + "\r\n");
   testing::expect_api_error(c.read_response(), 431, "trailer section exceeds 65536 bytes");
   expect_closed(c);
   testing::expect_still_serving(s.port);

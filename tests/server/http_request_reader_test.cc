@@ -120,7 +120,8 @@ TEST(HttpRequestReader, HeadOverItsLimitsIs431AndNeverBufferedPastThem) {
   // out of the buffer, so a head arriving in pieces could grow past the limit line by line.
   std::string lines = "GET / HTTP/1.1\r\n";
   for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": " + std::string(150, 'v') + "\r\n";
-  for (size_t piece : {size_t(100), SIZE_MAX}) expect_failure(read_requests(lines + "\r\n", piece, limits), 431, "exceed");
+  for (size_t piece : {size_t(100), SIZE_MAX})
+    expect_failure(read_requests(lines + "\r\n", piece, limits), 431, "exceed");
   std::string many = "GET / HTTP/1.1\r\n";
   for (int i = 0; i < 11; ++i) many += "X-" + std::to_string(i) + ": v\r\n";
   expect_failure(read_requests(many + "\r\n", SIZE_MAX, limits), 431, "more than 10 header fields");
@@ -176,7 +177,8 @@ TEST(HttpRequestReader, BodyOverTheLimitIs413BeforeItIsBuffered) {
 }
 
 TEST(HttpRequestReader, TransferCodingsOtherThanChunkedAreRefused) {
-  expect_failure(read_requests("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nxyz"), 400, "does not end with chunked");
+  expect_failure(read_requests("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nxyz"), 400,
+                 "does not end with chunked");
   expect_failure(read_requests("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"), 501, "gzip");
   expect_failure(read_requests("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400,
                  "malformed");

@@ -43,7 +43,8 @@ RawConnection::~RawConnection() = default;
 int RawConnection::native_handle() { return impl_->stream.socket().native_handle(); }
 
 bool RawConnection::send(std::string_view bytes) {
-  return !impl_->run([&](auto done) { net::async_write(impl_->stream, net::buffer(bytes.data(), bytes.size()), done); });
+  return !impl_->run(
+      [&](auto done) { net::async_write(impl_->stream, net::buffer(bytes.data(), bytes.size()), done); });
 }
 
 HttpResult RawConnection::read_response(bool to_head) {
