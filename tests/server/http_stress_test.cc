@@ -129,10 +129,10 @@ int streams_gone_wrong(uint16_t port, int count) {
   std::atomic<int> wrong{0};
   for (int i = 0; i < count; ++i)
     threads.emplace_back([&, i] {
-      const auto r = testing::post_json(port, "/v1/completions", testing::tiny_completion(i, 48, true));
+      const auto r = testing::post_json(port, "/v1/completions", testing::tiny_completion(i, 32, true));
       const auto events = testing::sse_data(r.body);
       if (r.status != 200 || events.empty() || events.back() != "[DONE]" ||
-          testing::completion_tokens(r.body, true) != testing::tiny_completion_tokens(i, 48))
+          testing::completion_tokens(r.body, true) != testing::tiny_completion_tokens(i, 32))
         ++wrong;
     });
   for (auto& t : threads) t.join();
@@ -154,7 +154,7 @@ TEST(HttpStress, ThousandsOfHostileConnectionsWhileStreamsRun) {
   http.request_timeout = std::chrono::milliseconds(800);
   http.idle_timeout = std::chrono::milliseconds(800);
   testing::TinyServer s(http);
-  for (int i = 0; i < 4; ++i) testing::tiny_completion_tokens(i, 48);  // the references, before any measurement
+  for (int i = 0; i < 4; ++i) testing::tiny_completion_tokens(i, 32);  // the references, before any measurement
   const size_t at_once = connections_at_once(2000);
 
   auto round = [&](size_t connections) {
@@ -167,7 +167,7 @@ TEST(HttpStress, ThousandsOfHostileConnectionsWhileStreamsRun) {
     for (size_t k = 0; k < static_cast<size_t>(Abuse::count); ++k)
       EXPECT_EQ(tally.as_expected[k], tally.done[k]) << "abuse kind " << k;
   };
-  round(300);  // warm-up of the same shape: the engine and the allocator reach their working size
+  round(200);  // warm-up of the same shape: the engine and the allocator reach their working size
   const auto settle = [&] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (s.engine->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
