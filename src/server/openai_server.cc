@@ -11,6 +11,7 @@
 #include "harmony/render.h"
 #include "server/api_error.h"
 #include "server/assistant_stream.h"
+#include "server/bearer_auth.h"
 #include "server/conversation.h"
 #include "server/request_fields.h"
 #include "tokenizer/incremental_decoder.h"
@@ -645,7 +646,7 @@ void OpenAiServer::handle(HttpRequest request, std::shared_ptr<ResponseChannel> 
     }
     if (path.rfind("/v1/", 0) == 0 && options_.api_key) {
       const auto auth = request[http::field::authorization];
-      if (auth != "Bearer " + *options_.api_key)
+      if (!bearer_token_matches(std::string_view(auth.data(), auth.size()), *options_.api_key))
         throw ApiError(401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "incorrect API key",
                        "invalid_request_error", std::nullopt, "invalid_api_key");
     }
