@@ -169,6 +169,8 @@ void launch_tiles(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles) {
+  check_moe_gemm_shape("moe_decode", params.rows, params.w.out_features, params.w.in_features,
+                       params.routing.num_experts);
   if (params.rows == 0) return;
   if (n_tiles == 1)
     launch_tiles<1>(stream, params);

@@ -8,7 +8,7 @@
 // SwiGLU to each (gate, up) column pair, which lands in one thread's accumulators.
 // Version 1: mma.sync (no wgmma/TMA yet).
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
-#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/moe_wgmma.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -156,12 +156,7 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
 
 template <bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  static bool configured = false;  // the attribute is per kernel and process
-  if (!configured) {
-    MOESERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(moe_prefill_kernel<kSwiglu>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-    configured = true;
-  }
+  allow_dynamic_shared_memory<moe_prefill_kernel<kSwiglu>>(kSharedBytes);
   const dim3 grid(moe_max_tiles(p.rows, kTileM, p.routing.num_experts), ceil_div(p.w.out_features, kTileN));
   moe_prefill_kernel<kSwiglu><<<grid, kThreads, kSharedBytes, stream>>>(p);
   MOESERVE_CUDA_CHECK_LAUNCH();
@@ -170,12 +165,7 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params) {
-  if (params.rows == 0) return;
-  if (params.w.out_features % 2 != 0) fail_cuda("moe_prefill", "out_features must be even", __FILE__, __LINE__);
-  if (params.swiglu)
-    launch_typed<true>(stream, params);
-  else
-    launch_typed<false>(stream, params);
+  launch_checked("moe_prefill", params, [&](auto swiglu) { launch_typed<decltype(swiglu)::value>(stream, params); });
 }
 
 }  // namespace moeserve::cuda
