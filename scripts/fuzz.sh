@@ -26,4 +26,11 @@ for target in tokenizer_fuzz harmony_parser_fuzz; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
+# MoE GEMM planning and MXFP4 conversion, seeded from tests/fixtures/moegemm.
+cmake --build build-fuzz --target moegemm_fuzz
+mkdir -p build-fuzz/corpus/moegemm_fuzz
+cp tests/fixtures/moegemm/*.bin build-fuzz/corpus/moegemm_fuzz/
+echo "fuzz: moegemm_fuzz for ${seconds}s"
+build-fuzz/fuzz/moegemm_fuzz -max_total_time="$seconds" -max_len=256 -timeout=10 -rss_limit_mb=4096 \
+  -artifact_prefix=build-fuzz/findings/moegemm_fuzz- -print_final_stats=1 build-fuzz/corpus/moegemm_fuzz
 echo "fuzz: no crashes"

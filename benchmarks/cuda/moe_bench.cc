@@ -31,6 +31,7 @@
 #include "runner/cuda/moe_buffers.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace moeserve {
 namespace {
@@ -360,10 +361,7 @@ int run(int argc, char** argv) {
                                  {"mlp2_us", res.mlp2_ms * 1e3},
                                  {"gb_per_s", res.ok ? res.bytes / res.ms() / 1e6 : 0.0},
                                  {"tflop_per_s", res.ok ? res.flops / res.ms() / 1e9 : 0.0}});
-    std::FILE* f = std::fopen(json_path.c_str(), "w");
-    MOESERVE_CHECK(f != nullptr, "moe_bench: cannot write {}", json_path);
-    std::fputs(json.dump(2).c_str(), f);
-    std::fclose(f);
+    write_text_file(json_path, json.dump(2));
   }
   return all_ok ? 0 : 2;  // a wrong path fails the run
 }

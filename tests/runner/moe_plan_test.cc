@@ -85,20 +85,22 @@ TEST(MoePlan, MaxTilesBoundsEverySplit) {
 
 TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   // gpt-oss-120b prefill of 8,192 tokens: 32,768 rows, first projection 5,760 wide: 30 weight tiles of 192.
-  const MoeGrid prefill = moe_prefill_wgmma_grid(32768, 5760, 128, 132);
+  const MoeGrid prefill = moe_prefill_wgmma_grid(32768, 5760, 2880, 128, 132);
   EXPECT_EQ(prefill.weight_tiles, 30);
   EXPECT_EQ(prefill.blocks, 132);
   // Decode at batch 1,024: 4,096 rows; second projection 2,880 wide: 6 slices of 512.
-  const MoeGrid decode = moe_decode_wgmma_grid(4096, 32, 2880, 128, 132);
+  const MoeGrid decode = moe_decode_wgmma_grid(4096, 32, 2880, 2880, 128, 132);
   EXPECT_EQ(decode.weight_tiles, 6);
   EXPECT_EQ(decode.blocks, 132);
   // A handful of rows: fewer items than SMs.
-  const MoeGrid small = moe_decode_wgmma_grid(3, 16, 96, 4, 132);
+  const MoeGrid small = moe_decode_wgmma_grid(3, 16, 96, 160, 4, 132);
   EXPECT_EQ(small.weight_tiles, 1);
   EXPECT_EQ(small.blocks, moe_max_tiles(3, 16, 4));
-  EXPECT_EQ(moe_prefill_wgmma_grid(0, 5760, 128, 132).blocks, 0);
-  expect_error([] { moe_decode_wgmma_grid(64, 16, 2880, 128, 0); }, "0 multiprocessors");
-  expect_error([] { moe_prefill_wgmma_grid(64, 0, 128, 132); }, "out_features 0");
+  EXPECT_EQ(moe_prefill_wgmma_grid(0, 5760, 2880, 128, 132).blocks, 0);
+  expect_error([] { moe_decode_wgmma_grid(64, 16, 2880, 2880, 128, 0); }, "0 multiprocessors");
+  expect_error([] { moe_prefill_wgmma_grid(64, 0, 2880, 128, 132); }, "out_features 0");
+  // 2^30 rows of a 2^24-wide input on one SM: more 64-k steps than an int counts.
+  expect_error([] { moe_prefill_wgmma_grid(int64_t{1} << 30, 192, int64_t{1} << 24, 1, 1); }, "pipeline steps");
 }
 
 TEST(MoePlan, ShapeChecksNameTheKernelAndTheValue) {

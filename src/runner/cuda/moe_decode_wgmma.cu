@@ -155,12 +155,13 @@ struct Producer {
       if (g < total) copy_step(g);
       cp_async_commit();
     }
+    // Step g goes to the consumers as soon as it landed, before step g + kLookahead waits for its stage.
     for (int g = 0; g < total; ++g) {
+      if (pending_step == g) store_pending();  // the last steps: no copy_step after them stored their scales
+      cp_async_wait_pending<kLookahead - 1>();
+      mbarrier_arrive(&s.full[g % kStages]);
       if (g + kLookahead < total) copy_step(g + kLookahead);
       cp_async_commit();
-      if (pending_step == g) store_pending();  // the last steps: nothing issued after them
-      cp_async_wait_pending<kLookahead>();
-      mbarrier_arrive(&s.full[g % kStages]);
     }
   }
 };
@@ -289,8 +290,8 @@ template <bool kSwiglu, int kN>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   constexpr int kSharedBytes = Layout<kN>::kSharedBytes;
   allow_dynamic_shared_memory<moe_decode_wgmma_kernel<kSwiglu, kN>>(kSharedBytes);
-  const MoeGrid grid =
-      moe_decode_wgmma_grid(p.rows, kN, p.w.out_features, p.routing.num_experts, device_multiprocessors());
+  const MoeGrid grid = moe_decode_wgmma_grid(p.rows, kN, p.w.out_features, p.w.in_features, p.routing.num_experts,
+                                             device_multiprocessors());
   moe_decode_wgmma_kernel<kSwiglu, kN><<<grid.blocks, kThreads, kSharedBytes, stream>>>(p, grid.weight_tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }

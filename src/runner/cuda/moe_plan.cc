@@ -69,8 +69,8 @@ int moe_max_tiles(int64_t rows, int rows_per_tile, int num_experts) {
 
 namespace {
 
-MoeGrid persistent_grid(const char* kernel, int64_t rows, int rows_per_tile, int64_t out_features, int weight_rows,
-                        int num_experts, int multiprocessors) {
+MoeGrid persistent_grid(const char* kernel, int64_t rows, int rows_per_tile, int64_t out_features,
+                        int64_t in_features, int weight_rows, int num_experts, int multiprocessors) {
   MOESERVE_CHECK(multiprocessors > 0, "{}: {} multiprocessors", kernel, multiprocessors);
   MOESERVE_CHECK(out_features > 0 && out_features <= int64_t{1} << 24, "{}: out_features {}", kernel, out_features);
   MoeGrid grid;
@@ -79,20 +79,24 @@ MoeGrid persistent_grid(const char* kernel, int64_t rows, int rows_per_tile, int
   MOESERVE_CHECK(items <= INT_MAX, "{}: {} rows x {} outputs make {} work items (at most {})", kernel, rows,
                  out_features, items, INT_MAX);
   grid.blocks = static_cast<int>(std::min<int64_t>(items, multiprocessors));
+  MOESERVE_CHECK(in_features > 0 && in_features <= int64_t{1} << 24, "{}: in_features {}", kernel, in_features);
+  const int64_t steps = grid.blocks == 0 ? 0 : (items + grid.blocks - 1) / grid.blocks * ((in_features + 63) / 64);
+  MOESERVE_CHECK(steps <= INT_MAX, "{}: {} pipeline steps for one CTA (at most {})", kernel, steps, INT_MAX);
   return grid;
 }
 
 }  // namespace
 
-MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int num_experts, int multiprocessors) {
-  return persistent_grid("moe_prefill_wgmma", rows, kMoePrefillTileRows, out_features, kMoePrefillWgmmaTileN,
-                         num_experts, multiprocessors);
+MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
+                               int multiprocessors) {
+  return persistent_grid("moe_prefill_wgmma", rows, kMoePrefillTileRows, out_features, in_features,
+                         kMoePrefillWgmmaTileN, num_experts, multiprocessors);
 }
 
-MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int num_experts,
-                              int multiprocessors) {
-  return persistent_grid("moe_decode_wgmma", rows, tile_rows, out_features, kMoeDecodeWgmmaWeightRows, num_experts,
-                         multiprocessors);
+MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
+                              int num_experts, int multiprocessors) {
+  return persistent_grid("moe_decode_wgmma", rows, tile_rows, out_features, in_features, kMoeDecodeWgmmaWeightRows,
+                         num_experts, multiprocessors);
 }
 
 void check_moe_gemm_shape(const char* kernel, int64_t rows, int64_t out_features, int64_t in_features,

@@ -63,9 +63,11 @@ struct MoeGrid {
   int blocks = 0;
   int weight_tiles = 0;
 };
-MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int num_experts, int multiprocessors);
-MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int num_experts,
-                              int multiprocessors);
+// Throws when a CTA's count of 64-k steps (its items x in_features / 64) would not fit an int.
+MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
+                               int multiprocessors);
+MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
+                              int num_experts, int multiprocessors);
 
 // Throws moeserve::Error naming `kernel` and the bad value unless 0 <= rows <= 2^30, 1 <= num_experts <= 256,
 // 0 < out_features <= 2^24 and even (SwiGLU pairs; the epilogues store pairs), 0 < in_features <= 2^24 and a

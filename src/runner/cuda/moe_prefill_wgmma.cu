@@ -4,7 +4,8 @@
 //   first projection) into a 128-byte-swizzled bf16 tile (stage ring of 4), and of the raw MXFP4 blocks into a
 //   staging ring of 3; once a step's copies have landed it dequantises its blocks (two prmt look-ups and a bf16
 //   multiply per four values, moe_layout.h) into the swizzled bf16 B tile of the stage and arrives on the stage's
-//   "full" barrier. Copies run two steps ahead of the step converted, across item ends.
+//   "full" barrier. Copies run two steps ahead of the step converted, across item ends, and a converted step is
+//   handed over before the producer waits for a stage to copy into.
 //   Two consumer warpgroups (64 rows each): wait "full", fence the async proxy, wgmma m64n192k16 over both shared
 //   tiles into fp32 accumulators, give the stage back on its "empty" barrier once the wgmmas reading it completed
 //   (one batch kept in flight); then the epilogue: bias, SwiGLU for the first projection (a gate/up pair is one
@@ -103,7 +104,7 @@ struct Producer {
   }
 
   // Copies of global step g into A stage g % kStages and raw stage g % kRawStages, once the consumers gave the
-  // A/B stage back (its raw stage was converted by this thread two steps ago).
+  // A/B stage back (its raw stage was converted by this thread in an earlier iteration).
   __device__ void copy_step(int g) {
     const int step = g % ksteps;
     if (step == 0) start_copies(g / ksteps);
@@ -155,9 +156,11 @@ struct Producer {
     }
   }
 
+  // Step g is converted and handed over as soon as its copies landed, before the copies of step g + kLookahead
+  // wait for their stage: so the consumers can run up to kLookahead converted steps ahead of the producer.
   __device__ void run(int total) {
-    // Exactly kLookahead groups ahead (empty ones past the end), so wait_group<kLookahead> always means "step g".
-#pragma unroll
+    // One group per step, empty ones past the end, so that wait_group<kLookahead - 1> means "step g has landed".
+#pragma unroll 1
     for (int g = 0; g < kLookahead; ++g) {
       if (g < total) copy_step(g);
       cp_async_commit();
@@ -166,11 +169,11 @@ struct Producer {
     if (total > 0) load_scales(0, scale);
     for (int g = 0; g < total; ++g) {
       if (g + 1 < total) load_scales(g + 1, next_scale);
-      if (g + kLookahead < total) copy_step(g + kLookahead);
-      cp_async_commit();
-      cp_async_wait_pending<kLookahead>();
+      cp_async_wait_pending<kLookahead - 1>();
       convert_step(g, scale);
       mbarrier_arrive(&s.full[g % kStages]);
+      if (g + kLookahead < total) copy_step(g + kLookahead);
+      cp_async_commit();
 #pragma unroll
       for (int i = 0; i < kBlocksPerThread; ++i) scale[i] = next_scale[i];
     }
@@ -259,7 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
 template <bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<moe_prefill_wgmma_kernel<kSwiglu>>(kSharedBytes);
-  const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.routing.num_experts, device_multiprocessors());
+  const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts,
+                                              device_multiprocessors());
   moe_prefill_wgmma_kernel<kSwiglu><<<grid.blocks, kThreads, kSharedBytes, stream>>>(p, grid.weight_tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
