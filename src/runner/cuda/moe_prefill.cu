@@ -6,7 +6,8 @@
 // fragments with ldmatrix. Two shared-memory stages: the next step's copies and weight loads are in flight
 // while the current one is multiplied. The epilogue adds the bias and, for the first projection, applies
 // SwiGLU to each (gate, up) column pair, which lands in one thread's accumulators.
-// Version 1: mma.sync (no wgmma/TMA yet).
+// Version 1: mma.sync (no wgmma/TMA yet). Version 2: blocks converted a 32-bit word at a time (moe_layout.h).
+// moe_prefill_wgmma.cu is the wgmma version.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
 #include "runner/cuda/moe_wgmma.cuh"
 
@@ -73,13 +74,14 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
     scale = ok ? b_scales[kb] : 0u;
   };
   auto store_b = [&](int stage, const uint4& block, uint32_t scale) {
-    const float factor = mxfp4_factor(scale);
-    uint32_t w[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = mxfp4_pair_bf16x2(byte_of(block, i), factor);
+    const uint32_t factor = mxfp4_scale_bf16x2(scale);
     uint4* dst = reinterpret_cast<uint4*>(&b_tile(stage)[b_row][b_half * 32]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      mxfp4_word_to_bf16(word_of(block, i), factor, w);
+      dst[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
   };
 
   float acc[2][8][4] = {};
