@@ -89,36 +89,42 @@ TEST(MoeLayout, PrefillTilesReadBackThroughTheDescriptor) {
 }
 
 // The decode kernel's A registers (one word of an MXFP4 block per thread and row) and its B tile (activation
-// pairs placed by activation_pair_offset) must pair the same actual k at every logical k, and cover each
-// (row, k) of the 64-k step exactly once.
+// pairs placed by activation_pair_offset, two 64-k sub-tiles per 128-k step) must pair the same actual k at every
+// logical k, and cover each (row, k) of the step exactly once.
 TEST(MoeLayout, DecodeOperandsAgreeOnEveryK) {
   const uint32_t base = kSwizzleAtomBytes;
-  std::map<uint32_t, uint32_t> stored;  // address -> actual k of the step, for token row 5
-  const uint32_t n = 5;
-  for (uint32_t block = 0; block < 2; ++block)
-    for (uint32_t pair = 0; pair < 16; ++pair)
-      for (uint32_t e = 0; e < 2; ++e)
-        ASSERT_TRUE(stored.emplace(base + activation_pair_offset(n, block, pair) + 2 * e, 32 * block + 2 * pair + e).second);
-  std::set<std::pair<uint32_t, uint32_t>> covered;  // (row m, actual k)
-  for (uint32_t warp = 0; warp < 4; ++warp)
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const uint32_t g = lane / 4, c = lane % 4;
-      for (uint32_t block = 0; block < 2; ++block)
-        for (uint32_t half = 0; half < 2; ++half) {
-          const uint32_t k16 = 2 * block + half;
-          for (uint32_t r = 0; r < 4; ++r)
-            for (uint32_t e = 0; e < 2; ++e) {
-              const uint32_t m = 16 * warp + g + 8 * (r % 2), logical_k = 2 * c + 8 * (r / 2) + e;
-              // Register r comes from byte 2 half + r / 2 of word c (mxfp4_word_half_to_bf16's two outputs).
-              const uint32_t byte = 4 * c + 2 * half + r / 2, weight_k = 32 * block + 2 * byte + e;
-              const auto it = stored.find(wgmma_address(sw128_descriptor(base + 32 * k16), n, logical_k));
-              ASSERT_NE(it, stored.end());
-              EXPECT_EQ(it->second, weight_k) << "warp " << warp << " lane " << lane << " k16 " << k16 << " r " << r;
-              EXPECT_TRUE(covered.emplace(m, weight_k).second);
-            }
-        }
-    }
-  EXPECT_EQ(covered.size(), 64u * 64u);
+  for (uint32_t tile_rows : {16u, 32u, 64u}) {
+    std::map<uint32_t, uint32_t> stored;  // address -> actual k of the step, for token row n
+    const uint32_t n = tile_rows - 3;
+    for (uint32_t block = 0; block < 4; ++block)
+      for (uint32_t pair = 0; pair < 16; ++pair)
+        for (uint32_t e = 0; e < 2; ++e)
+          ASSERT_TRUE(stored.emplace(base + activation_pair_offset(tile_rows, n, block, pair) + 2 * e,
+                                     32 * block + 2 * pair + e).second);
+    std::set<std::pair<uint32_t, uint32_t>> covered;  // (row m, actual k)
+    for (uint32_t warp = 0; warp < 4; ++warp)
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        const uint32_t g = lane / 4, c = lane % 4;
+        for (uint32_t block = 0; block < 4; ++block)
+          for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t k16 = 2 * block + half;
+            // The kernel's descriptor for slab k16: sub-tile k16 / 4, 32 bytes a slab inside it.
+            const uint64_t descriptor = sw128_descriptor(base + (k16 / 4) * tile_rows * kSwizzleRowBytes + 32 * (k16 % 4));
+            for (uint32_t r = 0; r < 4; ++r)
+              for (uint32_t e = 0; e < 2; ++e) {
+                const uint32_t m = 16 * warp + g + 8 * (r % 2), logical_k = 2 * c + 8 * (r / 2) + e;
+                // Register r comes from byte 2 half + r / 2 of word c (mxfp4_word_half_to_bf16's two outputs).
+                const uint32_t byte = 4 * c + 2 * half + r / 2, weight_k = 32 * block + 2 * byte + e;
+                const auto it = stored.find(wgmma_address(descriptor, n, logical_k));
+                ASSERT_NE(it, stored.end());
+                EXPECT_EQ(it->second, weight_k) << "rows " << tile_rows << " warp " << warp << " lane " << lane
+                                                << " k16 " << k16 << " r " << r;
+                EXPECT_TRUE(covered.emplace(m, weight_k).second);
+              }
+          }
+      }
+    EXPECT_EQ(covered.size(), 64u * 128u);
+  }
 }
 
 TEST(MoeLayout, SwigluRowsPairInOneThread) {

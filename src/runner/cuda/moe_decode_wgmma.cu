@@ -7,11 +7,12 @@
 //   warpgroup); the tokens are the B operand from shared memory, N = 16, 32 or 64 rows per tile (one kernel
 //   each: ptxas serialises the wgmmas of a kernel that mixes shapes), chosen per step by the mean rows per expert
 //   (moe_plan.h). The GEMV (moe_decode.cu) read each expert once per 8- or 16-row tile instead.
-//   Producer warpgroup, per 64-k step into a ring of 8 stages: cp.async of the raw MXFP4 blocks (16 bytes), of the
-//   activations pair by pair (4 bytes) into the k order the register fragments imply (moe_layout.h; the rows'
-//   offsets from a per-item table in shared memory), scale bytes through registers; six steps of copies in
-//   flight; once a step has landed, arrive "full" (the consumers fence the async proxy after their wait, as in
-//   moe_prefill_wgmma.cu).
+//   Producer warpgroup, per 128-k step into a ring of 4 (n64) or 5 stages: cp.async of the raw MXFP4 blocks, 64
+//   contiguous bytes of each weight row (a DRAM burst's worth, not the 32 a 64-k step would read 1,440 bytes
+//   apart), of the activations pair by pair (4 bytes) into the k order the register fragments imply
+//   (moe_layout.h; the rows' offsets from a per-item table in shared memory), scale bytes through registers;
+//   stages - 2 steps of copies in flight (~100 KB); once a step has landed, arrive "full" (the consumers fence
+//   the async proxy after their wait, as in moe_prefill_wgmma.cu).
 //   Two consumer warpgroups: per k16 slab, dequantise their 4 blocks' fragments (one 32-bit word of an MXFP4 block
 //   per thread and row: 8 values) while the previous slab's wgmmas run, then issue the slab's 4 wgmmas; the stage
 //   goes back on "empty" when the last wgmma reading it completed. Epilogue: bias, SwiGLU (gate and up rows are
@@ -27,28 +28,30 @@ namespace {
 constexpr int kWeightRows = kMoeDecodeWgmmaWeightRows;
 constexpr int kBlocksPerGroup = kWeightRows / 2 / 64;  // m64 blocks per consumer warpgroup
 static_assert(kWeightRows % 128 == 0);
-constexpr int kTileK = 64;
-constexpr int kStages = 8, kLookahead = 6;
+constexpr int kTileK = 128;               // four MXFP4 blocks: 64 contiguous bytes of each weight row a step
+constexpr int kStepBlocks = kTileK / 32;
 constexpr int kProducerThreads = 128, kConsumerWarps = 8, kThreads = kProducerThreads + 32 * kConsumerWarps;
 constexpr int kProducerRegisters = 72, kConsumerRegisters = 216;
 static_assert(kProducerRegisters + 2 * kConsumerRegisters <= 504);
 
-// Shared memory, per stage: the activation tile (swizzled bf16 [row][64 k]), raw blocks [block][position][16
-// bytes], scale bytes [position][block]; then the per-item table of activation row offsets and the barriers.
+// Shared memory, per stage: the activation tile (two swizzled bf16 sub-tiles [row][64 k], moe_layout.h), raw blocks
+// [block][position][16 bytes], scale bytes [position][block]; then the per-item table of activation row offsets
+// and the barriers. Stages: as many as fit (~200 KB); copies run kStages - 2 steps ahead.
 template <int kN>
 struct Layout {
-  static constexpr int kXBytes = kN * kTileK * 2;
-  static constexpr int kRawBytes = kWeightRows * 2 * 16;
-  static constexpr int kScaleBytes = kWeightRows * 2;
+  static constexpr int kStages = kN == 64 ? 4 : 5;
+  static constexpr int kLookahead = kStages - 2;
+  static constexpr int kHalfBytes = kN * kSwizzleRowBytes;
+  static constexpr int kXBytes = 2 * kHalfBytes;
+  static constexpr int kRawBytes = kWeightRows * kStepBlocks * 16;
+  static constexpr int kScaleBytes = kWeightRows * kStepBlocks;
   static constexpr int kRawOffset = kStages * kXBytes;
   static constexpr int kScaleOffset = kRawOffset + kStages * kRawBytes;
   static constexpr int kRowOffset = kScaleOffset + kStages * kScaleBytes;
   static constexpr int kBarrierOffset = kRowOffset + kN * 8;
   static constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtomBytes;
-  static_assert(kXBytes % kSwizzleAtomBytes == 0 && kRowOffset % 8 == 0);
+  static_assert(kHalfBytes % kSwizzleAtomBytes == 0 && kRowOffset % 8 == 0 && kSharedBytes <= 227 * 1024);
 };
-
-constexpr int kPositionsPerThread = kWeightRows / kProducerThreads;  // weight rows a producer thread copies
 
 using Item = MoeItem;
 template <int kN>
@@ -75,23 +78,29 @@ struct Shared {
 };
 
 // ---- producer ---------------------------------------------------------------------------------------------------------
-// Thread t copies the blocks of positions t + 128 i (both blocks of the step), and pair t % 32 (block (t % 32) / 16,
-// pair t % 16) of activation rows t / 32 + 4 i. Position t + 128 i holds weight row position_row(t) + 128 i.
+// Thread t copies block t % 4 of positions t / 4 + 32 i (so a warp's 16-byte copies cover 8 rows x 64 contiguous
+// bytes), the scale bytes of positions t + 128 j, and pair t % 64 (block (t % 64) / 16, pair t % 16) of activation
+// rows t / 64 + 2 i. Position t / 4 + 32 i holds weight row position_row(t / 4 + 32 (i % 2)) + 64 (i / 2).
 template <bool kSwiglu, int kN>
 struct Producer {
+  using L = Layout<kN>;
+  static constexpr int kCopiesPerThread = kWeightRows * kStepBlocks / kProducerThreads;
+  static constexpr int kScalesPerThread = kWeightRows / kProducerThreads;
   const MoeGemmParams& p;
   Shared<kN> s;
   int n_blocks, ksteps, blocks_per_row;
   int t;
-  int64_t weight_row = 0;    // of position t in the item being copied
-  int64_t first_block = 0;   // its first MXFP4 block (index into blocks / 16 and into scales)
-  uint32_t pending[kPositionsPerThread];  // scale bytes (block 0 | block 1 << 8) loaded for step pending_step
+  int64_t copy_row[2] = {}, scale_row = 0;  // weight rows of positions t / 4 (+ 32), and of t, in the item
+  int expert = 0;
+  uint32_t pending[kScalesPerThread];  // scale bytes of positions t + 128 j (block b in byte b), for pending_step
   int pending_step = -1;
 
-  // Block `block` of this step for position t + 128 i, or -1 past the weight rows or past K.
-  __device__ int64_t block_index(int i, int step, int block) const {
-    const bool ok = weight_row + kProducerThreads * i < p.w.out_features && 2 * step + block < blocks_per_row;
-    return ok ? first_block + static_cast<int64_t>(kProducerThreads) * i * blocks_per_row + 2 * step + block : -1;
+  // Index of block `block` of this step in weight row `row`, or -1 past the weight rows or past K.
+  __device__ int64_t block_index(int64_t row, int step, int block) const {
+    const int kb = kStepBlocks * step + block;
+    return row < p.w.out_features && kb < blocks_per_row
+               ? (expert * p.w.out_features + row) * blocks_per_row + kb
+               : -1;
   }
 
   // The item's activation row offsets go to the shared table once every producer thread is done with the last
@@ -104,63 +113,69 @@ struct Producer {
           t < it.rows ? static_cast<int64_t>(p.x_row != nullptr ? p.x_row[it.row0 + t] : it.row0 + t) * p.w.in_features
                       : -1;
     named_barrier_sync(1, kProducerThreads);
-    weight_row = it.n0 + position_row(t, kSwiglu);
-    first_block = (it.expert * p.w.out_features + weight_row) * blocks_per_row;
+    expert = it.expert;
+    copy_row[0] = it.n0 + position_row(t / 4, kSwiglu);
+    copy_row[1] = it.n0 + position_row(t / 4 + 32, kSwiglu);
+    scale_row = it.n0 + position_row(t, kSwiglu);
   }
 
   __device__ void store_pending() {
-    uint16_t* scales = reinterpret_cast<uint16_t*>(s.scales(pending_step % kStages));
+    uint32_t* scales = reinterpret_cast<uint32_t*>(s.scales(pending_step % L::kStages));
 #pragma unroll
-    for (int i = 0; i < kPositionsPerThread; ++i) scales[t + kProducerThreads * i] = static_cast<uint16_t>(pending[i]);
+    for (int j = 0; j < kScalesPerThread; ++j) scales[t + kProducerThreads * j] = pending[j];
   }
 
   __device__ void copy_step(int g) {
-    const int step = g % ksteps;
+    const int step = g % ksteps, stage = g % L::kStages;
     if (step == 0) start_item(g / ksteps);
-    mbarrier_wait(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
-    unsigned char* raw = s.raw(g % kStages);
+    mbarrier_wait(&s.empty[stage], ((g / L::kStages) & 1) ^ 1);
+    unsigned char* raw = s.raw(stage);
+    const int block = t % 4;
 #pragma unroll
-    for (int i = 0; i < kPositionsPerThread; ++i)
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int64_t index = block_index(i, step, b);
-        cp_async_16(raw + (b * kWeightRows + t + kProducerThreads * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
-                    index >= 0);
-      }
+    for (int i = 0; i < kCopiesPerThread; ++i) {
+      const int64_t index = block_index(copy_row[i % 2] + 64 * (i / 2), step, block);
+      cp_async_16(raw + (block * kWeightRows + t / 4 + 32 * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
+                  index >= 0);
+    }
     const bf16* x = static_cast<const bf16*>(p.x);
     const int64_t* offsets = s.row_offsets();
-    unsigned char* tile = s.x(g % kStages);
-    const int block = (t % 32) / 16, pair = t % 16;
-    const int64_t k = static_cast<int64_t>(step) * kTileK + block * 32 + 2 * pair;
-#pragma unroll
-    for (int i = 0; i < kN / 4; ++i) {
-      const int r = t / 32 + 4 * i;
+    unsigned char* tile = s.x(stage);
+    const int x_block = (t % 64) / 16, pair = t % 16;
+    const int64_t k = static_cast<int64_t>(step) * kTileK + x_block * 32 + 2 * pair;
+#pragma unroll 4  // not all kN / 2: each copy's row offset would hold two registers across the loop
+    for (int i = 0; i < kN / 2; ++i) {
+      const int r = t / 64 + 2 * i;
       const int64_t offset = offsets[r];
       const bool ok = offset >= 0 && k < p.w.in_features;
-      cp_async_4(tile + activation_pair_offset(r, block, pair), ok ? x + offset + k : x, ok);
+      cp_async_4(tile + activation_pair_offset(kN, r, x_block, pair), ok ? x + offset + k : x, ok);
     }
     // The previous step's scale bytes have had a step's time to arrive; this step's go to registers.
     if (pending_step >= 0) store_pending();
 #pragma unroll
-    for (int i = 0; i < kPositionsPerThread; ++i) {
-      const int64_t index0 = block_index(i, step, 0), index1 = block_index(i, step, 1);
-      pending[i] = (index0 >= 0 ? __ldg(p.w.scales + index0) : 0u) | (index1 >= 0 ? __ldg(p.w.scales + index1) : 0u) << 8;
+    for (int j = 0; j < kScalesPerThread; ++j) {
+      uint32_t bytes = 0;
+#pragma unroll
+      for (int b = 0; b < kStepBlocks; ++b) {
+        const int64_t index = block_index(scale_row + kProducerThreads * j, step, b);
+        bytes |= (index >= 0 ? static_cast<uint32_t>(__ldg(p.w.scales + index)) : 0u) << (8 * b);
+      }
+      pending[j] = bytes;
     }
     pending_step = g;
   }
 
   __device__ void run(int total) {
 #pragma unroll 1
-    for (int g = 0; g < kLookahead; ++g) {
+    for (int g = 0; g < L::kLookahead; ++g) {
       if (g < total) copy_step(g);
       cp_async_commit();
     }
     // Step g goes to the consumers as soon as it landed, before step g + kLookahead waits for its stage.
     for (int g = 0; g < total; ++g) {
       if (pending_step == g) store_pending();  // the last steps: no copy_step after them stored their scales
-      cp_async_wait_pending<kLookahead - 1>();
-      mbarrier_arrive(&s.full[g % kStages]);
-      if (g + kLookahead < total) copy_step(g + kLookahead);
+      cp_async_wait_pending<L::kLookahead - 1>();
+      mbarrier_arrive(&s.full[g % L::kStages]);
+      if (g + L::kLookahead < total) copy_step(g + L::kLookahead);
       cp_async_commit();
     }
   }
@@ -212,26 +227,26 @@ __device__ void store_item(const MoeGemmParams& p, const Item& it, const Fragmen
 template <bool kSwiglu, int kN>
 __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const Item& it, const Fragments& f, int g,
                             int ksteps) {
+  using L = Layout<kN>;
   const uint32_t base = shared_address(s.base);
   const int c = f.lane % 4;
   float acc[kBlocksPerGroup][kN / 2];
   uint32_t frag[2][kBlocksPerGroup][4];  // double buffer: slab k16 fills frag[k16 % 2] while k16 - 1's run
   for (int step = 0; step < ksteps; ++step, ++g) {
-    const int stage = g % kStages;
-    mbarrier_wait(&s.full[stage], (g / kStages) & 1);
+    const int stage = g % L::kStages;
+    mbarrier_wait(&s.full[stage], (g / L::kStages) & 1);
     fence_proxy_async_shared();  // the activation tile (cp.async, generic proxy) before wgmma reads it
     const unsigned char* raw = s.raw(stage);
-    const uint16_t* scales = reinterpret_cast<const uint16_t*>(s.scales(stage));
+    const uint8_t* scales = s.scales(stage);
 #pragma unroll
-    for (int block = 0; block < 2; ++block) {
+    for (int block = 0; block < kStepBlocks; ++block) {
       uint32_t words[kBlocksPerGroup][2], factors[kBlocksPerGroup][2];
 #pragma unroll
       for (int j = 0; j < kBlocksPerGroup; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int position = f.position(j, h);
-          words[j][h] = *reinterpret_cast<const uint32_t*>(raw + (block * kWeightRows + position) * 16 + 4 * c);
-          factors[j][h] = mxfp4_scale_bf16x2((scales[position] >> (8 * block)) & 0xffu);
+          words[j][h] = *reinterpret_cast<const uint32_t*>(raw + (block * kWeightRows + f.position(j, h)) * 16 + 4 * c);
+          factors[j][h] = mxfp4_scale_bf16x2(scales[kStepBlocks * f.position(j, h) + block]);
         }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -239,14 +254,15 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
         uint32_t(&a)[kBlocksPerGroup][4] = frag[half];
         wgmma_wait<1>();  // slab k16 - 2, the last reader of frag[half], is done
         wgmma_fence_registers(acc);
-        if (k16 == 1 && step > 0 && f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
+        if (k16 == 1 && step > 0 && f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
 #pragma unroll
         for (int j = 0; j < kBlocksPerGroup; ++j) {
           mxfp4_word_half_to_bf16(words[j][0], factors[j][0], half, a[j][0], a[j][2]);
           mxfp4_word_half_to_bf16(words[j][1], factors[j][1], half, a[j][1], a[j][3]);
         }
         wgmma_fence();
-        const uint64_t b = sw128_descriptor(base + stage * Layout<kN>::kXBytes + 32 * k16);
+        const uint64_t b =
+            sw128_descriptor(base + stage * L::kXBytes + (k16 / 4) * L::kHalfBytes + 32 * (k16 % 4));
 #pragma unroll
         for (int j = 0; j < kBlocksPerGroup; ++j) wgmma_m64k16_rs<kN>(acc[j], a[j], b, step > 0 || k16 > 0);
         wgmma_commit();
@@ -255,7 +271,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
   }
   wgmma_wait<0>();
   wgmma_fence_registers(acc);
-  if (f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
+  if (f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
   store_item<kSwiglu, kN>(p, it, f, acc);
   return g;
 }
@@ -268,8 +284,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_decode_wgmma_kernel(const __g
   Shared<kN> s;
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
-  s.empty = s.full + kStages;
-  init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);
+  s.empty = s.full + L::kStages;
+  init_stage_barriers(s.full, s.empty, L::kStages, kProducerThreads, kConsumerWarps);
   const int items = *p.routing.num_tiles * n_blocks;
   const int ksteps = static_cast<int>((p.w.in_features + kTileK - 1) / kTileK);
   if (threadIdx.x < kProducerThreads) {

@@ -123,14 +123,16 @@ MOESERVE_HD uint64_t sw128_descriptor(uint32_t shared_byte_address) {
 // the block's 32 values. So the k order inside each block is permuted, the same for both operands: word byte t
 // of thread c feeds slab t / 2, pair c + 4 (t % 2). The activations (B operand, from shared memory) are copied pair
 // by pair into the matching positions. Block pair p (values 2p, 2p + 1) therefore sits at slab (p / 2) % 2, pair
-// 4 (p % 2) + p / 4 of its 64-k step's block half.
+// 4 (p % 2) + p / 4 of its block's k16 slab pair.
 MOESERVE_HD uint32_t permuted_pair_slab(uint32_t pair) { return (pair >> 1) & 1u; }
 MOESERVE_HD uint32_t permuted_pair_index(uint32_t pair) { return 4u * (pair & 1u) + (pair >> 2); }
 
-// Byte offset, inside a 64-row x 64-k activation tile, of pair p (0..15) of MXFP4 block b (0..1) of token row n.
-MOESERVE_HD uint32_t activation_pair_offset(uint32_t row, uint32_t block, uint32_t pair) {
-  const uint32_t slab = 2u * block + permuted_pair_slab(pair), index = permuted_pair_index(pair);
-  return swizzled_chunk_offset(row, 2u * slab + index / 4u) + 4u * (index % 4u);
+// Byte offset, inside the activation tile of a 128-k step (two 64-k swizzled sub-tiles of tile_rows rows, block
+// b's k in sub-tile b / 2), of pair p (0..15) of MXFP4 block b (0..3) of token row n.
+MOESERVE_HD uint32_t activation_pair_offset(uint32_t tile_rows, uint32_t row, uint32_t block, uint32_t pair) {
+  const uint32_t slab = 2u * (block % 2u) + permuted_pair_slab(pair), index = permuted_pair_index(pair);
+  return (block / 2u) * tile_rows * kSwizzleRowBytes + swizzled_chunk_offset(row, 2u * slab + index / 4u) +
+         4u * (index % 4u);
 }
 
 // Weight rows are ordered in the A operand so that SwiGLU's gate and up rows (2j, 2j + 1) land in the same
