@@ -128,7 +128,7 @@ struct Producer {
   __device__ void copy_step(int g) {
     const int step = g % ksteps, stage = g % L::kStages;
     if (step == 0) start_item(g / ksteps);
-    mbarrier_wait(&s.empty[stage], ((g / L::kStages) & 1) ^ 1);
+    mbarrier_wait_or_trap(&s.empty[stage], ((g / L::kStages) & 1) ^ 1);
     unsigned char* raw = s.raw(stage);
     const int block = t % 4;
 #pragma unroll
@@ -234,7 +234,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
   uint32_t frag[2][kBlocksPerGroup][4];  // double buffer: slab k16 fills frag[k16 % 2] while k16 - 1's run
   for (int step = 0; step < ksteps; ++step, ++g) {
     const int stage = g % L::kStages;
-    mbarrier_wait(&s.full[stage], (g / L::kStages) & 1);
+    mbarrier_wait(&s.full[stage], (g / L::kStages) & 1);  // no watchdog here: moe_wgmma.cuh says why
     fence_proxy_async_shared();  // the activation tile (cp.async, generic proxy) before wgmma reads it
     const unsigned char* raw = s.raw(stage);
     const uint8_t* scales = s.scales(stage);

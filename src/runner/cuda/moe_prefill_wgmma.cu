@@ -108,7 +108,7 @@ struct Producer {
   __device__ void copy_step(int g) {
     const int step = g % ksteps;
     if (step == 0) start_copies(g / ksteps);
-    mbarrier_wait(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
+    mbarrier_wait_or_trap(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
     const bf16* x = static_cast<const bf16*>(p.x);
     unsigned char* a = s.a(g % kStages);
     const int chunk = t % 8;
@@ -217,7 +217,7 @@ __device__ void consume(const MoeGemmParams& p, const Shared& s, int n_tiles, in
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     for (int step = 0; step < ksteps; ++step, ++g) {
       const int stage = g % kStages;
-      mbarrier_wait(&s.full[stage], (g / kStages) & 1);
+      mbarrier_wait_or_trap(&s.full[stage], (g / kStages) & 1);
       fence_proxy_async_shared();  // the stage's generic-proxy writes, now observed, before wgmma reads them
       const uint32_t a = base + stage * kABytes + group * 64 * kSwizzleRowBytes;
       const uint32_t b = base + kBOffset + stage * kBBytes;

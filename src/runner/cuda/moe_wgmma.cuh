@@ -26,18 +26,30 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(shared_address(barrier))
                : "memory");
 }
+__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* barrier, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, complete;\n}"
+      : "=r"(done)
+      : "r"(shared_address(barrier)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 // Waits (acquire) until the phase of parity `parity` has completed. A fresh barrier is in phase 0, and parity 1
 // names the phase before it, which counts as complete: a producer's first wait on an empty slot passes at once.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, complete;\n}"
-        : "=r"(done)
-        : "r"(shared_address(barrier)), "r"(parity)
-        : "memory");
-  } while (done == 0);
+  while (!mbarrier_try_wait(barrier, parity)) {
+  }
+}
+// The same, but a phase that has not completed after ~2^36 cycles (over 30 s; a pipeline step takes microseconds)
+// means a broken hand-off: the kernel traps, so the launch fails with an error instead of hanging the process.
+// Not inside a wgmma pipeline whose A operand comes from registers: there ptxas then serialises the wgmmas (C7513).
+__device__ __forceinline__ void mbarrier_wait_or_trap(uint64_t* barrier, uint32_t parity) {
+  if (mbarrier_try_wait(barrier, parity)) return;
+  const long long start = clock64();
+  while (!mbarrier_try_wait(barrier, parity))
+    if (clock64() - start > (1ll << 36)) __trap();
 }
 
 // Orders this thread's prior generic-proxy shared-memory writes (st.shared, and cp.async data it waited for)
