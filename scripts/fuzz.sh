@@ -26,6 +26,7 @@ table=(
   "http_request_fuzz|tests/fixtures/http/*.req|8192"
   "sandbox_fuzz|tests/fixtures/sandbox_fuzz/*.bin|4096"
   "attn_fuzz|tests/fixtures/attn/*.bin|4096"
+  "moegemm_fuzz|tests/fixtures/moegemm/*.bin|256"
 )
 available=$(cmake --build build-fuzz --target help | sed -n 's/^\([a-z_]*_fuzz\):.*/\1/p')
 mkdir -p build-fuzz/findings

@@ -176,11 +176,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moeserve
 
-int main(int argc, char** argv) {
-  try {
-    return moeserve::run(argc, argv);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "attention_bench: {}\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return moeserve::bench_cuda::bench_main("attention_bench", moeserve::run, argc, argv); }

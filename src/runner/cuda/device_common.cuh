@@ -113,17 +113,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// bf16 products of e2m1 values and powers of two are exact, so the packed pair equals the reference weights.
-__device__ __forceinline__ uint32_t mxfp4_pair_bf16x2(uint32_t byte, float factor) {
-  const float2 v = mxfp4_pair(byte, factor);
-  return pack_bf16x2(v.x, v.y);
-}
-
-// Byte i (0..15) of a 16-byte vector; i must be a compile-time constant after unrolling.
-__device__ __forceinline__ uint32_t byte_of(const uint4& v, int i) {
-  const uint32_t word = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
-  return (word >> (8 * (i % 4))) & 0xffu;
-}
+// Word i (0..3) of a 16-byte vector; i must be a compile-time constant after unrolling. (The tensor-core paths
+// convert MXFP4 to bf16 a word at a time: moe_layout.h.)
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // ---- tensor core and async copy wrappers --------------------------------------------------------------------------
