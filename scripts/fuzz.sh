@@ -3,7 +3,7 @@
 #   FUZZ_SECONDS=N   seconds per target (default 60)
 #   BUILD_DIR=...    where the ordinary build keeps o200k_base.tiktoken (default build; scripts/setup.sh makes it)
 # Builds with clang into build-fuzz/ (ASan, UBSan and libFuzzer's coverage); findings land in build-fuzz/findings/.
-# The loader targets (config, safetensors, parquet) write each input to a file under $TMPDIR and read it back.
+# The safetensors target writes each input to a file under $TMPDIR (/dev/shm when unset) and reads it back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
@@ -27,8 +27,10 @@ for target in tokenizer_fuzz harmony_parser_fuzz; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
-# The loaders, each seeded with small valid files of its format (tests/fixtures/loaders/SOURCES.md).
+# The loaders, each seeded with small valid files of its format (tests/fixtures/loaders/SOURCES.md). The
+# safetensors target writes each input to a file: on tmpfs where there is one.
 cmake --build build-fuzz --target config_fuzz safetensors_fuzz parquet_fuzz
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ]; then export TMPDIR=/dev/shm; fi
 declare -A loader_seeds=([config_fuzz]="tests/fixtures/loaders/config"
                          [safetensors_fuzz]="tests/fixtures/loaders/safetensors"
                          [parquet_fuzz]="tests/bench/fixtures/parquet")

@@ -86,6 +86,9 @@ class DomBuilder final : public nlohmann::json_sax<json> {
         path += (path.empty() ? "" : ".") + keys_[i];
       }
     }
+    // A path a thousand levels deep says no more than its start.
+    constexpr size_t kShown = 100;
+    if (path.size() > kShown) path = path.substr(0, kShown) + "...";
     return path.empty() ? path : path + ": ";
   }
 

@@ -23,8 +23,8 @@ void collect_leaves(const std::vector<SchemaElement>& schema, size_t& index, std
                  where, Limits::kSchemaDepth);
   const SchemaElement& e = schema[index];
   MOESERVE_CHECK(e.num_children >= 0 && static_cast<size_t>(e.num_children) < schema.size() - index,
-                 "{}: schema element '{}' has {} children, the schema {} elements", where, e.name, e.num_children,
-                 schema.size());
+                 "{}: schema element '{}' has {} children but only {} elements follow it", where, e.name,
+                 e.num_children, schema.size() - index - 1);
   const bool root = index == 0;
   ++index;
   if (!root) {
