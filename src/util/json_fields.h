@@ -122,9 +122,5 @@ template <typename T>
 T required_field(const nlohmann::json& j, const char* key, const std::string& where, T lo, T hi) {
   return in_range(required_field<T>(j, key, where), lo, hi, where, key);
 }
-template <typename T>
-T optional_field(const nlohmann::json& j, const char* key, T fallback, const std::string& where, T lo, T hi) {
-  return in_range(optional_field<T>(j, key, fallback, where), lo, hi, where, key);
-}
 
 }  // namespace moeserve
