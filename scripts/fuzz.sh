@@ -27,7 +27,12 @@ table=(
   "sandbox_fuzz|tests/fixtures/sandbox_fuzz/*.bin|4096"
   "attn_fuzz|tests/fixtures/attn/*.bin|4096"
   "moegemm_fuzz|tests/fixtures/moegemm/*.bin|256"
+  "config_fuzz|tests/fixtures/loaders/config/*|8192"
+  "safetensors_fuzz|tests/fixtures/loaders/safetensors/*|8192"
+  "parquet_fuzz|tests/bench/fixtures/parquet/*|8192"
 )
+# The safetensors target writes each input to a file: on tmpfs where there is one.
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ]; then export TMPDIR=/dev/shm; fi
 available=$(cmake --build build-fuzz --target help | sed -n 's/^\([a-z_]*_fuzz\):.*/\1/p')
 mkdir -p build-fuzz/findings
 for row in "${table[@]}"; do

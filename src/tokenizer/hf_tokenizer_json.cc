@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer_files.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_parse.h"
 
 namespace moeserve {
 namespace {
@@ -87,6 +89,8 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
   }
   bool open(bool array) {
     MOESERVE_CHECK(!stack_.empty() || !array, "{}: the top level is not an object", path_);
+    MOESERVE_CHECK(stack_.size() < static_cast<size_t>(kMaxJsonDepth), "{}: {} is nested deeper than {} levels",
+                   path_, current_path(), kMaxJsonDepth);
     element_begins();
     stack_.push_back({array, {}, -1});
     return true;
@@ -215,6 +219,9 @@ TokenizerFileContents TokenizerJsonReader::finish() {
     MOESERVE_CHECK(id != leaves_.end() && content != leaves_.end() && id->second.is_number_unsigned() &&
                        content->second.is_string(),
                    "{}: added_tokens[{}] needs an id and a content", path_, i);
+    MOESERVE_CHECK(id->second.get<uint64_t>() <= static_cast<uint64_t>(o200k::kLastSpecial),
+                   "{}: added_tokens[{}] has id {}, beyond o200k_harmony's last id {}", path_, i,
+                   id->second.get<uint64_t>(), o200k::kLastSpecial);
     const std::string name = content->second.get<std::string>();
     contents.special_names.emplace_back(static_cast<TokenId>(id->second.get<uint64_t>()), name);
   }
@@ -285,7 +292,8 @@ bool byte_level_decode(std::string_view text, std::string& bytes) {
 }
 
 TokenizerFileContents read_hf_tokenizer_json(const std::string& path) {
-  const std::string text = read_text_file(path);
+  // GPT-OSS's tokenizer.json is 27 MiB.
+  const std::string text = read_text_file(path, 256 * kMiB);
   TokenizerJsonReader reader(path);
   nlohmann::json::sax_parse(text, &reader);
   return reader.finish();

@@ -79,10 +79,19 @@ Tokenizer::Tokenizer(TokenizerFileContents contents)
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  if (path.ends_with(".json")) return std::make_unique<Tokenizer>(read_hf_tokenizer_json(path));
   TokenizerFileContents contents;
-  contents.mergeable = read_tiktoken_ranks(path);
-  return std::make_unique<Tokenizer>(std::move(contents));
+  if (path.ends_with(".json")) {
+    contents = read_hf_tokenizer_json(path);
+  } else {
+    contents.mergeable = read_tiktoken_ranks(path);
+  }
+  // The readers name the file; what the tokenizer checks of their contents (ranks, special tokens, the pattern)
+  // must too.
+  try {
+    return std::make_unique<Tokenizer>(std::move(contents));
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_model_dir(const std::string& dir) {
