@@ -26,4 +26,12 @@ for target in tokenizer_fuzz harmony_parser_fuzz; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
+# api: the OpenAI request validation, seeded with request bodies and a dictionary of their fields.
+cmake --build build-fuzz --target openai_request_fuzz
+corpus=build-fuzz/corpus/openai_request_fuzz
+mkdir -p "$corpus"
+cp tests/fixtures/openai_requests/*.json "$corpus"/
+echo "fuzz: openai_request_fuzz for ${seconds}s"
+build-fuzz/fuzz/openai_request_fuzz -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+  -dict=fuzz/openai_request.dict -artifact_prefix=build-fuzz/findings/openai_request_fuzz- -print_final_stats=1 "$corpus"
 echo "fuzz: no crashes"
