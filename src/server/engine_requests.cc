@@ -107,6 +107,19 @@ std::vector<std::vector<TokenId>> completion_prompts(const Field& body, const Re
   return prompts;
 }
 
+// vLLM's min_tokens: no stop token or stop string may end the output before it. With ignore_eos and no stop
+// strings nothing can end it before max_tokens, so it holds as long as it is not above max_tokens (benchmarks send
+// min_tokens = max_tokens this way); otherwise the engine would have to hold its stop tokens back, which it does
+// not do.
+void check_min_tokens(const Field& body, bool ignore_eos, bool has_stops, int max_tokens) {
+  const Field field = body["min_tokens"];
+  const int64_t min_tokens = field.optional_int(0, INT32_MAX).value_or(0);
+  if (min_tokens == 0) return;
+  if (!ignore_eos || has_stops)
+    field.fail("is not supported (only null or 0 is accepted, or any value with ignore_eos and no stop strings)");
+  if (min_tokens > max_tokens) field.fail(fmt::format("is {}, above max_tokens ({})", min_tokens, max_tokens));
+}
+
 }  // namespace
 
 AssistantRequest chat_request(std::string_view body_text, const RequestContext& ctx) {
@@ -137,6 +150,7 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
   if (body["echo"].optional_bool().value_or(false)) body["echo"].fail("is not supported");
   const bool ignore_eos = body["ignore_eos"].optional_bool().value_or(false);  // vLLM's extension, for benchmarks
   CompletionRequest out;
+  out.stops = stop_strings(body, ctx.limits);
   for (auto& prompt : completion_prompts(body, ctx)) {
     if (prompt.empty()) body["prompt"].fail("is empty");
     RequestSpec spec;
@@ -144,12 +158,12 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
     spec.sampling = sampling_params(body, ctx.draw_seed());
     // OpenAI's default for /v1/completions is 16 tokens.
     spec.max_tokens = max_new_tokens(body, ctx, body["prompt"], spec.prompt.size(), {"max_tokens"}, 16);
+    check_min_tokens(body, ignore_eos, !out.stops.empty(), spec.max_tokens);
     if (!ignore_eos) spec.stop_tokens = ctx.eos_token_ids;
     out.specs.push_back(std::move(spec));
   }
   out.stream = body["stream"].optional_bool().value_or(false);
   out.include_usage = include_usage(body);
-  out.stops = stop_strings(body, ctx.limits);
   return out;
 }
 

@@ -14,7 +14,7 @@ struct Unsupported {
   const char* name;
   const char* neutral;  // what is accepted besides null, for the message
   bool (*is_neutral)(const json&);
-  bool on_completions;  // false: /v1/completions implements it (vLLM's ignore_eos)
+  bool on_completions;  // false: /v1/completions implements it (ignore_eos) or checks it itself (min_tokens)
 };
 
 // OpenAI's chat, completions and Responses references and vLLM's sampling extensions
@@ -31,7 +31,7 @@ constexpr Unsupported kUnsupported[] = {
     {"previous_response_id", "null", [](const json&) { return false; }, true},
     {"functions", "[]", [](const json& v) { return v.is_array() && v.empty(); }, true},
     {"ignore_eos", "false", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }, false},
-    {"min_tokens", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, true},
+    {"min_tokens", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, false},
     {"stop_token_ids", "[]", [](const json& v) { return v.is_array() && v.empty(); }, true},
     {"top_logprobs", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, true},
 };

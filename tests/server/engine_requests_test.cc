@@ -220,6 +220,16 @@ TEST(EngineRequests, UnsupportedParametersAre400UnlessNeutral) {
       }
     }
   }
+  // min_tokens on completions holds when nothing can end the output early: ignore_eos and no stop strings.
+  {
+    Context c;
+    const json bench = completion({{"max_tokens", 64}, {"min_tokens", 64}, {"ignore_eos", true}});
+    EXPECT_TRUE(completion_request(bench.dump(), c.ctx).specs.at(0).stop_tokens.empty());
+  }
+  expect_refused(Api::completions, completion({{"max_tokens", 8}, {"min_tokens", 9}, {"ignore_eos", true}}),
+                 "above max_tokens", "min_tokens");
+  expect_refused(Api::completions, completion({{"min_tokens", 4}, {"ignore_eos", true}, {"stop", "x"}}),
+                 "'min_tokens' is not supported", "min_tokens");
   // ignore_eos: vLLM's extension on completions; chat and Responses end at Harmony's stop tokens.
   expect_refused(Api::chat, chat({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
   expect_refused(Api::responses, responses({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
