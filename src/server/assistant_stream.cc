@@ -39,6 +39,8 @@ void AssistantStream::become_raw(AssistantDelta& delta) {
 }
 
 bool AssistantStream::stop_string_in_header(TokenId token) {
+  // Only the text before a message's content is kept: its header, the one place plain text can hide.
+  if (parser_.state() == harmony::StreamingParser::State::content) return false;
   const std::string added = unparsed_decoder_->push(token);
   unparsed_text_ += added;
   if (added.empty() || parser_.state() != harmony::StreamingParser::State::header) return false;

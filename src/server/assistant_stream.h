@@ -57,7 +57,7 @@ class AssistantStream {
   void route(const harmony::Message& message, const std::string& text, AssistantDelta& delta);
   // From here on the output is plain text: the unfinished message's tokens, then every token, become content.
   void become_raw(AssistantDelta& delta);
-  // Adds the token to the unfinished message's text; whether that completed a stop string inside a header.
+  // Adds the token to the unfinished message's header text; whether that completed a stop string there.
   bool stop_string_in_header(TokenId token);
 
   const Tokenizer& tokenizer_;
@@ -65,7 +65,7 @@ class AssistantStream {
   harmony::StreamingParser parser_;
   std::optional<IncrementalDecoder> raw_;  // set once the output stopped being Harmony
   std::vector<TokenId> unparsed_;          // tokens of the message being read (for the fallback)
-  std::optional<IncrementalDecoder> unparsed_decoder_;  // their text, for stop strings in a header
+  std::optional<IncrementalDecoder> unparsed_decoder_;  // the text of those before the content (the header)
   std::string unparsed_text_;
   size_t messages_seen_ = 0;
   bool in_tool_call_ = false;
