@@ -152,8 +152,10 @@ TEST(ServeCommand, SigtermWithHeavyRequestsInFlightExitsAfterTheDrainTimeout) {
   const std::string dir = testing::temp_dir("serve_heavy");
   auto made = testing::run_command(std::string(MOESERVE_BINARY) + " make-tiny --out " + dir + "/model");
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  testing::ServeProcess serve({"--model", dir + "/model", "--threads", "1", "--drain-timeout", "2", "--max-body", "64MiB"});
+  testing::ServeProcess serve({"--model", dir + "/model", "--threads", "1", "--drain-timeout", "2", "--max-body", "64MiB",
+                               "--render-threads", "2", "--seed", "5"});
   ASSERT_NE(serve.port(), 0u) << serve.log();
+  EXPECT_NE(serve.log().find("requests without a seed draw from --seed 5"), std::string::npos) << serve.log();
   std::vector<std::thread> clients;
   clients.emplace_back([&] {
     post_json(serve.port(), "/v1/completions",
