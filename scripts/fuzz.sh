@@ -19,8 +19,9 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF -DMOESERVE_O200K_RANKS="$(realpath "$ranks")" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 
-# target | seed files | libFuzzer's -max_len
+# target | seed files | libFuzzer's -max_len [| more libFuzzer flags]
 table=(
+  "openai_request_fuzz|tests/fixtures/openai_requests/*.json|65536|-dict=fuzz/openai_request.dict"
   "tokenizer_fuzz|tests/fixtures/harmony/*.txt tests/tokenizer/corpus_seed.txt|4096"
   "harmony_parser_fuzz|tests/fixtures/harmony/*.txt tests/tokenizer/corpus_seed.txt|4096"
   "http_request_fuzz|tests/fixtures/http/*.req|8192"
@@ -36,7 +37,7 @@ if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ]; then export TMPDIR=/dev/shm; fi
 available=$(cmake --build build-fuzz --target help | sed -n 's/^\([a-z_]*_fuzz\):.*/\1/p')
 mkdir -p build-fuzz/findings
 for row in "${table[@]}"; do
-  IFS='|' read -r target seeds max_len <<<"$row"
+  IFS='|' read -r target seeds max_len flags <<<"$row"
   if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $target "* ]]; then continue; fi
   if ! grep -qx "$target" <<<"$available"; then echo "fuzz: $target is not in this build (skipped)"; continue; fi
   cmake --build build-fuzz --target "$target"
@@ -45,7 +46,8 @@ for row in "${table[@]}"; do
   # shellcheck disable=SC2086
   cp $seeds "$corpus"/
   echo "fuzz: $target for ${seconds}s"
-  "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=4096 \
+  # shellcheck disable=SC2086
+  "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=4096 ${flags:-} \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
 echo "fuzz: no crashes"

@@ -72,6 +72,7 @@ Tokenizer::Tokenizer(TokenizerFileContents contents)
     harmony_name = name;
   }
   for (size_t i = 0; i < special_names_.size(); ++i) {
+    longest_special_name_ = std::max(longest_special_name_, special_names_[i].size());
     const auto [it, inserted] =
         special_ids_.emplace(special_names_[i], static_cast<TokenId>(o200k::kFirstSpecial + i));
     MOESERVE_CHECK(inserted, "special token name {} is used twice", special_names_[i]);
@@ -166,13 +167,21 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const AllowedSpeci
   out.reserve(text.size() / 3);
   size_t ordinary_start = 0;
   size_t search = 0;
-  // Special tokens are "<|name|>" with no "|>" inside, so each candidate ends at the first "|>" after "<|".
+  // Special tokens are "<|name|>" with no "|>" inside, so each candidate ends at the first "|>" after "<|". That
+  // "|>" serves every "<|" before it (found once, not once per "<|": text like "<|<|<|..." stays linear), and a
+  // candidate longer than the longest name is no token.
+  size_t close = 0;
+  bool close_found = false;
   while (true) {
     const size_t open = text.find("<|", search);
     if (open == std::string_view::npos) break;
-    const size_t close = text.find("|>", open + 2);
+    if (!close_found || close < open + 2) {
+      close = text.find("|>", open + 2);
+      close_found = true;
+    }
     if (close == std::string_view::npos) break;
-    const auto it = special_ids_.find(text.substr(open, close + 2 - open));
+    const auto it = close + 2 - open <= longest_special_name_ ? special_ids_.find(text.substr(open, close + 2 - open))
+                                                              : special_ids_.end();
     if (it == special_ids_.end()) {
       search = open + 1;
       continue;

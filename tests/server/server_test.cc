@@ -2,13 +2,7 @@
 // disconnect, raw-socket abuse, and the official openai npm client (tests/server/openai_client.mjs) against it.
 #include <gtest/gtest.h>
 
-#include <malloc.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <boost/asio.hpp>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "engine/generate.h"
@@ -18,6 +12,7 @@
 #include "server/http_client.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
+#include "server/server_harness.h"
 #include "test_util.h"
 
 namespace moeserve {
@@ -26,38 +21,12 @@ namespace {
 using nlohmann::json;
 using testing::post_json;
 
-std::shared_ptr<const Tokenizer> tokenizer() {
-  static std::shared_ptr<const Tokenizer> t = Tokenizer::o200k_harmony();
-  return t;
-}
-
-std::shared_ptr<const Checkpoint> tiny_checkpoint() {
-  static auto c = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
-  return c;
-}
-
-struct ServerHarness {
-  std::shared_ptr<Engine> engine;
-  std::unique_ptr<server::OpenAiServer> server;
-  uint16_t port = 0;
-
-  ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options = {}, EngineConfig config = {}) {
-    if (config.num_kv_blocks == 0 && config.kv_cache_bytes == 0) config.num_kv_blocks = 4096;
-    engine = std::make_shared<Engine>(std::move(runner), config);
-    options.http.port = 0;
-    options.served_model_name = "tiny";
-    server = std::make_unique<server::OpenAiServer>(engine, tokenizer(), options);
-    server->start();
-    port = server->port();
-  }
-  ~ServerHarness() { server->shutdown(); }
-};
-
-std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(tiny_checkpoint(), 2); }
-
-std::vector<int32_t> encode(const std::string& text) {
-  return tokenizer()->encode(text, AllowedSpecial::all());
-}
+using testing::encode;
+using testing::expect_error;
+using testing::ServerHarness;
+using testing::tiny_checkpoint;
+using testing::tiny_runner;
+using testing::tokenizer;
 
 // Replies scripted in Harmony: analysis then final, or a tool call, or (after a tool result) a final answer.
 std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt) {
@@ -219,14 +188,6 @@ TEST(Server, ResponsesApiSubset) {
   EXPECT_EQ(types.front(), "response.created");
   EXPECT_EQ(types.back(), "response.completed");
   EXPECT_EQ(text, "Hello! How can I help?");
-}
-
-void expect_error(const testing::HttpResult& r, unsigned status, const std::string& fragment) {
-  EXPECT_EQ(r.status, status) << r.body;
-  json body = json::parse(r.body, nullptr, false);
-  ASSERT_TRUE(body.is_object() && body.contains("error")) << r.body;
-  EXPECT_NE(body["error"]["message"].get<std::string>().find(fragment), std::string::npos) << r.body;
-  EXPECT_TRUE(body["error"].contains("type"));
 }
 
 TEST(Server, BadRequestsGetOpenAiErrorsWithTheRightStatus) {
@@ -398,23 +359,9 @@ TEST(ServeCommand, SigtermDrainsInFlightRequestsAndExitsZero) {
   const std::string dir = testing::temp_dir("serve");
   auto made = testing::run_command(std::string(MOESERVE_BINARY) + " make-tiny --out " + dir + "/model");
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  const std::string log = dir + "/serve.log";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    freopen(log.c_str(), "w", stderr);
-    execl(MOESERVE_BINARY, MOESERVE_BINARY, "serve", "--model", (dir + "/model").c_str(), "--port", "0", "--threads", "1",
-          nullptr);
-    _exit(127);
-  }
-  uint16_t port = 0;
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto at = text.find("on http://127.0.0.1:");
-    if (at != std::string::npos) port = static_cast<uint16_t>(std::stoi(text.substr(at + 20)));
-  }
-  ASSERT_NE(port, 0) << "serve did not start";
+  testing::ServeProcess serve({"--model", dir + "/model", "--threads", "1"});
+  const uint16_t port = serve.port();
+  ASSERT_NE(port, 0) << "serve did not start:\n" << serve.log();
   // Chat: the same prompt as `moeserve generate --prompt`, greedy; the random model's output is not Harmony, so
   // both show it as plain text.
   auto chat = post_json(port, "/v1/chat/completions",
@@ -435,10 +382,8 @@ TEST(ServeCommand, SigtermDrainsInFlightRequestsAndExitsZero) {
                        {{"model", "model"}, {"prompt", prompt}, {"max_tokens", 200}, {"temperature", 0}, {"ignore_eos", true}});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the request is in flight
-  kill(pid, SIGTERM);
+  const int status = serve.terminate_and_wait();
   request.join();
-  int status = 0;
-  waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   ASSERT_EQ(result.status, 200u) << result.body;
