@@ -143,7 +143,8 @@ void FakeStreamingServer::serve(int socket_fd) {
     }
     const int max_tokens =
         openai ? body.at("max_tokens").get<int>() : body.at("sampling_params").at("max_new_tokens").get<int>();
-    const std::vector<int32_t> tokens = tokens_for(prompt, max_tokens);
+    std::vector<int32_t> tokens = options_.reply.empty() ? tokens_for(prompt, max_tokens) : options_.reply;
+    if (static_cast<int>(tokens.size()) > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
     net::write(*socket, net::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                                 "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")));
     for (size_t i = 0; i < tokens.size(); ++i) {

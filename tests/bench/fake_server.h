@@ -35,6 +35,8 @@ struct FakeServerOptions {
   int fail_after_requests = 0;
   // Not empty: every request without "Authorization: Bearer <api_key>" gets a 401, as `vllm serve --api-key`.
   std::string api_key;
+  // Not empty: every completion streams these tokens (up to max_tokens) instead of tokens_for's.
+  std::vector<int32_t> reply;
 };
 
 class FakeStreamingServer {
