@@ -198,7 +198,7 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
   c.vocab_size = o.vocab;
   c.sliding_window = o.window;
   if (o.shape == "gpt-oss-20b" || o.shape == "gpt-oss-120b") {
-    // ../shared/reference/gpt-oss-architecture.md, section 1.
+    // The config.json of openai/gpt-oss-20b and openai/gpt-oss-120b (and openai/gpt-oss gpt_oss/torch/model.py).
     c.num_layers = o.shape == "gpt-oss-20b" ? 24 : 36;
     c.num_experts = o.shape == "gpt-oss-20b" ? 32 : 128;
     c.hidden_size = 2880;

@@ -1,5 +1,5 @@
 // Verification of one sequence's draft against the target's logits, lossless for deterministic drafts
-// (../shared/reference/eagle3-and-speed-bench.md section 2):
+// (speculative sampling, Leviathan et al. arXiv 2211.17192; vLLM v1/sample/rejection_sampler.py with draft_probs=None):
 //  - greedy: follow the children whose token is the target's argmax; emit the argmax where none is (or the bonus
 //    token past a fully accepted path);
 //  - temperature > 0: at each node, try its children in the drafter's order, accepting child d with probability

@@ -225,7 +225,7 @@ TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
 }
 
 TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
-  TinyModelOptions o;  // gpt-oss-20b's dimensions (../shared/reference/gpt-oss-architecture.md), two layers
+  TinyModelOptions o;  // gpt-oss-20b's dimensions (openai/gpt-oss-20b config.json), two layers
   o.layers = 2;
   o.hidden = 2880;
   o.heads = 64;
