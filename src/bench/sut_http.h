@@ -19,7 +19,7 @@ struct HttpSutOptions {
   // The OpenAI "model" field; empty asks the server's /v1/models and takes its first model.
   std::string model;
   // Sent as "Authorization: Bearer KEY" on every request (empty: no header), as OpenAI's clients do.
-  std::string api_key;
+  std::string api_key{};
   int io_threads = 1;
   double connect_timeout_seconds = 30;
 };

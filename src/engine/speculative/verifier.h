@@ -42,4 +42,7 @@ Verdict verify_draft_greedy(const DraftTree& draft, std::span<const int32_t> row
 // The uniform in [0, 1) that decides the attempt-th sibling tried for the sample_index-th token.
 double acceptance_uniform(uint64_t seed, uint64_t sample_index, int attempt);
 
+// The deepest node's depth (drafter.h), i.e. how many draft positions a verify step can accept; 0 when empty.
+size_t draft_depth(const DraftTree& draft);
+
 }  // namespace moeserve::speculative
