@@ -37,7 +37,7 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
       ->capture_default_str();
   command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
   command->add_option("--speculative-config", args.speculative_config,
-                      "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":DIR,"
+                      "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
                       "\"num_speculative_tokens\":3}'; trees: \"speculative_eagle_topk\", "
                       "\"speculative_num_draft_tokens\" (tokens verified per step, root included)");
 }

@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "test_util.h"
 #include "util/files.h"
@@ -75,7 +79,8 @@ TEST(ServeCli, AKvCacheThatCannotHoldOneSequenceRefusesToStart) {
 }
 
 TEST(RunnerCli, DeviceCudaWithoutAGpuSaysThereIsNone) {
-  const auto result = moeserve("generate --model " + testing::tiny_model() + " --device cuda --tokens 1,2 --max-tokens 1");
+  const auto result =
+      moeserve("generate --model " + testing::tiny_model() + " --device cuda --tokens 1,2 --max-tokens 1");
   if (result.exit_code == 0) GTEST_SKIP() << "a GPU is present";
   EXPECT_EQ(result.exit_code, 1);
   // A build without CUDA says so; a CUDA build on a machine without a GPU or driver says there is no device, not
@@ -93,6 +98,40 @@ TEST(GenerateCli, AcceptanceByPositionIsZeroWhenNothingWasAccepted) {
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("acceptance length 1.000"));
   EXPECT_THAT(result.output, HasSubstr("acceptance by position [0, 0, 0]"));
+}
+
+// Every flag the README's command examples use exists: each `build/moeserve COMMAND ...` line of a code block, with
+// its continuation lines, against `moeserve COMMAND --help`.
+TEST(Readme, EveryFlagOfTheExamplesExists) {
+  std::istringstream readme(read_text_file(MOESERVE_SOURCE_DIR "/README.md"));
+  std::map<std::string, std::set<std::string>> flags;
+  const std::regex command_line(R"(^    build/moeserve ([a-z-]+)(.*))");
+  const std::regex flag(R"(--[a-z0-9][a-z0-9-]*)");
+  std::string command;
+  for (std::string line; std::getline(readme, line);) {
+    std::smatch m;
+    std::string rest;
+    if (std::regex_match(line, m, command_line)) {
+      command = m[1];
+      rest = m[2];
+    } else if (!command.empty() && line.rfind("        ", 0) == 0) {
+      rest = line;
+    } else {
+      command.clear();
+      continue;
+    }
+    for (std::sregex_iterator it(rest.begin(), rest.end(), flag), end; it != end; ++it)
+      flags[command].insert(it->str());
+  }
+  ASSERT_GE(flags.size(), 8u);
+  EXPECT_TRUE(flags["bench"].contains("--max-consecutive-failures"));  // continuation lines are read
+  for (const auto& [name, used] : flags) {
+    const auto help = moeserve(name + " --help");
+    ASSERT_EQ(help.exit_code, 0) << name;
+    for (const std::string& f : used)  // the whole flag, not a prefix of a longer one
+      EXPECT_TRUE(std::regex_search(help.output, std::regex(f + "(?![a-z0-9-])")))
+          << "README: moeserve " << name << " " << f;
+  }
 }
 
 }  // namespace
