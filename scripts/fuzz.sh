@@ -26,4 +26,11 @@ for target in tokenizer_fuzz harmony_parser_fuzz; do
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/findings/"$target"- -print_final_stats=1 "$corpus"
 done
+# bench_fuzz: the bench's reading of server responses, seeded with streams of both APIs (tests/fixtures/bench_fuzz).
+cmake --build build-fuzz --target bench_fuzz
+mkdir -p build-fuzz/corpus/bench_fuzz
+cp tests/fixtures/bench_fuzz/*.bin build-fuzz/corpus/bench_fuzz/
+echo "fuzz: bench_fuzz for ${seconds}s"
+build-fuzz/fuzz/bench_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
+  -artifact_prefix=build-fuzz/findings/bench_fuzz- -print_final_stats=1 build-fuzz/corpus/bench_fuzz
 echo "fuzz: no crashes"

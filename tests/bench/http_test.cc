@@ -95,6 +95,32 @@ TEST(StreamDecoder, ErrorEventsAndBadJsonFailTheSample) {
   EXPECT_NE(decode_in_pieces(HttpApi::openai, "data: {not json\n\n", 3).error.find("unreadable"), std::string::npos);
 }
 
+TEST(StreamDecoder, FieldsOfTheWrongTypeFailTheSampleNamingTheField) {
+  // Each of these once threw out of the decoder (nlohmann's type_error), which an I/O thread does not survive.
+  const std::vector<std::pair<HttpApi, std::string>> events = {
+      {HttpApi::openai, R"({"choices":[{"token_ids":["5"]}]})"},
+      {HttpApi::openai, R"({"choices":[{"token_ids":[1e300]}]})"},
+      {HttpApi::openai, R"({"choices":[{"token_ids":[-3]}]})"},
+      {HttpApi::openai, R"({"choices":[],"usage":{"completion_tokens":"many"}})"},
+      {HttpApi::sglang, R"({"output_ids":[1],"meta_info":{"completion_tokens":1.5}})"},
+      {HttpApi::sglang, R"({"output_ids":[{}]})"},
+  };
+  for (const auto& [api, event] : events) {
+    SampleOutput out;
+    EXPECT_NO_THROW(out = decode_in_pieces(api, "data: " + event + "\n\n", 4)) << event;
+    EXPECT_NE(out.error.find("event '"), std::string::npos) << event << ": " << out.error;
+  }
+  const SampleOutput counted = decode_in_pieces(HttpApi::openai, R"(data: {"choices":[],"usage":{"completion_tokens":1e300}})"
+                                                                 "\n\n", 5);
+  EXPECT_NE(counted.error.find("usage.completion_tokens"), std::string::npos) << counted.error;
+  // A finish reason of another type is kept as its JSON text; a non-object choice is skipped.
+  EXPECT_EQ(decode_in_pieces(HttpApi::sglang, R"(data: {"meta_info":{"finish_reason":{"type":7}}})"
+                                              "\n\n", 3)
+                .finish_reason,
+            R"({"type":7})");
+  EXPECT_TRUE(decode_in_pieces(HttpApi::openai, "data: {\"choices\":[5]}\n\n", 2).error.empty());
+}
+
 TEST(StreamProtocol, EndpointsAndRequestBodies) {
   HttpEndpoint e = parse_endpoint("http://localhost:8000/api/");
   EXPECT_EQ(e.host, "localhost");
