@@ -103,6 +103,8 @@ TEST(StreamDecoder, FieldsOfTheWrongTypeFailTheSampleNamingTheField) {
       {HttpApi::openai, R"({"choices":[{"token_ids":[-3]}]})"},
       {HttpApi::openai, R"({"choices":[],"usage":{"completion_tokens":"many"}})"},
       {HttpApi::sglang, R"({"output_ids":[1],"meta_info":{"completion_tokens":1.5}})"},
+      // bench_fuzz's finding: an integer literal too large for int64 is read as a double, then cast (UB).
+      {HttpApi::sglang, R"({"output_ids":[9],"meta_info":{"completion_tokens":2222222222222222222222222222222221}})"},
       {HttpApi::sglang, R"({"output_ids":[{}]})"},
   };
   for (const auto& [api, event] : events) {
