@@ -31,6 +31,7 @@ table=(
   "config_fuzz|tests/fixtures/loaders/config/*|8192"
   "safetensors_fuzz|tests/fixtures/loaders/safetensors/*|8192"
   "parquet_fuzz|tests/bench/fixtures/parquet/*|8192"
+  "bench_fuzz|tests/fixtures/bench_fuzz/*.bin|4096"
 )
 # The safetensors target writes each input to a file: on tmpfs where there is one.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ]; then export TMPDIR=/dev/shm; fi

@@ -1,5 +1,7 @@
 #include "cli/runner_args.h"
 
+#include <filesystem>
+
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "util/error.h"
@@ -43,6 +45,10 @@ OpenedRunner open_runner(const RunnerArgs& args) {
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);
     return opened;
   }
+  MOESERVE_CHECK(!std::filesystem::exists(args.model) || std::filesystem::is_directory(args.model),
+                 "--model {} is a file, not a directory: give the model directory (the one holding config.json and "
+                 "the *.safetensors files)",
+                 args.model);
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));
   if (args.device == "cuda")
     opened.runner = make_cuda_runner(opened.checkpoint, cuda);

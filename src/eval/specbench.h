@@ -1,5 +1,5 @@
 // SPEED-Bench's protocol for speculative decoding (NVIDIA Model-Optimizer examples/specdec_bench; reference
-// ../shared/reference/eagle3-and-speed-bench.md section 4): every request is a categorised multi-turn
+// the nvidia/SPEED-Bench dataset, arXiv 2604.09557): every request is a categorised multi-turn
 // conversation; each turn is rendered with Harmony, with only the final channel of earlier replies kept as
 // history, and generated greedily (temperature 0) with the engine's speculation. The measure is the acceptance
 // length: tokens per engine step, i.e. per streamed event, since the engine emits one event per verify step with

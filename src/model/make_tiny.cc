@@ -198,7 +198,7 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
   c.vocab_size = o.vocab;
   c.sliding_window = o.window;
   if (o.shape == "gpt-oss-20b" || o.shape == "gpt-oss-120b") {
-    // ../shared/reference/gpt-oss-architecture.md, section 1.
+    // The config.json of openai/gpt-oss-20b and openai/gpt-oss-120b (and openai/gpt-oss gpt_oss/torch/model.py).
     c.num_layers = o.shape == "gpt-oss-20b" ? 24 : 36;
     c.num_experts = o.shape == "gpt-oss-20b" ? 32 : 128;
     c.hidden_size = 2880;
@@ -254,7 +254,9 @@ void make_tiny_checkpoint(const TinyModelOptions& options, const std::string& ou
     write_safetensors((fs::path(out_dir) / "model.safetensors").string(), std::move(plan.tensors), metadata);
     return;
   }
-  // Shards named as Hugging Face's save_pretrained names them, with an index mapping each tensor to its file.
+  // Shards named as Hugging Face's save_pretrained names them, with an index mapping each tensor to its file. The
+  // original layout's double dash is OpenAI's own: openai/gpt-oss-120b's original/ holds model--00001-of-00007
+  // to model--00007-of-00007.safetensors beside model.safetensors.index.json.
   nlohmann::json weight_map = nlohmann::json::object();
   size_t per_shard = (plan.tensors.size() + options.shards - 1) / options.shards;
   for (int s = 0; s < options.shards; ++s) {

@@ -78,7 +78,7 @@ TEST(Checkpoint, ReadsHuggingFaceConfig) {
 }
 
 TEST(Checkpoint, YarnFrequenciesMatchTheReferenceValues) {
-  // Sample values from gpt_oss/torch/model.py for the real head_dim 64 (../shared/reference, section 1).
+  // Sample values from openai/gpt-oss gpt_oss/torch/model.py (RotaryEmbedding) for the real head_dim 64.
   ModelConfig c = tiny_model_config({});
   auto inv_freq = rope_inverse_frequencies(c);
   ASSERT_EQ(inv_freq.size(), 32u);

@@ -1,5 +1,5 @@
 // The EAGLE-3 draft head on the CPU: one Llama decoder layer over fused target features and token embeddings,
-// with its own paged KV per sequence (../shared/reference/eagle3-and-speed-bench.md section 1.2). It implements
+// with its own paged KV per sequence (EAGLE-3, arXiv 2503.01840; the forward of vLLM's llama_eagle3.py). It implements
 // Drafter: each call rolls a sequence back to the call's start position, extends the KV over the newly verified
 // positions with the target's features, then drafts a chain or an EAGLE-2/3 dynamic tree (eagle3_tree.h) whose
 // speculative KV is dropped before returning.

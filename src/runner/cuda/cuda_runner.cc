@@ -400,7 +400,7 @@ bool cuda_runner_available() {
 std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> checkpoint,
                                               const CudaRunnerOptions& options) {
   const cuda::Precision precision = cuda::parse_precision(options.precision);
-  MOESERVE_CUDA_CHECK(cudaSetDevice(options.device));
+  cuda::select_cuda_device(options.device);
   auto weights = cuda::DeviceWeights::upload(*checkpoint, precision);
   return std::make_unique<cuda::CudaRunner>(checkpoint->config(), std::move(weights), precision, options,
                                             cuda::read_kv_scales(*checkpoint));
@@ -411,7 +411,7 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
   MOESERVE_CHECK(shape == "gpt-oss-20b" || shape == "gpt-oss-120b", "--synthetic \"{}\" (gpt-oss-20b or gpt-oss-120b)",
                  shape);
   const cuda::Precision precision = cuda::parse_precision(options.precision);
-  MOESERVE_CUDA_CHECK(cudaSetDevice(options.device));
+  cuda::select_cuda_device(options.device);
   TinyModelOptions tiny;
   tiny.shape = shape;
   ModelConfig config = tiny_model_config(tiny);
