@@ -56,6 +56,9 @@ struct StepView {
 inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
 inline constexpr int kDecodeTileRows = 16;  // decode attention's (token, head) rows per group: the mma's M
 inline int decode_group_tokens(int heads_per_kv) { return kDecodeTileRows / heads_per_kv; }
+// Prefill attention's work list: tiles of this many consecutive query tokens of one sequence (q_tile_*); the
+// kernel splits each among its blocks.
+inline constexpr int kPrefillTileRows = 64;
 
 // The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of `dtype`.
 struct KvView {
