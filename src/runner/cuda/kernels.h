@@ -133,7 +133,8 @@ void launch_attention_decode(cudaStream_t stream, const AttentionParams& params,
 int attention_decode_f32_splits(int T, int kv_heads, int multiprocessors);
 void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& params, const StepView& step, int splits,
                                  float* partial);
-// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 q, bf16 or fp8 KV.
+// Prefill attention over the query tiles (step.q_tile_*) on Hopper's warpgroup MMA (sm_90a), FlashAttention-3
+// style; bf16 q, bf16 or fp8 KV, causal or tree steps.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
