@@ -1,6 +1,6 @@
-// Attention alone on one full-attention layer of gpt-oss-120b's shape (64 query heads, 8 KV heads of 64 dims,
-// sinks, paged KV in blocks of 16 scattered over the pool), against ceilings measured in the same run:
-//   decode: one token per sequence at batch 1, 8, 64, 256, 1,024 and contexts 1k, 2k, 8k, bf16 and fp8 e4m3 KV
+// Attention alone on one layer of gpt-oss-120b's shape (64 query heads, 8 KV heads of 64 dims, sinks, paged KV in
+// blocks of 16 scattered over the pool), against ceilings measured in the same run:
+//   decode (a full layer): one token per sequence at batch 1, 8, 64, 256, 1,024 and contexts 1k, 2k, 8k, bf16 and fp8 e4m3 KV
 //     (random values filled on the device, never zeros); GB/s = the K and V rows read (each once per GQA group:
 //     batch x context x 8 KV heads x 2 x 64 elements) over the kernel's time, against the device-to-device copy
 //     bandwidth (bytes read + written);
@@ -9,7 +9,8 @@
 //     (mma.sync, attention_prefill_v1.cu) beside it; FLOP/s = 4 x 64 heads x 64 dims x the visible (query, key)
 //     pairs over the time, against cuBLASLt's bf16 matrix rate; and version 2's output against version 1's
 //     (||v2 - v1|| / ||v1||, with any non-finite output counted), so the run checks what it times.
-// Times are CUDA events around `--reps` launches after 3 warm-ups. Prints one line per figure, then a table.
+// Times are CUDA events around `--reps` launches after 3 warm-ups. Prints one line per figure, then a table; exits
+// 1 when the prefill versions disagree.
 //   attention_bench [--json FILE] [--reps N] [--batches 1,8,...] [--contexts 1024,...]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -37,12 +38,15 @@ using cuda::DeviceBuffer;
 using cuda::KvDtype;
 
 constexpr int kBlockSize = 16;
+// Each version is within 1e-2 of cpu::attend_one_head (tests/runner/cuda/attention_test.cc), so within 2e-2 of
+// each other; more means one of them is wrong.
+constexpr double kMaxVersionDifference = 2e-2;
 
 struct Row {
   std::string kernel, kv;
   int batch = 0, context = 0, splits = 0;
   double us = 0, rate = 0, of_ceiling = 0;  // rate: GB/s (decode) or TFLOP/s (prefill)
-  double vs_v1 = 0;                         // prefill version 2: ||out - version 1's|| / ||version 1's||
+  double vs_v1 = -1;  // prefill version 2: ||out - version 1's|| / ||version 1's|| (-1: not compared)
 };
 
 const char* kv_name(KvDtype kv) { return kv == KvDtype::bf16 ? "bf16" : "fp8"; }
@@ -123,7 +127,7 @@ void time_prefill(const cuda::AttentionParams& params, const cuda::StepView& ste
   const auto run_v2 = [&] { cuda::launch_attention_prefill(nullptr, params, step); };
   const auto run_v1 = [&] { bench_cuda::launch_attention_prefill_v1(nullptr, v1_params, step); };
   const size_t count = static_cast<size_t>(length) * params.heads * params.head_dim;
-  double vs_v1 = 0;
+  double vs_v1 = -1;
   for (const bool v2 : {true, false}) {
     const double us = v2 ? bench_cuda::event_time_us(run_v2, reps, 3) : bench_cuda::event_time_us(run_v1, reps, 3);
     Row r{fmt::format("prefill {} {}", v2 ? "v2 wgmma" : "v1 mma.sync", layer), kv_name(params.kv.dtype), 1, length,
@@ -142,7 +146,7 @@ void time_prefill(const cuda::AttentionParams& params, const cuda::StepView& ste
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"decode and prefill attention alone on one full gpt-oss-120b layer"};
+  CLI::App app{"decode and prefill attention alone on one gpt-oss-120b layer"};
   std::string json_path;
   int reps = 20;
   std::vector<int> batches = {1, 8, 64, 256, 1024}, contexts = {1024, 2048, 8192};
@@ -224,8 +228,12 @@ int run(int argc, char** argv) {
   for (const Row& r : rows)
     fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} {} | {:.0f}% |\n", r.kernel, r.kv, r.batch, r.context,
                r.splits, r.us, r.rate, r.kernel == "decode" ? "GB/s" : "TFLOP/s", 100 * r.of_ceiling);
+  bool agree = true;
   for (const Row& r : rows)
-    if (r.vs_v1 != 0) fmt::print("{} {}: ||v2 - v1|| / ||v1|| = {:.2e}\n", r.kernel, r.kv, r.vs_v1);
+    if (r.vs_v1 >= 0) {
+      fmt::print("{} {}: ||v2 - v1|| / ||v1|| = {:.2e}\n", r.kernel, r.kv, r.vs_v1);
+      agree = agree && r.vs_v1 <= kMaxVersionDifference;
+    }
   if (!json_path.empty()) {
     nlohmann::json json = {{"gpu", prop.name},
                            {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
@@ -235,10 +243,15 @@ int run(int argc, char** argv) {
       json["rows"].push_back({{"kernel", r.kernel}, {"kv", r.kv}, {"batch", r.batch}, {"context", r.context},
                               {"splits", r.splits}, {"us", r.us}, {"rate", r.rate},
                               {"unit", r.kernel == "decode" ? "GB/s" : "TFLOP/s"}, {"of_ceiling", r.of_ceiling},
-                              {"vs_v1", r.vs_v1}});
+                              {"vs_v1", r.vs_v1 >= 0 ? nlohmann::json(r.vs_v1) : nlohmann::json(nullptr)}});
     std::ofstream file(json_path);
     MOESERVE_CHECK(file.good(), "cannot write {}", json_path);
     file << json.dump(2) << "\n";
+  }
+  if (!agree) {
+    fmt::print(stderr, "attention_bench: prefill versions 1 and 2 differ by more than {} (or wrote non-finite values)\n",
+               kMaxVersionDifference);
+    return 1;
   }
   return 0;
 }

@@ -15,11 +15,12 @@
 // of 128, through kStages shared-memory stages (a K and a V tile: 128 rows of 128 bytes in the 128-byte swizzle
 // wgmma reads), each with a `full` mbarrier (the producer's 4 warps arrive) and an `empty` one (the consumers'
 // 8 warps arrive). Rows are found through the block table one by one (any block size) and zero-filled outside
-// [key_lo, key_hi] or in blocks given back, so masked keys meet zeros, never stale NaNs.
-//   bf16 KV: cp.async 16-byte pieces; a tile's copies are waited for one tile later, fenced to the async proxy
-//            (wgmma reads through it) and announced.
-//   fp8 KV:  rows loaded into registers a tile ahead, converted to bf16 (exact: kv_dtype.cuh), stored, fenced and
-//            announced; the layer's k_scale joins the score scale and v_scale the output.
+// [key_lo, key_hi] or in blocks given back, so masked keys meet zeros, never stale NaNs. Every copy is a 16-byte
+// cp.async whose completion the issuing thread waits for one tile later (two tiles in flight), then fences to the
+// async proxy (wgmma reads through it) before its warp announces the tile.
+//   bf16 KV: copied straight into the stage.
+//   fp8 KV:  copied into a staging buffer as stored, then converted by the same thread to bf16 (exact:
+//            kv_dtype.cuh) into the stage; the layer's k_scale joins the score scale and v_scale the output.
 // Consumer warpgroup, for each tile t of its own range (the others are waited for and released untouched):
 //   S = Q K_t^T     4 x wgmma m64n128k16, Q as register A fragments, K K-major (row = key);
 //   O += P V_{t-1}  8 x wgmma m64n64k16, P as register A fragments, V MN-major (the descriptor transposes it),
@@ -75,6 +76,15 @@ __device__ __forceinline__ int window_start(int window, int position) {
   return window > 0 ? max(0, position - window + 1) : 0;
 }
 
+// The lowest position of tokens [t0, t1) of a tree step's sequence (a causal one's tokens sit at their slots, a
+// tree's at start + depth), which bounds their windows from below; sliding layers only (full ones start at 0).
+__device__ __forceinline__ int lowest_position(const AttentionParams& p, const StepView& step, const Block& b, int t0,
+                                               int t1) {
+  int lowest = b.start + t0;
+  for (int t = t0; t < t1 && p.window > 0; ++t) lowest = min(lowest, step.positions[b.q_start + t]);
+  return lowest;
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile (128-byte swizzle: chunk ^ row % 8).
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
@@ -109,10 +119,8 @@ __device__ __forceinline__ void row_offsets(const AttentionParams& p, const Bloc
   }
 }
 
-// Warpgroup 0: fills stage t % kStages with tile t once the consumers have released tile t - kStages. Every copy
-// is a 16-byte cp.async whose completion the issuing thread waits for one tile later (cp.async groups), so two
-// tiles are in flight; fp8 rows land in a staging buffer first (two, alternating) and the same thread converts
-// its own pieces into the stage.
+// Warpgroup 0: fills stage t % kStages with tile t once the consumers have released tile t - kStages (fp8: through
+// staging buffer t % 2, each thread converting the pieces it copied itself).
 template <typename KvElem>
 __device__ __forceinline__ void produce(const AttentionParams& p, const StepView& step, const Block& b, uint8_t* tiles,
                                         uint8_t* staging, uint64_t* full, uint64_t* empty) {
@@ -275,9 +283,10 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     rows[i].mask = kTree ? tree_mask(step, b.q_start + t, sliding) : ~0ull;
   }
   // The warpgroup's tiles: those holding a key some row sees. Rows' windows start between lo_min and lo_max (a
-  // tree's positions are at least `start`), their last keys between first_slot and last_slot.
+  // position is at most its slot), their last keys between first_slot and last_slot.
   const int first_slot = b.start + w0, last_slot = b.start + w1 - 1;
-  const int lo_min = window_start(p.window, kTree ? b.start : first_slot), lo_max = window_start(p.window, last_slot);
+  const int lo_min = window_start(p.window, kTree ? lowest_position(p, step, b, w0, w1) : first_slot);
+  const int lo_max = window_start(p.window, last_slot);
   const int t_begin = (lo_min - b.key_lo) / kTileKeys, t_end = (last_slot - b.key_lo) / kTileKeys + 1;
   auto masked = [&](int key0) {
     if (key0 < lo_max) return true;
@@ -391,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(Attentio
   b.t0 = row0 + part * kCtaTokens;
   b.t1 = min(min(b.t0 + kCtaTokens, row0 + kPrefillTileRows), q_len);
   if (b.t0 >= b.t1) return;  // the tile's last tokens need fewer blocks
-  b.key_lo = window_start(p.window, kTree ? b.start : b.start + b.t0);
+  b.key_lo = window_start(p.window, kTree ? lowest_position(p, step, b, b.t0, b.t1) : b.start + b.t0);
   b.key_hi = b.start + b.t1 - 1;
   b.tiles = (b.key_hi - b.key_lo) / kTileKeys + 1;
 
