@@ -219,7 +219,8 @@ class CudaAttention : public ::testing::Test {
 };
 
 // Bounds: q, K and V are exact inputs (bf16, or fp8 values the reference dequantises too); the output is rounded
-// to bf16 (2^-9 relative) and the probabilities enter P.V as bf16 (2^-9 each; fp16 with fp8 KV, 2^-12), so 1e-2.
+// to bf16 (2^-9 relative) and the probabilities enter P.V as bf16 (2^-9 each; the decode kernel's fp8 path uses
+// fp16, 2^-12), so 1e-2.
 // fp32: the order of summation only.
 TEST_F(CudaAttention, DecodeKernelMatchesCpu) {
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("decode-kernel", {Path::decode, kv}, 1e-2);
