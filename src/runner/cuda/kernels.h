@@ -57,6 +57,9 @@ struct StepView {
 inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
 inline constexpr int kDecodeTileRows = 16;  // decode attention's (token, head) rows per group: the mma's M
 inline int decode_group_tokens(int heads_per_kv) { return kDecodeTileRows / heads_per_kv; }
+// Prefill attention's work list: tiles of this many consecutive query tokens of one sequence (q_tile_*); the
+// kernel splits each among its blocks.
+inline constexpr int kPrefillTileRows = 64;
 
 // The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of `dtype`.
 struct KvView {
@@ -131,7 +134,8 @@ void launch_attention_decode(cudaStream_t stream, const AttentionParams& params,
 int attention_decode_f32_splits(int T, int kv_heads, int multiprocessors);
 void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& params, const StepView& step, int splits,
                                  float* partial);
-// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 q, bf16 or fp8 KV.
+// Prefill attention over the query tiles (step.q_tile_*) on Hopper's warpgroup MMA (sm_90a), FlashAttention-3
+// style; bf16 q, bf16 or fp8 KV, causal or tree steps.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
