@@ -14,8 +14,6 @@ namespace moeserve::cuda {
 //   read once per step when its rows fit one tile (moe_decode_wgmma.cu).
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
-// decode_x2 and prefill_mma are chosen for no step today; they stay for moe_bench's comparison until its H200
-// figures say whether some shape still needs them.
 enum class MoePath {
   reference,
   decode_x1,
@@ -42,15 +40,9 @@ inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decod
 int moe_rows_per_tile(MoePath path);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
-// (bf16; fp32 steps use the reference):
-//   r < 1: decode_x1. Below one row per expert only part of the experts are touched (E (1 - (1 - k/E)^T)), and
-//     decode_wgmma's 512-row slices of so few experts leave SMs idle; the GEMV's 16-row blocks keep them busy.
-//   1 <= r <= 64: decode_wgmma, each touched expert read once, with the tile of 16 rows up to r = 8, of 32 up to
-//     r = 20, of 64 beyond: near twice the mean, so that few experts spill into a second tile (rows per expert are
-//     about Poisson(r) under uniform routing: P(> 2r) is under 1% there), while the tensor work of the tile's
-//     empty rows stays small (at 80% of the copy bandwidth an n16 / n32 / n64 tile keeps the tensor cores about
-//     20 / 45 / 90% busy: the n64 tile is near compute-bound).
-//   r > 64: prefill_wgmma, whose 128 x 192 tiles do the most work per byte of shared memory.
+// (bf16; fp32 steps use the reference), from moe_bench's measurements on an H200 (docs/PERF.md): decode_x1 for
+// r < 4, decode_x2 up to 24, decode_wgmma_n32 up to 32, decode_wgmma_n64 up to 96, prefill_wgmma beyond.
+// decode_wgmma_n16 and prefill_mma won at no measured point and are kept for moe_bench's comparison only.
 MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts);
 
 // At most this many tiles of `rows_per_tile` rows for `rows` grouped rows over `num_experts` experts: every
