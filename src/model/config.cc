@@ -156,13 +156,38 @@ ModelConfig parse_original_config(const json& j, const std::string& where) {
   return c;
 }
 
-ModelConfig load_model_config(const std::string& dir) {
+json read_config_json(const std::string& dir, std::string& path) {
   namespace fs = std::filesystem;
   MOESERVE_CHECK(fs::is_directory(dir), "model directory {} does not exist", dir);
-  std::string path = (fs::path(dir) / "config.json").string();
+  path = (fs::path(dir) / "config.json").string();
   MOESERVE_CHECK(file_exists(path), "{} has no config.json", dir);
   json j = read_json_file(path);
   MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", path);
+  return j;
+}
+
+ModelFamily model_family_of(const std::string& dir) {
+  std::string path;
+  const json j = read_config_json(dir, path);
+  return optional_field<std::string>(j, "model_type", "", path) == "deepseek_v3" ? ModelFamily::deepseek_v3
+                                                                                 : ModelFamily::gpt_oss;
+}
+
+void read_generation_eos(const std::string& dir, std::vector<int32_t>& ids) {
+  std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  if (!file_exists(path)) return;
+  json g = read_json_file(path);
+  if (!g.contains("eos_token_id")) return;
+  const json& eos = g["eos_token_id"];
+  if (eos.is_array())
+    ids = required_field<std::vector<int32_t>>(g, "eos_token_id", path);
+  else if (eos.is_number_integer())
+    ids = {required_field<int32_t>(g, "eos_token_id", path)};
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  std::string path;
+  const json j = read_config_json(dir, path);
   ModelConfig config;
   if (j.contains("model_type")) {
     config = parse_hf_config(j, path);
@@ -171,16 +196,7 @@ ModelConfig load_model_config(const std::string& dir) {
   } else {
     fail("{}: neither a Hugging Face config (model_type) nor an OpenAI original config (num_experts)", path);
   }
-  std::string generation_path = (fs::path(dir) / "generation_config.json").string();
-  if (file_exists(generation_path)) {
-    json g = read_json_file(generation_path);
-    if (g.contains("eos_token_id")) {
-      if (g["eos_token_id"].is_array())
-        config.eos_token_ids = g["eos_token_id"].get<std::vector<int32_t>>();
-      else if (g["eos_token_id"].is_number_integer())
-        config.eos_token_ids = {g["eos_token_id"].get<int32_t>()};
-    }
-  }
+  read_generation_eos(dir, config.eos_token_ids);
   return config;
 }
 
@@ -258,18 +274,17 @@ json to_original_config_json(const ModelConfig& c) {
               {"rope_ntk_beta", c.rope.beta_fast}};
 }
 
-std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
+std::vector<float> yarn_inverse_frequencies(const RopeConfig& rope, int dim) {
   // transformers _compute_yarn_parameters / gpt_oss RotaryEmbedding._compute_concentration_and_inv_freq.
-  const int dim = c.head_dim;
   const int half = dim / 2;
-  const double base = c.rope.theta;
+  const double base = rope.theta;
   auto correction_dim = [&](double rotations) {
-    return dim * std::log(static_cast<double>(c.rope.original_max_position) / (rotations * 2 * std::numbers::pi)) /
+    return dim * std::log(static_cast<double>(rope.original_max_position) / (rotations * 2 * std::numbers::pi)) /
            (2 * std::log(base));
   };
-  double low = correction_dim(c.rope.beta_fast);
-  double high = correction_dim(c.rope.beta_slow);
-  if (c.rope.truncate) {
+  double low = correction_dim(rope.beta_fast);
+  double high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
     low = std::floor(low);
     high = std::ceil(high);
   }
@@ -281,12 +296,14 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
     // transformers computes base ** (2i/dim) in float32; so do we, for the same rounding.
     float pos_freq = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(dim));
     float extrapolation = 1.0f / pos_freq;
-    float interpolation = 1.0f / (static_cast<float>(c.rope.factor) * pos_freq);
+    float interpolation = 1.0f / (static_cast<float>(rope.factor) * pos_freq);
     float ramp = std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
     float extrapolation_weight = 1.0f - ramp;
     inv_freq[i] = interpolation * (1.0f - extrapolation_weight) + extrapolation * extrapolation_weight;
   }
   return inv_freq;
 }
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c) { return yarn_inverse_frequencies(c.rope, c.head_dim); }
 
 }  // namespace moeserve
