@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "model/checkpoint_writer.h"
 #include "model/mxfp4.h"
 #include "model/safetensors.h"
 #include "model/tiny_random.h"
@@ -248,27 +249,8 @@ void make_tiny_checkpoint(const TinyModelOptions& options, const std::string& ou
     write_text_file((fs::path(out_dir) / "dtypes.json").string(), dtypes.dump(2) + "\n");
   }
 
-  std::sort(plan.tensors.begin(), plan.tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  if (options.shards == 1) {
-    write_safetensors((fs::path(out_dir) / "model.safetensors").string(), std::move(plan.tensors), metadata);
-    return;
-  }
-  // Shards named as Hugging Face's save_pretrained names them, with an index mapping each tensor to its file.
-  nlohmann::json weight_map = nlohmann::json::object();
-  size_t per_shard = (plan.tensors.size() + options.shards - 1) / options.shards;
-  for (int s = 0; s < options.shards; ++s) {
-    std::string file = fmt::format(fmt::runtime(hf ? "model-{:05d}-of-{:05d}.safetensors" : "model--{:05d}-of-{:05d}.safetensors"),
-                                   s + 1, options.shards);
-    std::vector<TensorToWrite> shard;
-    for (size_t i = s * per_shard; i < std::min(plan.tensors.size(), (s + 1) * per_shard); ++i) {
-      weight_map[plan.tensors[i].name] = file;
-      shard.push_back(std::move(plan.tensors[i]));
-    }
-    write_safetensors((fs::path(out_dir) / file).string(), std::move(shard), metadata);
-  }
-  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}};
-  write_text_file((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  write_checkpoint_tensors(out_dir, std::move(plan.tensors), options.shards,
+                           hf ? kHfShardName : "model--{:05d}-of-{:05d}.safetensors");
 }
 
 }  // namespace moeserve
