@@ -23,6 +23,15 @@ std::string tiny_deepseek_model(const deepseek_v3::TinyOptions& o) {
   return dir;
 }
 
+std::shared_ptr<const deepseek_v3::Checkpoint> small_deepseek_checkpoint() {
+  static const std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint = [] {
+    deepseek_v3::TinyOptions o;
+    o.vocab = 1024;
+    return std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(tiny_deepseek_model(o)));
+  }();
+  return checkpoint;
+}
+
 TensorToWrite tensor_of(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
   return {name, dtype, std::move(shape), [bytes = std::move(bytes)] { return bytes; }};
 }

@@ -22,13 +22,7 @@ using ::testing::ThrowsMessage;
 
 constexpr int kBlockSize = 8;
 
-std::shared_ptr<const deepseek_v3::Checkpoint> small_checkpoint() {
-  deepseek_v3::TinyOptions o;
-  o.vocab = 1024;
-  static const auto checkpoint =
-      std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(testing::tiny_deepseek_model(o)));
-  return checkpoint;
-}
+std::shared_ptr<const deepseek_v3::Checkpoint> small_checkpoint() { return testing::small_deepseek_checkpoint(); }
 
 std::vector<int32_t> prompt_of(int n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <unordered_set>
 
 #include "engine/speculative/eagle3_tree.h"
 #include "runner/cpu/ops.h"
@@ -28,21 +27,13 @@ size_t Eagle3Drafter::kv_block_bytes(const Eagle3Config& config, int block_size)
 
 Eagle3Drafter::Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagle3Target target,
                              Eagle3DrafterOptions options)
-    : draft_(std::move(draft)),
+    : TreeDrafter("EAGLE-3 drafter", options.block_size, options.num_blocks, 2 * draft->config().kv_dim()),
+      draft_(std::move(draft)),
       target_(std::move(target)),
       inv_freq_(llama_rope_inverse_frequencies(draft_->config().rope, draft_->config().head_dim)),
-      pool_threads_(options.threads),
-      kv_tables_(options.num_blocks, options.block_size, "EAGLE-3 drafter",
-                 [this](int32_t from, int32_t to, int32_t slots) {
-                   const size_t block = kv_block_bytes(draft_->config(), kv_tables_.block_size()) / sizeof(float);
-                   std::copy_n(kv_cache_.data() + from * block, slots * block / kv_tables_.block_size(),
-                               kv_cache_.data() + to * block);
-                 }) {
+      pool_threads_(options.threads) {
   const Eagle3Config& c = draft_->config();
   const Eagle3Weights& w = draft_->weights();
-  MOESERVE_CHECK(options.block_size > 0 && options.num_blocks > 0,
-                 "EAGLE-3 drafter: KV pool needs a positive block size and count (got {} x {})", options.num_blocks,
-                 options.block_size);
   // The checkpoint was validated against a target config; these are the matrices actually handed over.
   MOESERVE_CHECK(c.vocab_size == target_.vocab_size && c.target_hidden_size == target_.hidden_size,
                  "EAGLE-3 drafter {}: made for vocabulary {} and hidden size {}, the target has {} and {}",
@@ -56,19 +47,11 @@ Eagle3Drafter::Eagle3Drafter(std::shared_ptr<const Eagle3Checkpoint> draft, Eagl
                      lm_head_.rows == c.draft_vocab_size && lm_head_.cols == c.hidden_size,
                  "EAGLE-3 drafter {}: embedding [{}, {}] / lm_head [{}, {}] do not fit hidden size {}",
                  draft_->directory(), embedding_.rows, embedding_.cols, lm_head_.rows, lm_head_.cols, c.hidden_size);
-  kv_cache_.assign(kv_block_bytes(c, options.block_size) / sizeof(float) * options.num_blocks, 0.0f);
 }
 
-int32_t Eagle3Drafter::cached_positions(uint64_t sequence_id) const {
-  return kv_tables_.cached_positions(sequence_id);
-}
-
-void Eagle3Drafter::release(uint64_t sequence_id) { kv_tables_.release(sequence_id); }
-
+// K (which = 0) or V (which = 1) of one position.
 float* Eagle3Drafter::kv_slot(const SequenceKv& kv, int32_t slot, int which) {
-  const int64_t kv_dim = draft_->config().kv_dim();
-  const int64_t block = kv.blocks[slot / kv_tables_.block_size()];
-  return kv_cache_.data() + ((block * kv_tables_.block_size() + slot % kv_tables_.block_size()) * 2 + which) * kv_dim;
+  return TreeDrafter::kv_slot(kv, slot) + which * draft_->config().kv_dim();
 }
 
 int32_t Eagle3Drafter::to_target(int32_t draft_id) const {
@@ -171,141 +154,6 @@ void Eagle3Drafter::draft_log_probs(const float* h2, int64_t R, std::vector<floa
   cpu::linear(pool_threads_, normed.data(), R, lm_head_, nullptr, out.data());
   const size_t V = c.draft_vocab_size;
   for (int64_t r = 0; r < R; ++r) log_softmax({out.data() + r * V, V});
-}
-
-// One sequence being drafted in this call: its tree search and the expanded nodes' outputs and KV slots.
-struct Eagle3Drafter::Drafting {
-  size_t input = 0;
-  SequenceKv* kv = nullptr;
-  int32_t root_position = 0;         // the position of the root token (the newest verified one)
-  std::vector<float> root_h2;        // prenorm output of the last verified row, [H]
-  std::vector<float> node_h2;        // prenorm output of each expanded node, [expanded, H]
-  std::vector<int32_t> node_slot;    // KV slot of each node (-1 until expanded)
-  std::vector<int64_t> node_h2_row;  // row of node_h2 (-1 until expanded)
-  int32_t scratch_slots = 0;         // KV slots past the committed length taken by expanded nodes
-  std::unique_ptr<DraftTreeSearch> search;
-};
-
-std::vector<float> Eagle3Drafter::extend(std::span<const DraftInput> inputs, std::vector<int64_t>& last_row) {
-  const Eagle3Config& c = draft_->config();
-  const int64_t H = c.hidden_size, F = c.feature_width();
-  std::vector<Row> rows;
-  std::vector<float> features;
-  last_row.assign(inputs.size(), -1);
-  std::unordered_set<uint64_t> seen;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    const DraftInput& in = inputs[s];
-    const int64_t n = static_cast<int64_t>(in.next_tokens.size());
-    MOESERVE_CHECK(seen.insert(in.sequence_id).second, "EAGLE-3 drafter: sequence {} twice in one call",
-                   in.sequence_id);
-    SequenceKv& kv = kv_tables_.begin(in, F, c.vocab_size);
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t token = in.next_tokens[i];
-      const int32_t p = in.start_position + static_cast<int32_t>(i);
-      rows.push_back({&kv, token, p, p, p, {p}});
-    }
-    features.insert(features.end(), in.features.begin(), in.features.end());
-    if (n > 0) last_row[s] = static_cast<int64_t>(rows.size()) - 1;
-  }
-  const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float> g(R * H), h2(R * H);
-  if (R > 0) {
-    fuse_features(features.data(), R, g.data());
-    forward_rows(rows, g.data(), h2.data());
-  }
-  for (const DraftInput& in : inputs)
-    kv_tables_.commit(kv_tables_.sequence(in.sequence_id), in.start_position, in.start_token, in.next_tokens);
-  return h2;
-}
-
-bool Eagle3Drafter::expand_frontiers(std::vector<Drafting>& drafting, std::span<const DraftInput> inputs) {
-  const int64_t H = draft_->config().hidden_size;
-  const size_t V = draft_->config().draft_vocab_size;
-  std::vector<Row> rows;
-  std::vector<float> g;
-  std::vector<std::pair<Drafting*, int>> owner;  // (sequence, node) of each row
-  for (Drafting& state : drafting) {
-    const auto& nodes = state.search->nodes();
-    state.node_slot.resize(nodes.size(), -1);
-    state.node_h2_row.resize(nodes.size(), -1);
-    for (int node : state.search->frontier()) {
-      const int32_t slot = state.kv->length + state.scratch_slots++;
-      Row row{state.kv, to_target(nodes[node].draft_id), state.root_position + nodes[node].depth - 1, slot,
-              state.kv->length, {}};
-      for (int a = nodes[node].parent; a >= 0; a = nodes[a].parent) row.extra.push_back(state.node_slot[a]);
-      std::reverse(row.extra.begin(), row.extra.end());
-      row.extra.push_back(slot);
-      kv_tables_.reserve_slots(*state.kv, slot + 1, inputs[state.input].sequence_id);
-      const int parent = nodes[node].parent;
-      const float* parent_h2 =
-          parent < 0 ? state.root_h2.data() : state.node_h2.data() + state.node_h2_row[parent] * H;
-      g.insert(g.end(), parent_h2, parent_h2 + H);
-      rows.push_back(std::move(row));
-      owner.push_back({&state, node});
-    }
-  }
-  if (rows.empty()) return false;
-  std::vector<float> h2(rows.size() * H), log_probs;
-  forward_rows(rows, g.data(), h2.data());
-  draft_log_probs(h2.data(), static_cast<int64_t>(rows.size()), log_probs);
-  for (size_t i = 0; i < owner.size(); ++i) {
-    auto [state, node] = owner[i];
-    state->node_slot[node] = rows[i].slot;
-    state->node_h2_row[node] = static_cast<int64_t>(state->node_h2.size() / H);
-    state->node_h2.insert(state->node_h2.end(), h2.begin() + i * H, h2.begin() + (i + 1) * H);
-  }
-  for (size_t i = 0; i < owner.size();) {
-    DraftTreeSearch& search = *owner[i].first->search;
-    const size_t count = search.frontier().size();
-    search.expand(std::span(log_probs).subspan(i * V, count * V));
-    i += count;
-  }
-  return true;
-}
-
-void Eagle3Drafter::propose_scored(std::span<const DraftInput> inputs, std::vector<DraftTree>& out,
-                                   std::vector<std::vector<float>>* scores) {
-  const int64_t H = draft_->config().hidden_size;
-  const size_t V = draft_->config().draft_vocab_size;
-  out.assign(inputs.size(), {});
-  if (scores != nullptr) scores->assign(inputs.size(), {});
-
-  // Roll back, then extend every sequence over its newly verified positions in one batch.
-  std::vector<int64_t> last_row;
-  const std::vector<float> h2 = extend(inputs, last_row);
-
-  // Depth 1 from each drafting sequence's last verified row.
-  std::vector<Drafting> drafting;
-  std::vector<float> root_h2;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    const DraftInput& in = inputs[s];
-    if (in.shape.num_draft_tokens == 0) continue;
-    Drafting state;
-    state.input = s;
-    state.kv = &kv_tables_.sequence(in.sequence_id);
-    state.root_position = in.start_position + static_cast<int32_t>(in.next_tokens.size());
-    state.root_h2.assign(h2.begin() + last_row[s] * H, h2.begin() + (last_row[s] + 1) * H);
-    root_h2.insert(root_h2.end(), state.root_h2.begin(), state.root_h2.end());
-    drafting.push_back(std::move(state));
-  }
-  std::vector<float> log_probs;
-  draft_log_probs(root_h2.data(), static_cast<int64_t>(drafting.size()), log_probs);
-  for (size_t d = 0; d < drafting.size(); ++d)
-    drafting[d].search = std::make_unique<DraftTreeSearch>(inputs[drafting[d].input].shape,
-                                                           std::span(log_probs).subspan(d * V, V));
-
-  // Each further depth: every sequence's frontier nodes run as one batch. A node at depth t sits at position
-  // root + t, is fed at position root + t - 1 (EAGLE's alignment) with its parent's prenorm output, and attends
-  // to the committed positions and its ancestors, whose KV lives in scratch slots past the committed length.
-  while (expand_frontiers(drafting, inputs)) {
-  }
-
-  // Speculative KV does not survive the call.
-  for (Drafting& state : drafting) {
-    out[state.input] = state.search->result([&](int32_t id) { return to_target(id); },
-                                            scores != nullptr ? &(*scores)[state.input] : nullptr);
-    kv_tables_.truncate(*state.kv, state.kv->length);
-  }
 }
 
 }  // namespace moeserve::speculative
