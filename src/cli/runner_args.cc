@@ -1,6 +1,7 @@
 #include "cli/runner_args.h"
 
 #include "runner/cpu/cpu_runner.h"
+#include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "util/error.h"
 
@@ -41,6 +42,13 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   if (!args.synthetic.empty()) {
     MOESERVE_CHECK(args.device == "cuda", "--synthetic needs --device cuda");
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);
+    return opened;
+  }
+  if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
+    MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
+                   "(--device cpu)", args.model);
+    opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
+    opened.runner = std::make_unique<DeepseekV3CpuRunner>(opened.deepseek, args.threads);
     return opened;
   }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));

@@ -3,6 +3,7 @@
 // (commentary to functions.NAME: the name, then the arguments as they stream). Output that is not well-formed
 // Harmony (an untrained or confused model) is not lost: from the first token the parser rejects, the text of the
 // unparsed tokens becomes content. Stop strings apply to the content; the first one found ends it there.
+// For DeepSeek-R1 models the reply is read as R1's instead (chat/r1_chat.h): reasoning up to </think>, then content.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/r1_chat.h"
 #include "harmony/parser.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -36,6 +38,9 @@ struct AssistantDelta {
 class AssistantStream {
  public:
   AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings);
+  // A DeepSeek-R1 reply.
+  struct R1Reply {};
+  AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, R1Reply);
 
   AssistantDelta push(TokenId token);
   // The end of generation: flushes what is pending.
@@ -49,11 +54,13 @@ class AssistantStream {
 
  private:
   void add_content(std::string text, AssistantDelta& delta);
+  void add_r1(const chat::R1ReplyStream::Delta& d, AssistantDelta& delta);
   void route(const harmony::Message& message, const std::string& text, AssistantDelta& delta);
 
   const Tokenizer& tokenizer_;
   std::vector<std::string> stops_;
   harmony::StreamingParser parser_;
+  std::optional<chat::R1ReplyStream> r1_;  // set for a DeepSeek-R1 reply
   std::optional<IncrementalDecoder> raw_;  // set once the output stopped being Harmony
   std::vector<TokenId> unparsed_;          // tokens of the message being read (for the fallback)
   size_t messages_seen_ = 0;

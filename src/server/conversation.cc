@@ -95,18 +95,11 @@ void append_instructions(std::string& instructions, const std::string& text) {
 }  // namespace
 
 ConversationRequest chat_conversation(const json& body) {
-  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-    throw bad_request("'messages' must be a non-empty list", "messages");
   std::string instructions;
   harmony::Conversation turns;
   std::map<std::string, std::string> tool_names;  // tool_call_id -> function name
-  for (size_t i = 0; i < body["messages"].size(); ++i) {
-    const json& m = body["messages"][i];
-    const std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      throw bad_request(where + " must be an object with a 'role'", "messages");
-    const std::string role = m["role"];
-    const std::string text = content_text(m.value("content", json()), where + ".content");
+  for_each_chat_message(body, [&](const std::string& role, const std::string& text, const json& m,
+                                  const std::string& where) {
     if (role == "system" || role == "developer") {
       append_instructions(instructions, text);
     } else if (role == "user") {
@@ -141,7 +134,7 @@ ConversationRequest chat_conversation(const json& body) {
     } else {
       throw bad_request(fmt::format("{}: unknown role '{}'", where, role), "messages");
     }
-  }
+  });
   auto tools = function_tools(body, true);
   if (!tools_enabled(body)) tools.clear();
   return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(turns));

@@ -12,6 +12,7 @@
 #include "server/api_error.h"
 #include "server/assistant_stream.h"
 #include "server/conversation.h"
+#include "server/r1_conversation.h"
 #include "server/request_fields.h"
 #include "tokenizer/incremental_decoder.h"
 #include "util/error.h"
@@ -134,13 +135,14 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   enum class Api { chat, responses };
 
   AssistantJob(Context ctx, std::shared_ptr<ResponseChannel> channel, Api api, bool stream, bool include_usage,
-               std::vector<std::string> stops)
+               std::vector<std::string> stops, bool r1 = false)
       : ctx_(std::move(ctx)),
         channel_(std::move(channel)),
         api_(api),
         stream_(stream),
         include_usage_(include_usage),
-        assistant_(ctx_.tokenizer, std::move(stops)),
+        assistant_(r1 ? AssistantStream(ctx_.tokenizer, std::move(stops), AssistantStream::R1Reply{})
+                      : AssistantStream(ctx_.tokenizer, std::move(stops))),
         id_(random_id(api == Api::chat ? "chatcmpl-" : "resp_")),
         message_id_(random_id("msg_")),
         reasoning_id_(random_id("rs_")),
@@ -348,24 +350,32 @@ void chat_completions(const Context& ctx, const HttpRequest& request, std::share
   check_model(body, ctx.options);
   check_n(body);
   if (optional_bool(body, "logprobs").value_or(false)) throw bad_request("logprobs are not supported", "logprobs");
-  const ConversationRequest conv = chat_conversation(body);
+  // DeepSeek-R1 models: R1's chat template, replies read as reasoning then content, stopping at end of sentence.
+  const bool r1 = ctx.engine.model_config().family == ModelFamily::deepseek_v3;
   RequestSpec spec;
-  spec.prompt = harmony::render_conversation_for_completion(ctx.tokenizer, conv.conversation);
+  if (r1) {
+    spec.prompt = chat::render_r1_prompt(ctx.tokenizer, r1_chat_turns(body));
+    spec.stop_tokens = ctx.engine.model_config().eos_token_ids;
+  } else {
+    spec.prompt = harmony::render_conversation_for_completion(ctx.tokenizer, chat_conversation(body).conversation);
+    spec.stop_tokens = harmony::assistant_stop_tokens();
+  }
   spec.sampling = sampling_params(body);
   spec.max_tokens = max_new_tokens(body, ctx, spec.prompt.size(), {"max_completion_tokens", "max_tokens"}, INT32_MAX);
-  spec.stop_tokens = harmony::assistant_stop_tokens();
   const bool stream = optional_bool(body, "stream").value_or(false);
   bool include_usage = false;
   if (body.contains("stream_options") && body["stream_options"].is_object())
     include_usage = optional_bool(body["stream_options"], "include_usage").value_or(false);
   auto job = std::make_shared<AssistantJob>(ctx, std::move(channel), AssistantJob::Api::chat, stream, include_usage,
-                                            stop_strings(body));
+                                            stop_strings(body), r1);
   job->start(std::move(spec));
 }
 
 void responses(const Context& ctx, const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) {
   const json body = parse_body(request);
   check_model(body, ctx.options);
+  if (ctx.engine.model_config().family == ModelFamily::deepseek_v3)
+    throw bad_request("the Responses API is served for gpt-oss models; DeepSeek-R1 answers /v1/chat/completions");
   const ConversationRequest conv = responses_conversation(body);
   RequestSpec spec;
   spec.prompt = harmony::render_conversation_for_completion(ctx.tokenizer, conv.conversation);

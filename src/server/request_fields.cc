@@ -80,4 +80,18 @@ std::string content_text(const json& content, const std::string& field) {
   return text;
 }
 
+void for_each_chat_message(const json& body,
+                           const std::function<void(const std::string& role, const std::string& text,
+                                                    const json& message, const std::string& where)>& on_message) {
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    throw bad_request("'messages' must be a non-empty list", "messages");
+  for (size_t i = 0; i < body["messages"].size(); ++i) {
+    const json& m = body["messages"][i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw bad_request(where + " must be an object with a 'role'", "messages");
+    on_message(m["role"].get<std::string>(), content_text(m.value("content", json()), where + ".content"), m, where);
+  }
+}
+
 }  // namespace moeserve::server

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,5 +24,11 @@ std::vector<std::string> stop_strings(const nlohmann::json& body);
 SamplingParams sampling_params(const nlohmann::json& body);
 // Text content: a string, or a list of {"type": "text" | "input_text" | "output_text", "text": ...} parts.
 std::string content_text(const nlohmann::json& content, const std::string& field);
+
+// A chat completion's "messages" (a non-empty list), each checked to be an object with a string 'role':
+// on_message(role, its content text, the message, "messages[i]") in order.
+void for_each_chat_message(const nlohmann::json& body,
+                           const std::function<void(const std::string& role, const std::string& text,
+                                                    const nlohmann::json& message, const std::string& where)>& on_message);
 
 }  // namespace moeserve::server

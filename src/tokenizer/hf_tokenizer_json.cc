@@ -297,6 +297,9 @@ TokenizerFileContents TokenizerJsonReader::finish_merges_list() {
       absent_or(fmt::format("added_tokens/{}/{}", i, flag), false);
   contents.special_names = added_tokens();
   check_vocab_specials(contents.special_names);
+  for (size_t i = 0; i < contents.special_names.size(); ++i)
+    if (const auto flag = leaves_.find(fmt::format("added_tokens/{}/special", i)); flag != leaves_.end() && flag->second == true)
+      contents.special_flagged.push_back(contents.special_names[i].first);
   MOESERVE_CHECK(!merge_list_.empty(), "{}: model.merges is empty", path_);
   contents.merges = std::move(merge_list_);
   contents.mergeable = std::move(tokens_);

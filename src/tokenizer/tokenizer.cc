@@ -86,6 +86,7 @@ Tokenizer::~Tokenizer() = default;
 
 void Tokenizer::init_added_tokens(const TokenizerFileContents& contents) {
   added_by_first_byte_.resize(256);
+  special_flagged_.insert(contents.special_flagged.begin(), contents.special_flagged.end());
   for (const auto& [id, name] : contents.special_names) {
     MOESERVE_CHECK(id >= 0 && !name.empty(), "added token {} has id {} or an empty name", name, id);
     MOESERVE_CHECK(static_cast<size_t>(id) >= ranks_.size() || ranks_.token(id) == name,
@@ -266,6 +267,13 @@ std::string Tokenizer::decode_bytes(std::span<const TokenId> ids) const {
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids) const { return utf8_lossy(decode_bytes(ids)); }
+
+std::string Tokenizer::decode_skipping_special(std::span<const TokenId> ids) const {
+  std::vector<TokenId> kept;
+  for (TokenId id : ids)
+    if (hf_bpe_ ? !special_flagged_.contains(id) : !is_special(id)) kept.push_back(id);
+  return decode(kept);
+}
 
 std::string Tokenizer::decode_utf8(std::span<const TokenId> ids) const {
   std::string bytes = decode_bytes(ids);

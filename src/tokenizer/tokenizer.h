@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct TokenizerFileContents {
   // finds leftmost-longest in the text, and no harmony name applies.
   std::vector<BpeMerge> merges;
   std::vector<std::string> split_patterns;
+  // The added tokens marked "special" (BOS, EOS, placeholders), which Hugging Face's decode with
+  // skip_special_tokens=True drops.
+  std::vector<TokenId> special_flagged;
 };
 
 class HfBpeModel;
@@ -84,6 +88,9 @@ class Tokenizer {
   std::string decode_bytes(std::span<const TokenId> ids) const;
   std::string decode(std::span<const TokenId> ids) const;       // ill-formed UTF-8 replaced by U+FFFD
   std::string decode_utf8(std::span<const TokenId> ids) const;  // ill-formed UTF-8 is an error
+  // decode without the special tokens, as Hugging Face's decode(ids, skip_special_tokens=True): a merges-list
+  // tokenizer drops the added tokens its file marks special; o200k_harmony drops every special token.
+  std::string decode_skipping_special(std::span<const TokenId> ids) const;
 
   bool is_special(TokenId id) const;
   std::optional<TokenId> special_id(std::string_view name) const;
@@ -106,6 +113,7 @@ class Tokenizer {
   // longest first (for the leftmost-longest search).
   std::unique_ptr<HfBpeModel> hf_bpe_;
   std::unordered_map<TokenId, std::string> added_names_;
+  std::unordered_set<TokenId> special_flagged_;
   std::vector<std::vector<std::pair<std::string_view, TokenId>>> added_by_first_byte_;
 };
 

@@ -18,6 +18,7 @@
 #include "server/http_client.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
+#include "server/server_harness.h"
 #include "test_util.h"
 
 namespace moeserve {
@@ -36,21 +37,9 @@ std::shared_ptr<const Checkpoint> tiny_checkpoint() {
   return c;
 }
 
-struct ServerHarness {
-  std::shared_ptr<Engine> engine;
-  std::unique_ptr<server::OpenAiServer> server;
-  uint16_t port = 0;
-
-  ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options = {}, EngineConfig config = {}) {
-    if (config.num_kv_blocks == 0 && config.kv_cache_bytes == 0) config.num_kv_blocks = 4096;
-    engine = std::make_shared<Engine>(std::move(runner), config);
-    options.http.port = 0;
-    options.served_model_name = "tiny";
-    server = std::make_unique<server::OpenAiServer>(engine, tokenizer(), options);
-    server->start();
-    port = server->port();
-  }
-  ~ServerHarness() { server->shutdown(); }
+struct ServerHarness : testing::ServerHarness {
+  explicit ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options = {}, EngineConfig config = {})
+      : testing::ServerHarness(std::move(runner), tokenizer(), std::move(options), std::move(config)) {}
 };
 
 std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(tiny_checkpoint(), 2); }
@@ -155,21 +144,11 @@ TEST(Server, ChatStreamsReasoningAndContentSeparately) {
   auto s = post_json(h.port, "/v1/chat/completions", streaming);
   auto events = testing::sse_data(s.body);
   ASSERT_EQ(events.back(), "[DONE]");
-  std::string content, reasoning, finish;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    json chunk = json::parse(events[i]);
-    if (chunk["choices"].empty()) {
-      EXPECT_EQ(chunk["usage"], body["usage"]);
-      continue;
-    }
-    const json& d = chunk["choices"][0]["delta"];
-    if (d.contains("content")) content += d["content"].get<std::string>();
-    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
-    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
-  }
-  EXPECT_EQ(content, "Hello! How can I help?");
-  EXPECT_EQ(reasoning, "The user greets me.");
-  EXPECT_EQ(finish, "stop");
+  const testing::StreamedChat streamed = testing::collect_chat_stream(events);
+  EXPECT_EQ(streamed.usage, body["usage"]);
+  EXPECT_EQ(streamed.content, "Hello! How can I help?");
+  EXPECT_EQ(streamed.reasoning, "The user greets me.");
+  EXPECT_EQ(streamed.finish, "stop");
 
   // Stop strings cut the content.
   json stopped = request;
