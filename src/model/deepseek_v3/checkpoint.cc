@@ -117,6 +117,18 @@ class LayerBinder {
 
 }  // namespace
 
+nlohmann::json Checkpoint::weight_formats() const {
+  const Linear& projection = weights_.layers.front().attention.kv_a;
+  const std::string projections =
+      projection.is_fp8 ? fmt::format("FP8 e4m3 with {} x {} block scales", config_.fp8_block_rows, config_.fp8_block_cols)
+                        : dtype_name(projection.dense.dtype);
+  return {{"projections", projections},
+          {"embedding", dtype_name(weights_.embedding.dtype)},
+          {"lm_head", dtype_name(weights_.lm_head.dtype)},
+          {"mtp", has_mtp() ? "present" : "absent"},
+          {"norms_router_bias", "f32 (converted at load)"}};
+}
+
 Checkpoint::Checkpoint(Config config, TensorStore store) : config_(std::move(config)), store_(std::move(store)) {}
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {

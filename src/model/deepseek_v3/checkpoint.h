@@ -24,6 +24,8 @@ class Checkpoint {
   const TensorStore& tensors() const { return store_; }
   const std::string& directory() const { return store_.directory(); }
   bool has_mtp() const { return weights_.mtp.has_value(); }
+  // The weights' formats, for benchmark records: {"projections": "FP8 e4m3, 128 x 128 block scales" | dtype, ...}.
+  nlohmann::json weight_formats() const;
 
  private:
   Checkpoint(Config config, TensorStore store);
