@@ -13,8 +13,11 @@ command -v clang++ >/dev/null 2>&1 || {
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang >/dev/null
 }
+deepseek_tokenizer="${BUILD_DIR:-build}/deepseek-r1-tokenizer"
+[ -f "$deepseek_tokenizer/tokenizer.json" ] || { echo "fuzz: $deepseek_tokenizer is missing: run scripts/setup.sh first" >&2; exit 1; }
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF -DMOESERVE_O200K_RANKS="$(realpath "$ranks")" \
+  -DMOESERVE_DEEPSEEK_TOKENIZER_DIR="$(realpath "$deepseek_tokenizer")" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 cmake --build build-fuzz --target tokenizer_fuzz harmony_parser_fuzz
 # attn: the step metadata (needs the CUDA toolkit's headers; fuzz/CMakeLists.txt skips it without them).
@@ -42,4 +45,11 @@ cp tests/fixtures/sandbox_fuzz/*.bin build-fuzz/corpus/sandbox_fuzz/
 echo "fuzz: sandbox_fuzz for ${seconds}s"
 build-fuzz/fuzz/sandbox_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
   -artifact_prefix=build-fuzz/findings/sandbox_fuzz- -print_final_stats=1 build-fuzz/corpus/sandbox_fuzz
+# deepseek: config.json, R1's tokenizer and replies, merges-list tokenizer.json; seeds in tests/fixtures/deepseek_fuzz.
+cmake --build build-fuzz --target deepseek_fuzz
+mkdir -p build-fuzz/corpus/deepseek_fuzz
+cp tests/fixtures/deepseek_fuzz/*.bin build-fuzz/corpus/deepseek_fuzz/
+echo "fuzz: deepseek_fuzz for ${seconds}s"
+build-fuzz/fuzz/deepseek_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
+  -artifact_prefix=build-fuzz/findings/deepseek_fuzz- -print_final_stats=1 build-fuzz/corpus/deepseek_fuzz
 echo "fuzz: no crashes"
