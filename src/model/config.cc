@@ -168,6 +168,7 @@ json read_config_json(const std::string& dir, std::string& path) {
 
 ModelFamily model_family_of(const std::string& dir) {
   std::string path;
+  if (!file_exists((std::filesystem::path(dir) / "config.json").string())) return ModelFamily::gpt_oss;
   const json j = read_config_json(dir, path);
   return optional_field<std::string>(j, "model_type", "", path) == "deepseek_v3" ? ModelFamily::deepseek_v3
                                                                                  : ModelFamily::gpt_oss;

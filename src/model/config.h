@@ -63,7 +63,8 @@ struct ModelConfig {
 nlohmann::json read_config_json(const std::string& dir, std::string& path);
 
 // The family of a checkpoint directory, from its config.json: model_type deepseek_v3, else GPT-OSS (model_type
-// gpt_oss or OpenAI's original keys; load_model_config checks which).
+// gpt_oss or OpenAI's original keys; load_model_config checks which). A directory without config.json is GPT-OSS's
+// too, so that its loaders report what is missing exactly as before a second family existed.
 ModelFamily model_family_of(const std::string& dir);
 
 // generation_config.json's eos_token_id (an id or a list), when the file exists and names one; ids untouched
