@@ -1,12 +1,14 @@
 // libFuzzer target: the tokenizer on arbitrary bytes. Encoding either fails with an Error (ill-formed UTF-8 or a
 // disallowed special token) or round-trips; decoding arbitrary ids either fails with an Error (unknown id) or
-// yields text that the incremental decoder reproduces piece by piece.
+// yields text that the incremental decoder reproduces piece by piece; the linear byte-pair encoder makes the
+// merge loop's tokens.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -48,6 +50,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     streamed += decoder.finish();
     check(streamed == decoded, "incremental decoding differs from decode");
   } catch (const Error&) {
+  }
+  // The linear byte-pair encoder against the merge loop, on the input as one piece (any bytes are a piece).
+  if (!text.empty()) {
+    std::vector<TokenId> linear, merged;
+    byte_pair_encode_linear(tokenizer().ranks(), text, linear);
+    byte_pair_encode_heap(tokenizer().ranks(), text, merged);
+    check(linear == merged, "the linear byte-pair encoder differs from the merge loop");
   }
   return 0;
 }

@@ -9,7 +9,7 @@
 # and the breakdown JSON; a table is printed last.
 #   RUNS       "NAME:INPUT:OUTPUT:SAMPLES ..." (default below: the sample counts fit one device session; see PERF.md)
 #   ROUTERS    "uniform zipf:1" (default)
-#   BREAKDOWN  step_breakdown arguments ("" skips it)
+#   BREAKDOWN  step_breakdown arguments ("" skips it), run for each of BREAKDOWN_ROUTERS (default "uniform")
 #   ENGINE     extra engine flags for every bench run (e.g. "--max-num-seqs 512")
 #   T_RUN      seconds each bench run may take (default 600)
 # Binaries from `BUILD_CUDA=1 scripts/build_static.sh` (build-cuda-static/), carried to the GPU host.
@@ -56,7 +56,7 @@ for run in $RUNS; do
 done
 
 if [ -n "$BREAKDOWN" ]; then
-  for router in $ROUTERS; do
+  for router in ${BREAKDOWN_ROUTERS:-uniform}; do
     # shellcheck disable=SC2086
     timeout "${T_RUN:-600}" "$BIN/step_breakdown" --synthetic-router "$router" $BREAKDOWN \
       --json "$OUT/results/breakdown-${router/:/}.json" > "$OUT/results/breakdown-${router/:/}.log" 2>&1

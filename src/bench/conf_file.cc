@@ -1,5 +1,7 @@
 #include "bench/conf_file.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -18,6 +20,14 @@ bool is_number(const std::string& token) {
   if (stop == start + token.size()) return true;
   (void)std::strtod(start, &stop);
   return stop == start + token.size();
+}
+
+// A number strtod reads as infinite or NaN ("inf", "nan", "1e400"): LoadGen would take it and size a schedule
+// by it.
+bool is_finite_number(const std::string& token) {
+  errno = 0;
+  const double value = std::strtod(token.c_str(), nullptr);
+  return std::isfinite(value) && !(errno == ERANGE && std::abs(value) > 1);
 }
 
 bool known_scenario(const std::string& scenario) {
@@ -57,12 +67,13 @@ ConfFile ConfFile::parse(const std::string& text, const std::string& source) {
                    "{}: unknown scenario '{}' (expected *, SingleStream, MultiStream, Server or Offline)", origin,
                    scenario);
     MOESERVE_CHECK(is_number(tokens[2]), "{}: value '{}' needs to be an integer or a double", origin, tokens[2]);
-    conf.entries_[key] = ConfValue{tokens[2], origin};
+    MOESERVE_CHECK(is_finite_number(tokens[2]), "{}: {} = {} is not a finite number", origin, key, tokens[2]);
+    conf.entries_[key] = ConfValue{tokens[2], origin, key};
   }
   return conf;
 }
 
-ConfFile ConfFile::read(const std::string& path) { return parse(read_text_file(path), path); }
+ConfFile ConfFile::read(const std::string& path) { return parse(read_text_file(path, kMaxBytes), path); }
 
 const ConfValue* ConfFile::lookup(const std::string& model, const std::string& scenario, const std::string& key) const {
   for (const std::string& candidate :
@@ -73,8 +84,21 @@ const ConfValue* ConfFile::lookup(const std::string& model, const std::string& s
   return nullptr;
 }
 
-uint64_t conf_value_u64(const ConfValue& value) { return std::strtoull(value.text.c_str(), nullptr, 0); }
+uint64_t conf_value_u64(const ConfValue& value, uint64_t multiplier) {
+  // strtoull reads "-1" as 2^64 - 1 and saturates past 2^64 with ERANGE.
+  MOESERVE_CHECK(!value.text.starts_with('-'), "{}: {} = {} is negative", value.origin, value.key, value.text);
+  errno = 0;
+  const uint64_t v = std::strtoull(value.text.c_str(), nullptr, 0);
+  MOESERVE_CHECK(errno != ERANGE && (multiplier == 0 || v <= UINT64_MAX / multiplier),
+                 "{}: {} = {} is out of range (at most {} in its unit)", value.origin, value.key, value.text,
+                 multiplier == 0 ? UINT64_MAX : UINT64_MAX / multiplier);
+  return v * multiplier;
+}
 
-double conf_value_f64(const ConfValue& value) { return std::strtod(value.text.c_str(), nullptr); }
+double conf_value_f64(const ConfValue& value, double multiplier) {
+  const double v = std::strtod(value.text.c_str(), nullptr) * multiplier;
+  MOESERVE_CHECK(std::isfinite(v), "{}: {} = {} is out of range", value.origin, value.key, value.text);
+  return v;
+}
 
 }  // namespace moeserve::bench

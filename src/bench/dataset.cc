@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <random>
 
 #include "bench/parquet/reader.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_fields.h"
+#include "util/json_parse.h"
 
 namespace moeserve::bench {
 namespace {
@@ -15,6 +17,10 @@ namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+// Longer than any prompt or output the benchmarks define (and any context GPT-OSS has): a bound on what one
+// sample may size.
+constexpr int kMaxTokensPerSample = 1 << 20;
 
 int32_t token_id(int64_t value, const std::string& where) {
   MOESERVE_CHECK(value >= 0 && value <= INT32_MAX, "{}: token id {} is out of range", where, value);
@@ -51,6 +57,8 @@ class LengthDistribution {
       }
       MOESERVE_CHECK(used == text.size() && used > 0 && value >= 0, "length spec '{}': '{}' is not a number", spec,
                      text);
+      MOESERVE_CHECK(value <= static_cast<double>(kMaxTokensPerSample), "length spec '{}': {} is out of range (0..{})",
+                     spec, text, kMaxTokensPerSample);
       return value;
     };
     if (parts.size() == 1) {
@@ -106,29 +114,23 @@ nlohmann::json Dataset::describe() const {
 }
 
 Dataset load_jsonl_dataset(const std::string& path) {
-  std::ifstream in(path);
-  MOESERVE_CHECK(in.good(), "cannot read {}", path);
   Dataset d;
   d.format = "jsonl";
   d.path = path;
   d.sha256 = sha256_file(path);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  LineReader lines(path, kMaxJsonlLineBytes, kMaxJsonlBytes);
+  for (std::string line; lines.next(line);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not JSON: {}", where, e.what());
-    }
+    const std::string where = fmt::format("{}:{}", path, lines.line_number());
+    const nlohmann::json row = parse_json(line, where);
     MOESERVE_CHECK(row.is_object(), "{}: expected a JSON object", where);
     DatasetSample s;
     for (const char* key : {"input_tokens", "tok_input", "prompt_token_ids", "token_ids"}) {
       if (!row.contains(key)) continue;
       MOESERVE_CHECK(row[key].is_array(), "{}: \"{}\" is not an array of token ids", where, key);
       for (const auto& v : row[key]) {
-        MOESERVE_CHECK(v.is_number_integer(), "{}: \"{}\" holds {}, not a token id", where, key, v.dump());
+        MOESERVE_CHECK(v.is_number_integer(), "{}: \"{}\" holds {}, not a token id", where, key,
+                       json_excerpt(v));
         s.prompt.push_back(token_id(v.get<int64_t>(), where));
       }
       break;
@@ -137,8 +139,11 @@ Dataset load_jsonl_dataset(const std::string& path) {
                    "{}: no prompt token ids (\"input_tokens\", \"tok_input\", \"prompt_token_ids\" or \"token_ids\"); "
                    "the bench sends token ids, so tokenize text prompts first",
                    where);
-    if (row.contains("output_tokens")) s.output_tokens = row["output_tokens"].get<int>();
-    if (row.contains("dataset") && row["dataset"].is_string()) s.source = row["dataset"];
+    MOESERVE_CHECK(s.prompt.size() <= static_cast<size_t>(kMaxTokensPerSample), "{}: a prompt of {} tokens (at most {})",
+                   where, s.prompt.size(), kMaxTokensPerSample);
+    if (row.contains("output_tokens") && !row["output_tokens"].is_null())
+      s.output_tokens = required_field<int>(row, "output_tokens", where, 1, kMaxTokensPerSample);
+    s.source = optional_field<std::string>(row, "dataset", "", where);
     if (row.contains("ground_truth"))
       s.ground_truth =
           row["ground_truth"].is_string() ? row["ground_truth"].get<std::string>() : row["ground_truth"].dump();

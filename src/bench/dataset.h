@@ -27,6 +27,11 @@ struct Dataset {
   nlohmann::json describe() const;
 };
 
+// JSONL datasets (token ids, PubMed articles) are read line by line within these bounds: a line holds one
+// sample (a 100,000-token prompt is ~700 KB of JSON), a file at most kMaxJsonlBytes.
+inline constexpr uint64_t kMaxJsonlLineBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxJsonlBytes = uint64_t{4} << 30;
+
 // A JSONL file: one object per line with the prompt as token ids in "input_tokens", "tok_input",
 // "prompt_token_ids" or "token_ids", optionally "output_tokens" (exact output length), "dataset" and
 // "ground_truth". Lines with text prompts are refused: tokenize them first (the bench sends token ids).

@@ -13,6 +13,7 @@
 
 #include "bench/gpu_info.h"
 #include "bench/loadgen_logs.h"
+#include "bench/preflight.h"
 #include "bench/progress.h"
 #include "bench/schedule.h"
 #include "util/error.h"
@@ -84,6 +85,7 @@ class RunState : public SampleObserver {
     r.error = output.error;
     completed_tokens_ += std::max<int64_t>(0, output.token_count);
     check_sample(r);
+    count_failure(r);
     if (r.log_accuracy) {
       if (!r.first_token && !output.tokens.empty()) r.first_token = output.tokens.front();
       std::vector<int32_t> first;
@@ -95,14 +97,27 @@ class RunState : public SampleObserver {
     done_.notify_all();
   }
 
-  // Blocks until `done()` holds, checking for an interrupt every 100 ms; true if interrupted meanwhile.
+  // Blocks until `done()` holds, checking every 100 ms whether the run must stop; true if it must.
   bool wait(const std::function<bool()>& done) {
     std::unique_lock lock(mutex_);
     while (!done()) {
-      if (config_.interrupt && config_.interrupt->load()) return true;
+      if (must_stop_locked()) return true;
       done_.wait_for(lock, std::chrono::milliseconds(100));
     }
     return false;
+  }
+  // Interrupted, or aborted after too many consecutive failures.
+  bool must_stop() {
+    std::lock_guard lock(mutex_);
+    return must_stop_locked();
+  }
+  std::string aborted() {
+    std::lock_guard lock(mutex_);
+    return aborted_;
+  }
+  uint64_t failed() {
+    std::lock_guard lock(mutex_);
+    return failed_;
   }
   bool wait_all_completed() {
     return wait([this] { return completed_ == issued_; });
@@ -156,6 +171,16 @@ class RunState : public SampleObserver {
     detail_.error("error_runtime", message);
     errors_.push_back(message);
   }
+  bool must_stop_locked() const { return (config_.interrupt && config_.interrupt->load()) || !aborted_.empty(); }
+  void count_failure(const SampleRecord& r) {
+    if (r.error.empty()) {
+      consecutive_failures_ = 0;
+      return;
+    }
+    ++failed_;
+    if (++consecutive_failures_ == config_.max_consecutive_failures && aborted_.empty() && !must_stop_locked())
+      aborted_ = fmt::format("{} consecutive samples failed, the last with: {}", consecutive_failures_, r.error);
+  }
   // LoadGen's checks at completion (AsyncLog::RecordSampleCompletion), plus failures the SUT reported.
   void check_sample(const SampleRecord& r) {
     if (!r.error.empty()) fail(fmt::format("sample {} (qsl_idx {}) failed: {}", r.sequence_id, r.qsl_idx, r.error));
@@ -186,6 +211,9 @@ class RunState : public SampleObserver {
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   int64_t completed_tokens_ = 0;
+  uint64_t failed_ = 0;
+  int consecutive_failures_ = 0;
+  std::string aborted_;
 };
 
 // IssueQueries for one loadable set: issue on the schedule, wait, and gather LoadGen's PerformanceResult.
@@ -207,7 +235,7 @@ class SetRunner {
     uint64_t queries_issued = 0;
     TimePoint final_scheduled = start_;
     TimePoint final_issued = start_;
-    bool stopped = false;  // by one of keep_issuing's checks
+    bool ended = false;  // by one of keep_issuing's checks
     for (const ScheduledQuery& query : schedule.queries) {
       // QueryScheduler<scenario>::Wait: Server sleeps until the scheduled time, SingleStream until the previous
       // query completed (and is scheduled when issued), Offline issues at the start.
@@ -217,12 +245,12 @@ class SetRunner {
         sleep_until(scheduled);
       } else if (e.scenario == Scenario::single_stream && queries_issued > 0) {
         const ScheduledQuery& previous = schedule.queries[queries_issued - 1];
-        for (size_t i = 0; i < previous.sample_count && !interrupted_; ++i)
-          interrupted_ = state_.wait_completed(schedule.samples[previous.first_sample + i].sequence_id);
+        for (size_t i = 0; i < previous.sample_count && !stopped_; ++i)
+          stopped_ = state_.wait_completed(schedule.samples[previous.first_sample + i].sequence_id);
         scheduled = Clock::now();
       }
-      if (interrupted_ || (config_.interrupt && config_.interrupt->load())) {
-        interrupted_ = true;
+      if (stopped_ || state_.must_stop()) {
+        stopped_ = true;
         break;
       }
       const TimePoint now = Clock::now();
@@ -233,20 +261,22 @@ class SetRunner {
       final_issued = now;
       if (e.mode == TestMode::accuracy_only) continue;
       if (!keep_issuing(queries_issued, now - start_)) {
-        stopped = true;
+        ended = true;
         break;
       }
     }
     // IssueQueries: LoadGen cannot run out of generated queries in Server (its duration is the schedule's).
-    if (!stopped && !interrupted_ && e.mode == TestMode::performance_only && e.scenario != Scenario::server)
+    if (!ended && !stopped_ && e.mode == TestMode::performance_only && e.scenario != Scenario::server)
       state_.add_error(
           "Ending early: Ran out of generated queries to issue before the minimum query count and test duration "
           "were reached. Please update the relevant expected latency or target qps in the TestSettings so they "
           "are more accurate.");
     sut_.flush();
-    if (!interrupted_) interrupted_ = state_.wait_all_completed();
-    if (interrupted_) {
-      state_.add_error("Ending early: interrupted; outstanding samples were cancelled");
+    if (!stopped_) stopped_ = state_.wait_all_completed();
+    if (stopped_) {
+      const std::string aborted = state_.aborted();
+      state_.add_error(fmt::format("Ending early: {}; outstanding samples were cancelled",
+                                   aborted.empty() ? "interrupted" : aborted));
       sut_.cancel_all();
       wait_for_cancelled();
     }
@@ -254,17 +284,18 @@ class SetRunner {
   }
 
   TimePoint start() const { return start_; }
-  bool interrupted() const { return interrupted_; }
+  // Interrupted or aborted: issuing stopped and outstanding samples were cancelled.
+  bool stopped() const { return stopped_; }
 
  private:
   void sleep_until(TimePoint when) {
-    // In slices, so that an interrupt is noticed during a long gap.
-    while (Clock::now() < when && !(config_.interrupt && config_.interrupt->load()))
+    // In slices, so that an interrupt or an abort is noticed during a long gap.
+    while (Clock::now() < when && !state_.must_stop())
       std::this_thread::sleep_until(std::min(when, Clock::now() + std::chrono::milliseconds(100)));
   }
 
   void wait_for_cancelled() {
-    // Cancelled samples still complete; wait for them without honouring the (still set) interrupt flag.
+    // Cancelled samples still complete; wait for them without honouring the (still set) stop condition.
     while (state_.outstanding() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
@@ -357,6 +388,7 @@ class SetRunner {
         // The final query is the last one issued; its last sample's completion is all_samples_done_time.
         if (q + 1 == queries_issued) final_done = std::max(final_done, s.completed_at);
         r.sample_latencies.push_back(latency);
+        r.failed_samples += !s.error.empty();
         if (!tokens) continue;
         r.tokens_per_sample.push_back(recorded_token_count(s.token_count));
         if (offline) continue;
@@ -379,7 +411,7 @@ class SetRunner {
   DetailLog& detail_;
   std::ostream* schedule_log_;
   TimePoint start_{};
-  bool interrupted_ = false;
+  bool stopped_ = false;
 };
 
 }  // namespace
@@ -421,7 +453,21 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
                     e.mode == TestMode::accuracy_only ? "accuracy" : "performance", wanted, qsl_count, qsl_count));
 
   RunState state(config, detail, accuracy);
-  sut.start(state);
+  ObserverSwitch observers;
+  Preflight preflight;  // outlives the run: the SUT may still be returning from its report when the run begins
+  observers.route_to(&preflight);
+  sut.start(observers);
+  if (config.preflight) {
+    try {
+      preflight.run(sut, dataset.samples.front(), config.sampling,
+                    {.timeout = config.preflight_timeout, .interrupt = config.interrupt});
+    } catch (const Error& e) {
+      detail.error("error_runtime", e.what());
+      sut.stop();
+      throw;
+    }
+  }
+  observers.route_to(&state);
   SetRunner runner(sut, dataset, config, state, detail, schedule_log.is_open() ? &schedule_log : nullptr);
   ProgressLine progress([&] { return state.status(origin); }, config.show_progress);
   SequenceGen ids;
@@ -450,21 +496,46 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
     for (const LoadableSampleSet& set : sets) {
       detail.log("loaded_qsl_set", set.samples);
       runner.run(set, ids);
-      if (runner.interrupted()) break;
+      if (runner.stopped()) break;
     }
   }
   progress.finish();
   sut.stop();
   accuracy.close();
   result.start = runner.start();
-  result.interrupted = runner.interrupted();
+  result.interrupted = config.interrupt && config.interrupt->load();
+  result.aborted = state.aborted();
+  result.failed_samples = state.failed();
   result.samples = state.issued_records();
   result.errors = state.errors();
   result.warnings = detail.warning_count();
+  if (e.mode == TestMode::accuracy_only && !run_valid(result)) {
+    // LoadGen gives accuracy runs no verdict; a log with missing answers must not pass for a complete one.
+    std::string why;
+    for (const std::string& reason : invalid_reasons(result)) why += (why.empty() ? "" : "; ") + reason;
+    result.summary_text = "Accuracy run INVALID: " + why + "\n";
+    detail.log("result_validity", "INVALID");
+    detail.log("result_invalid_reason", why);
+  }
   result.summary_text += summary_trailer(detail.warning_count(), detail.error_count());
   write_text_file((dir / "mlperf_log_summary.txt").string(), result.summary_text);
   result.wall_seconds = seconds_between(origin, Clock::now());
   return result;
+}
+
+bool run_valid(const RunResult& result) {
+  if (result.verdict) return result.verdict->valid;
+  return invalid_reasons(result).empty();
+}
+
+std::vector<std::string> invalid_reasons(const RunResult& r) {
+  if (r.verdict) return r.verdict->reasons;
+  std::vector<std::string> reasons;
+  if (r.failed_samples > 0) reasons.push_back(failed_samples_text(r.failed_samples, r.samples.size()));
+  if (r.interrupted) reasons.push_back("interrupted");
+  if (r.failed_samples == 0 && !r.errors.empty())
+    reasons.push_back(fmt::format("{} errors in the detailed log", r.errors.size()));
+  return reasons;
 }
 
 }  // namespace moeserve::bench

@@ -28,6 +28,12 @@ struct BenchConfig {
   std::string loadgen_version;                   // written as loadgen_version in the detail log
   bool show_progress = false;                    // a live progress line on stderr
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to cancel outstanding samples and stop
+  // One short request before anything is timed (preflight.h); its failure is an Error and the run does not start.
+  bool preflight = true;
+  std::chrono::seconds preflight_timeout{300};
+  // Issuing stops, and outstanding samples are cancelled, after this many samples in a row failed (0: never):
+  // a server that fails every request would otherwise be sent the whole schedule.
+  int max_consecutive_failures = 10;
 };
 
 // Everything observed about one generated sample.
@@ -59,13 +65,24 @@ struct RunResult {
   std::string summary_text;                   // mlperf_log_summary.txt as written
   std::vector<std::string> errors;            // each error written to the detail log
   int warnings = 0;
+  uint64_t failed_samples = 0;  // issued samples that completed with an error
   bool interrupted = false;
+  std::string aborted;  // why the bench stopped the run itself (consecutive failures); empty when it did not
   std::optional<double> energy_joules;  // NVML energy over the run, when a GPU was measured
   double wall_seconds = 0;
 };
 
-// `energy` (may be null) is started with the first issue and stopped when the last sample completes.
+// `energy` (may be null) is started with the first issue and stopped when the last sample completes. Throws
+// moeserve::Error when the preflight request fails (nothing is timed then).
 RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& config,
                         EnergyMeter* energy = nullptr);
+
+// Whether the run counts: performance mode, LoadGen's verdict plus no failed sample; accuracy mode (which LoadGen
+// gives no verdict), every sample answered and no error in the detail log, since the accuracy log is only as good
+// as its least complete entry.
+bool run_valid(const RunResult& result);
+// Every reason the run is INVALID, one sentence each (empty when VALID): LoadGen's verdict's reasons, or in
+// accuracy mode "3 of 64 samples failed", "interrupted", "2 errors in the detailed log".
+std::vector<std::string> invalid_reasons(const RunResult& result);
 
 }  // namespace moeserve::bench

@@ -27,6 +27,10 @@ struct PerformanceResult {
   std::vector<int64_t> time_per_output_token;  // time_per_output_token_ns per sample
   std::vector<int64_t> tokens_per_sample;      // n_tokens as reported at completion
   uint64_t queries_issued = 0;
+  // Samples the SUT failed (an HTTP error, a refused request, cancelled): their latencies are counted above as
+  // LoadGen would count any completion, and any failure makes the run INVALID (moeserve's rule: LoadGen has no
+  // notion of a failed sample, so a server answering 404 at once would otherwise be a fast VALID run).
+  uint64_t failed_samples = 0;
   double max_latency = 0;                 // seconds
   double final_query_scheduled_time = 0;  // seconds from the start, of the last query issued
   double final_query_issued_time = 0;

@@ -50,12 +50,15 @@ void add_percentile_block(Lines& lines, const LatencyStats& stats, const std::st
     lines.add(fixed(kReportedPercentiles[i] * 100) + percentile_label, stats.percentiles[i]);
 }
 
-void add_verdict(Lines& lines, const EffectiveSettings& settings, const Verdict& v) {
+void add_verdict(Lines& lines, const EffectiveSettings& settings, const Verdict& v, uint64_t samples) {
   lines.add("Result is : ", v.valid ? "VALID" : "INVALID");
   if (v.has_perf_constraints) lines.add("  Performance constraints satisfied : ", yes_no(v.perf_constraints_met));
   lines.add("  Min duration satisfied : ", yes_no(v.min_duration_met));
   lines.add("  Min queries satisfied : ", yes_no(v.min_queries_met));
   lines.add("  Early stopping satisfied: ", yes_no(v.early_stopping_met));
+  // Not a LoadGen line (LoadGen has no failed samples); MLPerf's checker reads the lines above and ignores it.
+  if (v.samples_failed > 0)
+    lines.add("  Samples succeeded : NO (" + failed_samples_text(v.samples_failed, samples) + ")");
   if (!v.valid) {
     lines.add("Recommendations:");
     if (!v.perf_constraints_met) lines.add(" * " + v.perf_constraints_recommendation);
@@ -64,6 +67,7 @@ void add_verdict(Lines& lines, const EffectiveSettings& settings, const Verdict&
       lines.add(
           " * The test exited early, before enough queries were issued.\n"
           "   See the detailed log for why this may have occurred.");
+    if (v.samples_failed > 0) lines.add(" * Fix what failed the samples: each one's error is in the detailed log.");
   }
   if (settings.scenario == Scenario::offline) return;
   if (!settings.requested.use_token_latencies) {
@@ -142,7 +146,7 @@ std::string summary_text(const std::string& sut_name, const EffectiveSettings& s
       if (tokens) lines.add("Tokens per second: ", plain(s.tokens_per_second()));
       break;
   }
-  add_verdict(lines, settings, v);
+  add_verdict(lines, settings, v, s.sample_count);
   lines.add(
       "\n================================================\nAdditional Stats\n"
       "================================================");
@@ -295,6 +299,9 @@ void log_results(DetailLog& log, const EffectiveSettings& settings, const Perfor
     if (!v.perf_constraints_met) reason += v.perf_constraints_recommendation + " ";
     if (!v.min_duration_met) reason += v.min_duration_recommendation + " ";
     if (!v.min_queries_met) reason += "The test exited early, before enough queries were issued.";
+    if (v.samples_failed > 0)
+      reason += (reason.empty() || reason.back() == ' ' ? "" : " ") +
+                failed_samples_text(v.samples_failed, s.sample_count) + ".";
     log.log("result_invalid_reason", flattened(reason));
   }
   if (!tokens) {

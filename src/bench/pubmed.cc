@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "harmony/render.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_parse.h"
 
 namespace moeserve::bench {
 
@@ -39,22 +39,15 @@ std::string plain_abstract(std::string text) {
 }  // namespace
 
 Dataset load_pubmed_dataset(const std::string& path, const Tokenizer& tokenizer, harmony::ReasoningEffort effort) {
-  std::ifstream in(path);
-  MOESERVE_CHECK(in.good(), "cannot read {}", path);
+  LineReader lines(path, kMaxJsonlLineBytes, kMaxJsonlBytes);
   Dataset d;
   d.format = "pubmed";
   d.path = fmt::format("{} (Harmony, reasoning {})", path, harmony::reasoning_effort_name(effort));
-  std::string line;
   std::string rendered_ids;  // the dataset's identity is its token ids, which depend on the rendering too
-  for (int number = 1; std::getline(in, line); ++number) {
+  for (std::string line; lines.next(line);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, number);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not JSON: {}", where, e.what());
-    }
+    const std::string where = fmt::format("{}:{}", path, lines.line_number());
+    const nlohmann::json row = parse_json(line, where);
     MOESERVE_CHECK(row.is_object() && row.contains("article_text"), "{}: no \"article_text\"", where);
     harmony::SystemContent system;
     system.reasoning_effort = effort;

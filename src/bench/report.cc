@@ -183,8 +183,13 @@ nlohmann::json result_json(const RunResult& run, const nlohmann::json& context) 
   j["mode"] = test_mode_name(run.settings.mode);
   j["sut_name"] = run.sut_name;
   j["settings"] = settings_json(run.settings);
+  j["validity"] = run_valid(run) ? "VALID" : "INVALID";
+  j["reasons"] = invalid_reasons(run);
+  j["samples_issued"] = run.samples.size();
+  j["samples_failed"] = run.failed_samples;
   j["errors"] = run.errors;
   j["interrupted"] = run.interrupted;
+  if (!run.aborted.empty()) j["aborted"] = run.aborted;
   j["wall_seconds"] = run.wall_seconds;
   if (run.summary) j["result"] = performance_json(run);
   if (run.energy_joules) {
@@ -212,8 +217,10 @@ std::string result_headline(const nlohmann::json& j) {
     if (r.contains("ttft_ns"))
       out += fmt::format(" | p99 TTFT {:.1f} ms, p99 TPOT {:.2f} ms", r["ttft_ns"]["p99"].get<double>() / 1e6,
                          r["tpot_ns"]["p99"].get<double>() / 1e6);
-    for (const auto& reason : r["reasons"]) out += "\n  INVALID: " + reason.get<std::string>();
+  } else {
+    out += fmt::format(": {} | {} samples", j.value("validity", ""), j.value("samples_issued", 0));
   }
+  for (const auto& reason : j["reasons"]) out += "\n  INVALID: " + reason.get<std::string>();
   if (j.contains("energy") && j["energy"].contains("joules"))
     out += fmt::format("\n  energy: {:.1f} J, {:.4f} J per output token", j["energy"]["joules"].get<double>(),
                        j["energy"]["joules_per_output_token"].get<double>());
@@ -227,9 +234,10 @@ std::string report_html(const nlohmann::json& j) {
                       html_escape(j.value("mode", "")));
   body += "<table>";
   body += row("System under test", j.value("sut_name", ""));
+  body += row("Result", j.value("validity", ""));
+  body += row("Samples failed", fmt::format("{} of {}", j.value("samples_failed", 0), j.value("samples_issued", 0)));
   if (j.contains("result")) {
     const nlohmann::json& r = j["result"];
-    body += row("Result", r.value("validity", ""));
     for (const char* key : {"tokens_per_second", "samples_per_second", "completed_tokens_per_second",
                             "completed_samples_per_second", "scheduled_samples_per_second"})
       if (r.contains(key)) body += row(key, fmt::format("{:.3f}", r[key].get<double>()));
@@ -258,9 +266,9 @@ std::string report_html(const nlohmann::json& j) {
                 fmt::format("{:.1f} J ({:.4f} J per output token; {})", j["energy"]["joules"].get<double>(),
                             j["energy"]["joules_per_output_token"].get<double>(), j["energy"].value("method", "")));
   body += "</table>";
-  if (j.contains("result") && !j["result"]["reasons"].empty()) {
+  if (!j["reasons"].empty()) {
     body += "<h2>Why INVALID</h2><ul>";
-    for (const auto& reason : j["result"]["reasons"]) body += "<li>" + html_escape(reason.get<std::string>()) + "</li>";
+    for (const auto& reason : j["reasons"]) body += "<li>" + html_escape(reason.get<std::string>()) + "</li>";
     body += "</ul>";
   }
   if (!j["errors"].empty()) {

@@ -15,12 +15,24 @@
 namespace moeserve::bench {
 namespace {
 
+// The command line as run, with the value of --api-key replaced: a result file is shared, a key is not.
 std::string command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::replace(raw.begin(), raw.end(), '\0', ' ');
-  while (!raw.empty() && raw.back() == ' ') raw.pop_back();
-  return raw;
+  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string flag = "--api-key";
+  std::string out;
+  bool secret_next = false;
+  for (size_t start = 0; start < raw.size();) {
+    size_t end = raw.find('\0', start);
+    if (end == std::string::npos) end = raw.size();
+    std::string arg = raw.substr(start, end - start);
+    if (secret_next) arg = "<redacted>";
+    secret_next = arg == flag;
+    if (arg.rfind(flag + "=", 0) == 0) arg = flag + "=<redacted>";
+    out += (out.empty() ? "" : " ") + arg;
+    start = end + 1;
+  }
+  return out;
 }
 
 std::string cpu_model() {

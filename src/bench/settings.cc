@@ -165,10 +165,10 @@ struct ConfReader {
     return conf.lookup(model, fixed_scenario ? fixed_scenario : scenario, key);
   }
   void u64(const char* key, uint64_t& out, uint64_t multiplier = 1, const char* fixed_scenario = nullptr) const {
-    if (const ConfValue* v = find(key, fixed_scenario)) out = conf_value_u64(*v) * multiplier;
+    if (const ConfValue* v = find(key, fixed_scenario)) out = conf_value_u64(*v, multiplier);
   }
   void f64(const char* key, double& out, double multiplier = 1, const char* fixed_scenario = nullptr) const {
-    if (const ConfValue* v = find(key, fixed_scenario)) out = conf_value_f64(*v) * multiplier;
+    if (const ConfValue* v = find(key, fixed_scenario)) out = conf_value_f64(*v, multiplier);
   }
   // LoadGen reads some flags as `value == 1` and others as `value != 0`; `one_means_true` picks which.
   void flag(const char* key, bool& out, bool one_means_true, const char* fixed_scenario = nullptr) const {

@@ -2,9 +2,31 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "util/error.h"
 
 namespace moeserve::bench {
+namespace {
+
+// A server's numbers are checked before use: a wrong type or an absurd value fails the sample, naming the field.
+int64_t integer_in(const nlohmann::json& value, const char* field, int64_t max) {
+  MOESERVE_CHECK(value.is_number_integer(), "{} is {}, not an integer", field, value.dump().substr(0, 40));
+  MOESERVE_CHECK(!value.is_number_unsigned() || value.get<uint64_t>() <= static_cast<uint64_t>(max),
+                 "{} {} is out of range", field, value.dump());
+  const auto v = value.get<int64_t>();
+  MOESERVE_CHECK(v >= 0 && v <= max, "{} {} is out of range [0, {}]", field, v, max);
+  return v;
+}
+int32_t token_id(const nlohmann::json& value, const char* field) {
+  return static_cast<int32_t>(integer_in(value, field, std::numeric_limits<int32_t>::max()));
+}
+// Counts up to 2^40 tokens: beyond any context, small enough for every sum made of them.
+int64_t token_count(const nlohmann::json& value, const char* field) {
+  return integer_in(value, field, int64_t{1} << 40);
+}
+
+}  // namespace
 
 HttpApi parse_http_api(std::string_view name) {
   if (name == "openai") return HttpApi::openai;
@@ -107,21 +129,27 @@ void StreamDecoder::on_event(std::string_view data, Update& update) {
     done_ = true;
     return;
   }
-  if (api_ == HttpApi::openai) {
-    on_openai(chunk, update);
-  } else {
-    on_sglang(chunk, update);
+  try {
+    if (api_ == HttpApi::openai) {
+      on_openai(chunk, update);
+    } else {
+      on_sglang(chunk, update);
+    }
+  } catch (const Error& e) {
+    error_ = fmt::format("event '{}': {}", std::string(data.substr(0, 200)), e.what());
+    done_ = true;
   }
 }
 
 void StreamDecoder::on_openai(const nlohmann::json& chunk, Update& update) {
   if (chunk.contains("usage") && chunk["usage"].is_object() && chunk["usage"].contains("completion_tokens"))
-    reported_count_ = chunk["usage"]["completion_tokens"].get<int64_t>();
+    reported_count_ = token_count(chunk["usage"]["completion_tokens"], "usage.completion_tokens");
   if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty()) return;
   const nlohmann::json& choice = chunk["choices"][0];
+  if (!choice.is_object()) return;
   if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
     ids_seen_ = true;
-    for (const auto& id : choice["token_ids"]) tokens_.push_back(id.get<int32_t>());
+    for (const auto& id : choice["token_ids"]) tokens_.push_back(token_id(id, "choices[0].token_ids[]"));
   }
   if (choice.contains("text") && choice["text"].is_string() && !choice["text"].get_ref<const std::string&>().empty())
     ++text_chunks_;
@@ -131,10 +159,12 @@ void StreamDecoder::on_openai(const nlohmann::json& chunk, Update& update) {
 }
 
 void StreamDecoder::on_sglang(const nlohmann::json& chunk, Update& update) {
-  const nlohmann::json* meta = chunk.contains("meta_info") ? &chunk["meta_info"] : nullptr;
+  if (!chunk.is_object()) return;
+  const nlohmann::json* meta =
+      chunk.contains("meta_info") && chunk["meta_info"].is_object() ? &chunk["meta_info"] : nullptr;
   const bool has_ids = chunk.contains("output_ids") && chunk["output_ids"].is_array();
   if (meta && meta->contains("completion_tokens")) {
-    const auto count = (*meta)["completion_tokens"].get<int64_t>();
+    const int64_t count = token_count((*meta)["completion_tokens"], "meta_info.completion_tokens");
     const int64_t seen = reported_count_.value_or(0);
     if (count > seen) {
       // The new ids are the last (count - seen) output_ids, whether the server sends them cumulatively or not.
@@ -142,7 +172,7 @@ void StreamDecoder::on_sglang(const nlohmann::json& chunk, Update& update) {
       if (has_ids && chunk["output_ids"].size() >= fresh) {
         ids_seen_ = true;
         const auto& ids = chunk["output_ids"];
-        for (size_t i = ids.size() - fresh; i < ids.size(); ++i) tokens_.push_back(ids[i].get<int32_t>());
+        for (size_t i = ids.size() - fresh; i < ids.size(); ++i) tokens_.push_back(token_id(ids[i], "output_ids[]"));
       } else {
         ids_broken_ = true;  // a gap: the ids no longer add up to the count
       }
@@ -150,13 +180,14 @@ void StreamDecoder::on_sglang(const nlohmann::json& chunk, Update& update) {
     }
   } else if (has_ids) {
     ids_seen_ = true;
-    for (const auto& id : chunk["output_ids"]) tokens_.push_back(id.get<int32_t>());
+    for (const auto& id : chunk["output_ids"]) tokens_.push_back(token_id(id, "output_ids[]"));
   }
   if (chunk.contains("text") && chunk["text"].is_string() && !chunk["text"].get_ref<const std::string&>().empty())
     ++text_chunks_;
   if (meta && meta->contains("finish_reason") && (*meta)["finish_reason"].is_object()) {
     const auto& reason = (*meta)["finish_reason"];
-    finish_reason_ = reason.contains("type") ? reason["type"].get<std::string>() : reason.dump();
+    finish_reason_ = reason.contains("type") && reason["type"].is_string() ? reason["type"].get<std::string>()
+                                                                           : reason.dump();
   }
   note_progress(update);
 }

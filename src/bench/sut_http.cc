@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <cstdlib>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "bench/http_failure.h"
 #include "util/error.h"
 
 namespace moeserve::bench {
@@ -30,15 +32,30 @@ void raise_file_limit() {
   }
 }
 
-// A blocking GET for the few requests made before a run (the served model, its description).
-std::pair<int, std::string> blocking_get(const HttpEndpoint& endpoint, const std::string& path, double timeout_s) {
+ConnectFailure connect_failure_kind(const beast::error_code& ec) {
+  if (ec == net::error::connection_refused) return ConnectFailure::refused;
+  if (ec == beast::error::timeout) return ConnectFailure::timed_out;
+  return ConnectFailure::other;
+}
+
+void set_api_key(http::fields& fields, const std::string& key) {
+  if (!key.empty()) fields.set(http::field::authorization, "Bearer " + key);
+}
+
+// A blocking GET for the few requests made before a run (the served model, its description). A failure to
+// connect is an Error saying what is wrong.
+std::pair<int, std::string> blocking_get(const HttpSutOptions& options, const HttpEndpoint& endpoint,
+                                         const std::string& path) {
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
-  stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options.connect_timeout_seconds * 1000)));
   tcp::resolver resolver(ioc);
-  stream.connect(resolver.resolve(endpoint.host, endpoint.port));
+  beast::error_code ec;
+  stream.connect(resolver.resolve(endpoint.host, endpoint.port), ec);
+  if (ec) fail("{}", connect_failure_text(endpoint, connect_failure_kind(ec), ec.message()));
   http::request<http::empty_body> request(http::verb::get, endpoint.base_path + path, 11);
   request.set(http::field::host, endpoint.host);
+  set_api_key(request, options.api_key);
   http::write(stream, request);
   beast::flat_buffer buffer;
   http::response<http::string_body> response;
@@ -72,24 +89,35 @@ class HttpSut::Impl {
     for (int i = 0; i < std::max(1, options.io_threads); ++i) threads.emplace_back([this] { ioc.run(); });
   }
 
+  // Asks the server what it serves, for the result's record and, without --served-model, for the OpenAI "model"
+  // field. Failing that is only an error when the model is needed; otherwise the preflight request reports it.
   void describe_server() {
     const std::string info_path = options.api == HttpApi::openai ? "/v1/models" : "/get_model_info";
+    const bool model_needed = options.api == HttpApi::openai && options.model.empty();
+    std::string failure;
     try {
-      auto [status, body] = blocking_get(endpoint, info_path, options.connect_timeout_seconds);
+      auto [status, body] = blocking_get(options, endpoint, info_path);
       server_info = {{"path", info_path}, {"status", status}};
       server_info["response"] = nlohmann::json::parse(body, nullptr, false);
       if (server_info["response"].is_discarded()) server_info["response"] = body.substr(0, 2000);
+      if (status != 200) failure = http_status_text(status, status_context(endpoint.base_path + info_path), body);
     } catch (const std::exception& e) {
       server_info = {{"path", info_path}, {"error", e.what()}};
+      failure = e.what();
     }
     model = options.model;
-    if (options.api == HttpApi::openai && model.empty()) {
-      const nlohmann::json& r = server_info.value("response", nlohmann::json());
-      MOESERVE_CHECK(r.is_object() && r.contains("data") && r["data"].is_array() && !r["data"].empty(),
-                     "{}: cannot learn the served model from {} ({}); pass --served-model", options.endpoint, info_path,
-                     server_info.dump());
-      model = r["data"][0].value("id", "");
-    }
+    if (!model_needed) return;
+    MOESERVE_CHECK(failure.empty(), "--endpoint {}: {}", options.endpoint, failure);
+    const nlohmann::json& r = server_info.value("response", nlohmann::json());
+    MOESERVE_CHECK(r.is_object() && r.contains("data") && r["data"].is_array() && !r["data"].empty() &&
+                       r["data"][0].is_object() && r["data"][0].contains("id") && r["data"][0]["id"].is_string(),
+                   "--endpoint {}: cannot learn the served model from {} ({}); pass --served-model",
+                   options.endpoint, info_path, server_info.dump().substr(0, 500));
+    model = r["data"][0]["id"].get<std::string>();
+  }
+
+  HttpStatusContext status_context(std::string request_path) const {
+    return {std::move(request_path), options.api, !options.api_key.empty()};
   }
 
   void stop() {
@@ -135,6 +163,7 @@ class HttpSut::Impl::Request : public std::enable_shared_from_this<Request> {
     request_.set(http::field::host, impl.endpoint.host);
     request_.set(http::field::content_type, "application/json");
     request_.set(http::field::accept, "text/event-stream");
+    set_api_key(request_, impl.options.api_key);
     request_.keep_alive(true);
     request_.body() = request_body(impl.options.api, sample, impl.model);
     request_.prepare_payload();
@@ -167,9 +196,9 @@ class HttpSut::Impl::Request : public std::enable_shared_from_this<Request> {
     stream_->expires_after(
         std::chrono::milliseconds(static_cast<int64_t>(impl_.options.connect_timeout_seconds * 1000)));
     stream_->async_connect(impl_.endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-      if (ec || self->cancelled_)
-        return self->fail_with(
-            self->cancelled_ ? "cancelled" : "cannot connect to " + self->impl_.options.endpoint + ": " + ec.message());
+      if (self->cancelled_) return self->fail_with("cancelled");
+      if (ec)
+        return self->fail_with(connect_failure_text(self->impl_.endpoint, connect_failure_kind(ec), ec.message()));
       self->write();
     });
   }
@@ -230,7 +259,7 @@ class HttpSut::Impl::Request : public std::enable_shared_from_this<Request> {
       report(decoder_.finish(), done_at_.value_or(now));
     } else {
       SampleOutput out;
-      out.error = fmt::format("HTTP {}: {}", status_, error_body_);
+      out.error = http_status_text(status_, impl_.status_context(impl_.path), error_body_);
       report(std::move(out), now);
     }
   }
@@ -278,6 +307,12 @@ class HttpSut::Impl::Request : public std::enable_shared_from_this<Request> {
   bool cancelled_ = false;
   bool reported_ = false;
 };
+
+std::string resolve_api_key(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* environment = std::getenv("OPENAI_API_KEY");
+  return environment ? environment : "";
+}
 
 HttpSut::HttpSut(HttpSutOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 

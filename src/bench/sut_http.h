@@ -18,9 +18,14 @@ struct HttpSutOptions {
   HttpApi api = HttpApi::openai;
   // The OpenAI "model" field; empty asks the server's /v1/models and takes its first model.
   std::string model;
+  // Sent as "Authorization: Bearer KEY" on every request (empty: no header), as OpenAI's clients do.
+  std::string api_key{};
   int io_threads = 1;
   double connect_timeout_seconds = 30;
 };
+
+// The key to send: `given` (--api-key), else the OPENAI_API_KEY environment variable, as OpenAI's clients read it.
+std::string resolve_api_key(const std::string& given);
 
 class HttpSut : public SystemUnderTest {
  public:

@@ -118,8 +118,15 @@ Verdict judge(const PerformanceSummary& s, const EffectiveSettings& settings) {
                                     settings.min_sample_count));
   judge_early_stopping(s, settings, v);
   judge_perf_constraints(s, settings, v);
-  v.valid = v.min_duration_met && v.min_queries_met && v.perf_constraints_met && v.early_stopping_met;
+  v.samples_failed = s.result.failed_samples;
+  if (v.samples_failed > 0) v.reasons.push_back(failed_samples_text(v.samples_failed, s.sample_count));
+  v.valid = v.min_duration_met && v.min_queries_met && v.perf_constraints_met && v.early_stopping_met &&
+            v.samples_failed == 0;
   return v;
+}
+
+std::string failed_samples_text(uint64_t failed, uint64_t total) {
+  return fmt::format("{} of {} samples failed", failed, total);
 }
 
 }  // namespace moeserve::bench

@@ -18,6 +18,7 @@ struct Verdict {
   bool min_duration_met = false;
   bool min_queries_met = false;
   bool early_stopping_met = true;
+  uint64_t samples_failed = 0;  // of sample_count; any makes the run INVALID
   std::string perf_constraints_recommendation;
   std::string min_duration_recommendation;
   // Without token latencies, one early-stopping result; with them, TPOT's and TTFT's. As in LoadGen, TTFT is only
@@ -31,5 +32,8 @@ struct Verdict {
 };
 
 Verdict judge(const PerformanceSummary& summary, const EffectiveSettings& settings);
+
+// "3 of 64 samples failed": the words every output (summary, detail log, report, result JSON) uses.
+std::string failed_samples_text(uint64_t failed, uint64_t total);
 
 }  // namespace moeserve::bench

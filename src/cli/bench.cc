@@ -19,6 +19,7 @@
 #include "bench/sut_inprocess.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "cli/exit_codes.h"
 #include "cli/runner_args.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -29,7 +30,23 @@ namespace {
 using namespace moeserve::bench;
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_stop_signal(int) { g_interrupted.store(true); }
+
+// SIGINT and SIGTERM cancel what is in flight and still write the logs; the previous handlers come back after.
+class StopSignals {
+ public:
+  StopSignals() : int_(std::signal(SIGINT, on_stop_signal)), term_(std::signal(SIGTERM, on_stop_signal)) {}
+  ~StopSignals() {
+    std::signal(SIGINT, int_);
+    std::signal(SIGTERM, term_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*int_)(int);
+  void (*term_)(int);
+};
 
 struct BenchArgs {
   std::string benchmark = "gpt-oss-120b";
@@ -40,9 +57,11 @@ struct BenchArgs {
   std::string endpoint;
   std::string api = "openai";
   std::string served_model;
+  std::string api_key;  // --api-key, else OPENAI_API_KEY
   int http_threads = 1;
+  int max_consecutive_failures = 10;
   std::string dataset;
-  std::string reasoning_effort = "low";
+  std::string reasoning = "low";  // pubmed: MLPerf's harmonize script renders at low effort
   SyntheticSpec synthetic;
   bool synthetic_vocab_given = false;
   std::string output_dir;
@@ -187,13 +206,13 @@ Dataset load_bench_dataset(const BenchArgs& a, const SyntheticSpec& synthetic) {
   if (a.dataset.rfind(pubmed, 0) != 0) return load_dataset(a.dataset, synthetic);
   const std::shared_ptr<const Tokenizer> tokenizer =
       a.runner.model.empty() ? Tokenizer::o200k_harmony() : Tokenizer::from_model_dir(a.runner.model);
-  return load_pubmed_dataset(a.dataset.substr(pubmed.size()), *tokenizer,
-                             harmony::parse_reasoning_effort(a.reasoning_effort));
+  return load_pubmed_dataset(a.dataset.substr(pubmed.size()), *tokenizer, harmony::parse_reasoning_effort(a.reasoning));
 }
 
-void run(const BenchArgs& a) {
+int run(const BenchArgs& a) {
   MOESERVE_CHECK(a.endpoint.empty() != (a.runner.model.empty() && a.runner.synthetic.empty()),
                  "give either --model DIR (in-process) or --endpoint URL");
+  MOESERVE_CHECK(a.api_key.empty() || !a.endpoint.empty(), "--api-key is for --endpoint (the in-process engine has no key)");
   const BenchmarkDefinition& definition = benchmark_definition(a.benchmark);
   const bool interactive = a.scenario == "interactive";
   const Scenario scenario = loadgen_scenario(a.scenario);
@@ -205,7 +224,13 @@ void run(const BenchArgs& a) {
   if (a.endpoint.empty()) {
     sut = open_inprocess(a, vocab_size);
   } else {
-    sut = std::make_unique<HttpSut>(HttpSutOptions{a.endpoint, parse_http_api(a.api), a.served_model, a.http_threads});
+    HttpSutOptions http;
+    http.endpoint = a.endpoint;
+    http.api = parse_http_api(a.api);
+    http.model = a.served_model;
+    http.api_key = resolve_api_key(a.api_key);
+    http.io_threads = a.http_threads;
+    sut = std::make_unique<HttpSut>(std::move(http));
   }
   SyntheticSpec synthetic = a.synthetic;
   if (!a.synthetic_vocab_given) synthetic.vocab_size = vocab_size;
@@ -227,6 +252,7 @@ void run(const BenchArgs& a) {
   config.loadgen_version = fmt::format("6.0.17 (reimplemented by moeserve {})", MOESERVE_VERSION);
   config.show_progress = !a.no_progress && stderr_is_terminal();
   config.interrupt = &g_interrupted;
+  config.max_consecutive_failures = a.max_consecutive_failures;
 
   std::unique_ptr<EnergyMeter> energy = open_energy_meter();
   nlohmann::json context = {
@@ -253,15 +279,11 @@ void run(const BenchArgs& a) {
              config.output_dir);
 
   g_interrupted.store(false);
-  auto previous = std::signal(SIGINT, on_sigint);
   RunResult result;
-  try {
+  {
+    StopSignals signals;
     result = run_benchmark(*sut, dataset, config, energy.get());
-  } catch (...) {
-    std::signal(SIGINT, previous);
-    throw;
   }
-  std::signal(SIGINT, previous);
   context["system_under_test"] = sut->describe();
   const nlohmann::json json = result_json(result, context);
   const std::string html = write_reports(config.output_dir, json);
@@ -269,6 +291,8 @@ void run(const BenchArgs& a) {
   fmt::print("\n{}\n", result_headline(json));
   fmt::print("report: {}\nLoadGen logs: {}/mlperf_log_{{summary.txt,detail.txt,accuracy.json}}\n", html,
              config.output_dir);
+  if (result.interrupted) return kExitInterrupted;
+  return run_valid(result) ? kExitValid : kExitInvalid;
 }
 
 }  // namespace
@@ -290,8 +314,19 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"openai", "sglang"}))
       ->capture_default_str();
   cmd->add_option("--served-model", a->served_model, "the OpenAI 'model' field (default: the server's first)");
+  cmd->add_option("--api-key", a->api_key,
+                  "sent to --endpoint as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY); not recorded");
   cmd->add_option("--http-threads", a->http_threads, "HTTP client I/O threads")->capture_default_str();
-  cmd->add_option("--dataset", a->dataset, "a .parquet or .jsonl file of token-id prompts, or 'synthetic'")->required();
+  cmd->add_option("--max-consecutive-failures", a->max_consecutive_failures,
+                  "stop the run after this many samples failed in a row (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--dataset", a->dataset,
+                  "a .parquet or .jsonl file of token-id prompts, 'synthetic', or pubmed:FILE (articles to render)")
+      ->required();
+  cmd->add_option("--reasoning", a->reasoning, "pubmed:FILE: the reasoning effort the prompts are rendered at")
+      ->check(CLI::IsMember({"low", "medium", "high"}))
+      ->capture_default_str();
   cmd->add_option("--synthetic-samples", a->synthetic.samples, "synthetic dataset: samples")->capture_default_str();
   cmd->add_option("--synthetic-input", a->synthetic.input_length,
                   "synthetic prompt lengths: N, uniform:LO:HI or normal:MEAN:STD")
@@ -329,7 +364,9 @@ void register_bench(CLI::App& app) {
       "top-k, 0 off (default: the benchmark's)");
   cmd->add_flag("--no-progress", a->no_progress, "no live progress line");
   add_setting_flags(cmd, *a);
-  cmd->callback([a] { run(*a); });
+  cmd->footer(exit_codes_help("VALID", "INVALID (LoadGen's verdict, or any failed sample; in accuracy mode any "
+                                       "failed sample or logged error)"));
+  cmd->callback([a] { run_verdict_command([a] { return run(*a); }); });
 }
 
 }  // namespace moeserve::cli

@@ -1,12 +1,14 @@
 // moeserve comply TEST06|TEST07|TEST09: MLPerf's compliance checks on a compliance run's
 // mlperf_log_accuracy.json (in --compliance-dir), printing TEST PASS or TEST FAIL with the numbers and writing
-// the verify files where the submission checker looks (--output-dir/TESTxx/). Exits 1 on TEST FAIL.
+// the verify files where the submission checker looks (--output-dir/TESTxx/). Exits 1 on TEST FAIL, 2 when it
+// cannot check (cli/exit_codes.h).
 #include <fmt/core.h>
 
 #include <map>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/exit_codes.h"
 #include "eval/compliance.h"
 #include "eval/offline_scoring.h"
 #include "util/error.h"
@@ -91,12 +93,18 @@ void register_comply(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype, "TEST06: token width in the log")
       ->check(CLI::IsMember({"int32", "int64"}))
       ->capture_default_str();
+  cmd->footer(exit_codes_help("TEST PASS", "TEST FAIL"));
   cmd->callback([args] {
-    const std::vector<AccuracyLogEntry> log = read_accuracy_log(args->compliance_dir + "/mlperf_log_accuracy.json");
-    const ComplianceResult result = run(*args, log);
-    write_compliance_dir(args->test, result, args->compliance_dir, args->output_dir);
-    fmt::print("{}\nwrote {}/{}/{}\n", result.summary, args->output_dir, args->test, result.verify_file);
-    if (!result.passed) throw CLI::RuntimeError(1);
+    run_verdict_command([args] {
+      const std::string path = args->compliance_dir + "/mlperf_log_accuracy.json";
+      const std::vector<AccuracyLogEntry> log = read_accuracy_log(path);
+      // An empty log is a compliance run that answered nothing (or the wrong directory): no test can pass on it.
+      MOESERVE_CHECK(!log.empty(), "comply {}: {} has no entries: nothing to check", args->test, path);
+      const ComplianceResult result = run(*args, log);
+      write_compliance_dir(args->test, result, args->compliance_dir, args->output_dir);
+      fmt::print("{}\nwrote {}/{}/{}\n", result.summary, args->output_dir, args->test, result.verify_file);
+      return result.passed ? kExitValid : kExitInvalid;
+    });
   });
 }
 

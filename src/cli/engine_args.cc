@@ -1,5 +1,8 @@
 #include "cli/engine_args.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "engine/scheduler.h"
@@ -19,6 +22,10 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
   command->add_option("--kv-cache-fraction", c.kv_cache_fraction,
                       "KV cache as a fraction of free device memory (GPU runners)");
   command->add_option("--block-size", c.block_size, "tokens per KV block")->capture_default_str();
+  command->add_option("--max-model-len", c.max_model_len,
+                      "longest prompt plus output a request may have (default: the model's context); the KV cache "
+                      "must hold one such sequence")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--max-num-seqs", args.max_num_seqs,
                       fmt::format("sequences running at once (default {} on a GPU, {} on the CPU)", kGpuMaxNumSeqs,
                                   SchedulerConfig{}.max_num_seqs))
@@ -36,7 +43,7 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
       ->capture_default_str();
   command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
   command->add_option("--speculative-config", args.speculative_config,
-                      "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":DIR,"
+                      "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
                       "\"num_speculative_tokens\":3}' (DeepSeek-V3/R1: '{\"method\":\"mtp\","
                       "\"num_speculative_tokens\":3}', its MTP layer); trees: \"speculative_eagle_topk\", "
                       "\"speculative_num_draft_tokens\" (tokens verified per step, root included)");
@@ -125,25 +132,59 @@ std::shared_ptr<speculative::Drafter> make_drafter(const speculative::Speculativ
   return std::make_shared<speculative::Eagle3Drafter>(head, speculative::Eagle3Target::of(opened.checkpoint), options);
 }
 
+// What one sequence of max_model_len takes: the blocks of every KV group (a sliding group only its window's),
+// as the engine's block manager counts them.
+struct OneSequence {
+  int64_t tokens = 0;
+  int64_t blocks = 0;
+  int64_t bytes = 0;
+};
+
+OneSequence one_sequence(const ModelRunner& runner, const EngineConfig& c) {
+  const ModelConfig& model = runner.config();
+  OneSequence one;
+  one.tokens = c.max_model_len > 0 ? std::min(c.max_model_len, model.max_position_embeddings)
+                                   : model.max_position_embeddings;
+  const KvCacheManager counter(kv_groups_of(model), model.sliding_window, 1, c.block_size, false);
+  one.blocks = counter.blocks_needed(one.tokens);
+  one.bytes = one.blocks * static_cast<int64_t>(runner.kv_block_bytes(c.block_size));
+  return one;
+}
+
+std::string mib_text(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
 }  // namespace
 
 EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
-  const bool device_runner = opened.runner->device_memory_free() > 0;
+  const ModelRunner& runner = *opened.runner;
+  const bool device_runner = runner.device_memory_free() > 0;
   EngineConfig c = args.config;
+  MOESERVE_CHECK(c.block_size > 0, "--block-size {} must be positive", c.block_size);
   c.scheduler.policy = parse_scheduling_policy(args.scheduler);
   c.scheduler.max_num_seqs = args.max_num_seqs.value_or(device_runner ? kGpuMaxNumSeqs : c.scheduler.max_num_seqs);
   c.scheduler.max_batched_tokens =
       args.max_batched_tokens.value_or(device_runner ? kGpuMaxBatchedTokens : c.scheduler.max_batched_tokens);
   c.prefix_caching = !args.no_prefix_caching;
+  const OneSequence one = one_sequence(runner, c);
   if (!args.kv_cache_size.empty()) {
     c.kv_cache_bytes = parse_byte_size(args.kv_cache_size);
     c.kv_cache_fraction = 0;
   } else if (c.kv_cache_fraction <= 0) {
     if (device_runner)
       c.kv_cache_fraction = 0.9;
-    else
-      c.kv_cache_bytes = int64_t{1} << 30;
+    else  // host memory: 1 GiB, or one full sequence where that is more
+      c.kv_cache_bytes = std::max(int64_t{1} << 30, one.bytes);
   }
+  // vLLM refuses to start as well when the KV cache cannot hold one sequence of max_model_len: otherwise the
+  // server would start and then refuse every long request.
+  const int64_t blocks = kv_blocks_for(runner, c);
+  MOESERVE_CHECK(blocks >= one.blocks,
+                 "the KV cache ({} blocks of {} tokens, {}) cannot hold one sequence of {} tokens (--max-model-len, "
+                 "default the model's context of {}), which needs {} blocks ({}): give --kv-cache-size {}MiB or more, "
+                 "or a smaller --max-model-len",
+                 blocks, c.block_size, mib_text(blocks * static_cast<int64_t>(runner.kv_block_bytes(c.block_size))),
+                 one.tokens, runner.config().max_position_embeddings, one.blocks, mib_text(one.bytes),
+                 (one.bytes + (1 << 20) - 1) >> 20);
   c.speculative = speculative::parse_speculative_config(args.speculative_config);
   if (c.speculative.enabled()) c.drafter = make_drafter(c.speculative, opened, c);
   return c;

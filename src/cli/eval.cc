@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "cli/exit_codes.h"
 #include "cli/runner_args.h"
 #include "eval/eval_run.h"
 #include "eval/offline_scoring.h"
@@ -38,6 +39,7 @@ struct EvalArgs {
   std::string endpoint;
   std::string api = "openai";
   std::string served_model;
+  std::string api_key;  // --api-key, else OPENAI_API_KEY
   int repeats = 1;
   size_t limit = 0;
   std::string reasoning = "high";
@@ -72,11 +74,12 @@ std::unique_ptr<LcbRunner> lcb_runner(const EvalArgs& args) {
   return runner;
 }
 
-void run_offline(const EvalArgs& args) {
+int run_offline(const EvalArgs& args) {
   MOESERVE_CHECK(!args.reference.empty(), "eval: --reference is required to score --accuracy-log or --outputs");
   MOESERVE_CHECK(args.accuracy_log.empty() != args.outputs.empty(), "eval: give --accuracy-log or --outputs, not both");
   const Rules rules = parse_rules(args.rules);
   const std::vector<ReferenceRow> reference = load_reference(args.reference);
+  MOESERVE_CHECK(!reference.empty(), "eval: the reference {} has no rows: nothing to score against", args.reference);
   std::map<std::string, std::shared_ptr<const LcbProblem>> problems;
   for (const std::string& path : args.lcb_problems) {
     for (LcbProblem& p : load_lcb_problems(path)) {
@@ -87,12 +90,16 @@ void run_offline(const EvalArgs& args) {
   std::vector<std::string> warnings;
   std::vector<ModelOutput> outputs;
   if (!args.accuracy_log.empty()) {
-    outputs = outputs_from_log(read_accuracy_log(args.accuracy_log), reference.size(),
+    const std::vector<AccuracyLogEntry> log = read_accuracy_log(args.accuracy_log);
+    // An empty log is a run that answered nothing (or a wrong file), not an accuracy of 0.
+    MOESERVE_CHECK(!log.empty(), "eval: the accuracy log {} has no entries: nothing to score", args.accuracy_log);
+    outputs = outputs_from_log(log, reference.size(),
                                rules == Rules::deepseek_r1 ? deepseek_r1_detokenizer(args.tokenizer)
                                                            : gpt_oss_detokenizer(args.tokenizer),
                                rules, warnings);
   } else {
     outputs = load_outputs(args.outputs);
+    MOESERVE_CHECK(!outputs.empty(), "eval: {} has no outputs: nothing to score", args.outputs);
   }
   bool has_code = false;
   for (const ModelOutput& o : outputs) {
@@ -108,6 +115,7 @@ void run_offline(const EvalArgs& args) {
   result.warnings = std::move(warnings);
   fmt::print("{}", offline_report_text(result));
   if (!args.output_file.empty()) write_json(args.output_file, offline_result_json(result));
+  return kExitValid;
 }
 
 std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
@@ -118,6 +126,7 @@ std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
     http.endpoint = args.endpoint;
     http.api = bench::parse_http_api(args.api);
     http.model = args.served_model;
+    http.api_key = bench::resolve_api_key(args.api_key);
     return std::make_unique<HttpCompletionSource>(http, open_gpt_oss_tokenizer(args.tokenizer));
   }
   OpenedRunner opened = open_runner(args.runner);
@@ -129,8 +138,9 @@ std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
                                                   engine_settings);
 }
 
-void run_end_to_end(const EvalArgs& args) {
+int run_end_to_end(const EvalArgs& args) {
   MOESERVE_CHECK(args.repeats >= 1, "eval: --repeats must be at least 1");
+  MOESERVE_CHECK(args.api_key.empty() || !args.endpoint.empty(), "eval: --api-key is for --endpoint");
   std::vector<EvalQuestion> questions;
   for (const std::string& spec : args.datasets) {
     const size_t equals = spec.find('=');
@@ -145,6 +155,7 @@ void run_end_to_end(const EvalArgs& args) {
     if (args.limit > 0 && loaded.size() > args.limit) loaded.resize(args.limit);
     questions.insert(questions.end(), loaded.begin(), loaded.end());
   }
+  MOESERVE_CHECK(!questions.empty(), "eval: the --dataset files hold no questions: nothing to evaluate");
   bool has_code = false;
   for (const EvalQuestion& q : questions) has_code |= q.kind == ScorerKind::livecodebench;
   const std::unique_ptr<LcbRunner> runner = has_code ? lcb_runner(args) : nullptr;
@@ -162,6 +173,9 @@ void run_end_to_end(const EvalArgs& args) {
   fmt::print(stderr, "generating {} samples ({} questions x {}) with the {}\n", questions.size() * args.repeats,
              questions.size(), args.repeats, source->describe());
   const EvalRunResult result = run_evaluation(questions, *source, runner.get(), options);
+  // Nothing was generated at all: a setup error (the server is down, the model cannot run), not a score of 0.
+  MOESERVE_CHECK(result.failed_samples < result.samples.size(), "eval: all {} samples failed to generate; the first: {}",
+                 result.samples.size(), result.samples.front().completion.error);
   fmt::print("{}", eval_table_text(result));
   if (!args.samples_out.empty()) {
     std::ofstream out(args.samples_out);
@@ -171,7 +185,10 @@ void run_end_to_end(const EvalArgs& args) {
     }
   }
   if (!args.output_file.empty()) {
-    nlohmann::json summary = {{"exact_match", result.exact_match}, {"datasets", nlohmann::json::array()}};
+    nlohmann::json summary = {{"exact_match", result.exact_match},
+                              {"validity", result.failed_samples == 0 ? "VALID" : "INVALID"},
+                              {"samples_failed", result.failed_samples},
+                              {"datasets", nlohmann::json::array()}};
     for (const DatasetSummary& d : result.datasets) {
       summary["datasets"].push_back({{"dataset", d.dataset},
                                      {"questions", d.pass.questions},
@@ -181,6 +198,7 @@ void run_end_to_end(const EvalArgs& args) {
     }
     write_json(args.output_file, summary);
   }
+  return result.failed_samples == 0 ? kExitValid : kExitInvalid;
 }
 
 }  // namespace
@@ -206,6 +224,8 @@ void register_eval(CLI::App& app) {
       ->check(CLI::IsMember({"openai", "sglang"}))
       ->capture_default_str();
   generate->add_option("--served-model", args->served_model, "the endpoint's model name (default: its first)");
+  generate->add_option("--api-key", args->api_key,
+                       "sent to --endpoint as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
   generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")->capture_default_str();
   generate->add_option("--limit", args->limit, "first N questions of each dataset (0: all)")->capture_default_str();
   generate->add_option("--reasoning", args->reasoning, "reasoning effort")
@@ -228,16 +248,16 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--lcb-workers", args->lcb_workers, "LiveCodeBench programs run at once (0: one per core)")
       ->capture_default_str();
   cmd->add_option("--python", args->python, "the python3 that runs LiveCodeBench programs")->capture_default_str();
+  cmd->footer(exit_codes_help("the outputs were scored (whatever the score)",
+                              "INVALID: some end-to-end samples failed to generate (scored as wrong)"));
   cmd->callback([args] {
-    const bool offline_mode = !args->accuracy_log.empty() || !args->outputs.empty();
-    MOESERVE_CHECK(offline_mode != !args->datasets.empty(),
-                   "eval: give either --accuracy-log/--outputs with --reference, or --dataset with --model or "
-                   "--endpoint");
-    if (offline_mode) {
-      run_offline(*args);
-    } else {
-      run_end_to_end(*args);
-    }
+    run_verdict_command([args] {
+      const bool offline_mode = !args->accuracy_log.empty() || !args->outputs.empty();
+      MOESERVE_CHECK(offline_mode != !args->datasets.empty(),
+                     "eval: give either --accuracy-log/--outputs with --reference, or --dataset with --model or "
+                     "--endpoint");
+      return offline_mode ? run_offline(*args) : run_end_to_end(*args);
+    });
   });
 }
 

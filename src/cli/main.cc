@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/exit_codes.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
@@ -21,8 +22,11 @@ int main(int argc, char** argv) {
   moeserve::cli::register_specbench(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a command's own exit code (cli/exit_codes.h)
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; a usage error exits 2, as argparse's do, not with CLI11's own codes (100+).
+    return app.exit(e) == 0 ? 0 : moeserve::cli::kExitSetupError;
   } catch (const moeserve::Error& e) {
     fmt::print(stderr, "moeserve: error: {}\n", e.what());
     return 1;

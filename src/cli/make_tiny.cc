@@ -1,6 +1,10 @@
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "model/deepseek_v3/make_tiny.h"
@@ -12,6 +16,31 @@
 #include "util/error.h"
 
 namespace moeserve::cli {
+namespace {
+
+// make-tiny writes a whole checkpoint: into a directory that holds something else only when told to, and then
+// without the files of an earlier checkpoint that the loader would read with the new one (shards of another
+// --shards, an index, the original layout's dtypes.json).
+void prepare_output_dir(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir)) return;
+  MOESERVE_CHECK(fs::is_directory(dir), "make-tiny --out {}: a file of that name exists", dir);
+  std::vector<std::string> entries;
+  for (const auto& entry : fs::directory_iterator(dir)) entries.push_back(entry.path().filename().string());
+  if (entries.empty()) return;
+  std::sort(entries.begin(), entries.end());
+  MOESERVE_CHECK(force,
+                 "make-tiny --out {}: the directory is not empty ({} entries, e.g. {}); pass --force to write the "
+                 "checkpoint into it",
+                 dir, entries.size(), entries.front());
+  for (const std::string& name : entries) {
+    const fs::path path = fs::path(dir) / name;
+    if (path.extension() == ".safetensors" || name == "model.safetensors.index.json" || name == "dtypes.json")
+      fs::remove(path);
+  }
+}
+
+}  // namespace
 
 void register_make_tiny(CLI::App& app) {
   struct Args {
@@ -24,11 +53,15 @@ void register_make_tiny(CLI::App& app) {
     TinyEagle3Options eagle3_options;
     std::string family = "gpt-oss";
     std::string dtype = "fp8";
+    bool force = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("make-tiny", "write a deterministic checkpoint with random weights");
   auto& o = args->options;
-  cmd->add_option("--out", args->out, "output directory")->required();
+  cmd->add_option("--out", args->out, "output directory (new or empty, unless --force)")->required();
+  cmd->add_flag("--force", args->force,
+                "write into a non-empty --out (an earlier checkpoint's *.safetensors, index and dtypes.json are "
+                "removed first)");
   cmd->add_option("--family", args->family,
                   "gpt-oss, or deepseek-v3 (DeepSeek-V3/R1: MLA, FP8 block-scaled weights, the MTP layer; takes "
                   "--seed, --layers, --vocab, --shards, --shape deepseek-r1 and --dtype)")
@@ -48,7 +81,9 @@ void register_make_tiny(CLI::App& app) {
   cmd->add_option("--intermediate", o.intermediate, "expert intermediate size (multiple of 32)")->capture_default_str();
   cmd->add_option("--vocab", o.vocab, "vocabulary size")->capture_default_str();
   cmd->add_option("--window", o.window, "sliding window")->capture_default_str();
-  cmd->add_option("--shards", o.shards, "number of safetensors files (more than 1 writes an index)")
+  cmd->add_option("--shards", o.shards,
+                  "number of safetensors files, named model-00001-of-0000N (hf) or model--00001-of-0000N (original), "
+                  "with an index when more than 1")
       ->capture_default_str();
   cmd->add_option("--layout", args->layout, "hf (Hugging Face) or original (OpenAI)")
       ->check(CLI::IsMember({"hf", "original"}))
@@ -73,6 +108,7 @@ void register_make_tiny(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--eagle3-input-norm", e.input_norm, "norm_before_fc, with input_norm.weight")->needs(eagle3);
   cmd->callback([args, cmd] {
+    prepare_output_dir(args->out, args->force);
     if (args->family == "deepseek-v3") {
       for (const char* gpt_oss_only : {"--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--top-k",
                                        "--intermediate", "--window", "--layout", "--experts-format", "--eagle3"})

@@ -1,5 +1,7 @@
 #include "cli/runner_args.h"
 
+#include <filesystem>
+
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
@@ -44,6 +46,10 @@ OpenedRunner open_runner(const RunnerArgs& args) {
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);
     return opened;
   }
+  MOESERVE_CHECK(!std::filesystem::exists(args.model) || std::filesystem::is_directory(args.model),
+                 "--model {} is a file, not a directory: give the model directory (the one holding config.json and "
+                 "the *.safetensors files)",
+                 args.model);
   if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
     MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
                    "(--device cpu)", args.model);

@@ -63,8 +63,13 @@ std::string EngineCore::capacity_summary() const {
                      config_.block_size, mib, tokens);
 }
 
+int64_t EngineCore::max_model_len() const {
+  const int64_t context = runner_.config().max_position_embeddings;
+  return config_.max_model_len > 0 ? std::min(config_.max_model_len, context) : context;
+}
+
 int64_t EngineCore::max_sequence_tokens() const {
-  int64_t lo = 0, hi = runner_.config().max_position_embeddings;
+  int64_t lo = 0, hi = max_model_len();
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
     if (kv_.blocks_needed(mid) <= kv_.pool().num_blocks())
@@ -83,8 +88,8 @@ void EngineCore::validate(const RequestSpec& spec) const {
                    "prompt token {} (at index {}) is outside the vocabulary of {}", spec.prompt[i], i, c.vocab_size);
   MOESERVE_CHECK(spec.max_tokens >= 1, "max_tokens {} must be at least 1", spec.max_tokens);
   const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
-  MOESERVE_CHECK(total <= c.max_position_embeddings, "prompt of {} tokens plus max_tokens {} exceeds the context of {}",
-                 spec.prompt.size(), spec.max_tokens, c.max_position_embeddings);
+  MOESERVE_CHECK(total <= max_model_len(), "prompt of {} tokens plus max_tokens {} exceeds the context of {}",
+                 spec.prompt.size(), spec.max_tokens, max_model_len());
   MOESERVE_CHECK(kv_.blocks_needed(total) <= kv_.pool().num_blocks(),
                  "prompt of {} tokens plus max_tokens {} needs {} KV blocks; the pool has {}", spec.prompt.size(),
                  spec.max_tokens, kv_.blocks_needed(total), kv_.pool().num_blocks());
@@ -219,8 +224,9 @@ std::vector<int32_t> EngineCore::verify(Sequence& seq, int64_t first_row, int64_
   ++metrics_.spec_drafts;
   metrics_.spec_draft_tokens += draft.size();
   metrics_.spec_accepted_tokens += verdict.path.size();
+  // Every drafted depth gets a counter, so that positions nothing was accepted at read 0 rather than missing.
   auto& per_position = metrics_.spec_accepted_per_position;
-  if (per_position.size() < verdict.path.size()) per_position.resize(verdict.path.size(), 0);
+  per_position.resize(std::max(per_position.size(), speculative::draft_depth(draft)), 0);
   for (size_t j = 0; j < verdict.path.size(); ++j) ++per_position[j];
   return verdict.tokens;
 }

@@ -25,6 +25,8 @@ struct EngineConfig {
   double kv_cache_fraction = 0;  // KV pool = this fraction of the runner's free device memory (GPU runners)
   int64_t kv_cache_bytes = 0;    // else a memory budget in bytes; when both are 0, num_kv_blocks is used
   int64_t num_kv_blocks = 0;
+  // The longest prompt plus output a request may have (vLLM's --max-model-len); 0: the model's context.
+  int64_t max_model_len = 0;
   bool prefix_caching = true;
   SchedulerConfig scheduler;
   StepCost initial_step_cost;   // the slo policy's step-time model until measurements refine it
@@ -69,7 +71,7 @@ class EngineCore {
   // One step: schedule, execute on the runner, update the sequences from its output.
   StepReport step();
 
-  // The longest sequence (prompt plus output) that fits the model's context and the whole KV pool.
+  // The longest sequence (prompt plus output) that fits max_model_len (the model's context) and the whole KV pool.
   int64_t max_sequence_tokens() const;
   // Counters as of now and gauges read fresh (also valid from inside an event callback during step()).
   EngineMetrics metrics() const;
@@ -79,6 +81,7 @@ class EngineCore {
   std::string capacity_summary() const;
 
  private:
+  int64_t max_model_len() const;
   void finish(Sequence& seq, FinishReason reason, std::vector<int32_t> tokens, std::string error = {});
   // Appends a step's new tokens to seq, up to and including the first that ends it (stop token, max_tokens, the
   // context), and streams them as one event. True when seq finished (and is gone).

@@ -9,6 +9,7 @@
 
 #include "eval/json_lines.h"
 #include "eval/python_text.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -48,7 +49,8 @@ std::vector<EvalQuestion> load_json_lines(ScorerKind kind, const std::string& pa
   for_each_json_line(path, [&](const nlohmann::json& row, size_t line) {
     MOESERVE_CHECK(row.is_object(), "the row is not a JSON object");
     if (kind == ScorerKind::mmlu_pro) {
-      const auto& choices = row.at("choices");
+      MOESERVE_CHECK(row.contains("choices"), "the row has no choices field");
+      const auto& choices = row["choices"];
       MOESERVE_CHECK(choices.is_array() && !choices.empty() && choices.size() <= 10,
                      "choices must be a list of 1 to 10 options");
       const std::string answer = ascii_upper(required_string(row, {"answer"}));
@@ -71,7 +73,14 @@ std::vector<EvalQuestion> load_json_lines(ScorerKind kind, const std::string& pa
 }
 
 std::vector<EvalQuestion> load_gpqa(const std::string& path, const std::string& dataset, uint64_t seed) {
-  const std::vector<std::vector<std::string>> rows = parse_csv(read_text_file(path));
+  // GPQA's release CSVs are a few MiB.
+  const std::string text = read_text_file(path, 256 * kMiB);
+  std::vector<std::vector<std::string>> rows;
+  try {
+    rows = parse_csv(text);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
   MOESERVE_CHECK(!rows.empty(), "{} is empty", path);
   std::map<std::string, size_t> column;
   for (size_t i = 0; i < rows[0].size(); ++i) column[std::string(python_strip(rows[0][i]))] = i;

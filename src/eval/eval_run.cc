@@ -42,7 +42,10 @@ EvalRunResult run_evaluation(const std::vector<EvalQuestion>& questions, Complet
   for (size_t i = 0; i < result.samples.size(); ++i) {
     EvalSample& s = result.samples[i];
     s.score = scores[i];
-    if (!s.completion.error.empty()) s.score.detail = "generation failed: " + s.completion.error;
+    if (!s.completion.error.empty()) {
+      s.score.detail = "generation failed: " + s.completion.error;
+      ++result.failed_samples;
+    }
     const std::string& dataset = s.question->dataset;
     if (!by_dataset.contains(dataset)) order.push_back(dataset);
     by_dataset[dataset][s.question->id].push_back(s.score.correct);
@@ -72,7 +75,18 @@ std::string eval_table_text(const EvalRunResult& result) {
   }
   out += fmt::format("exact_match (MLPerf, repeats-weighted): {:.3f}\n", result.exact_match);
   out += "95% CI: normal approximation over questions of the per-question pass rates\n";
+  const std::string failures = eval_failures_text(result);
+  if (!failures.empty()) out += failures + "\n";
   return out;
+}
+
+std::string eval_failures_text(const EvalRunResult& result) {
+  if (result.failed_samples == 0) return "";
+  for (const EvalSample& s : result.samples)
+    if (!s.completion.error.empty())
+      return fmt::format("INVALID: {} of {} samples failed to generate; the first: {}", result.failed_samples,
+                         result.samples.size(), s.completion.error);
+  return "";
 }
 
 nlohmann::json eval_sample_json(const EvalSample& s) {

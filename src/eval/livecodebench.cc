@@ -5,7 +5,9 @@
 #include <array>
 
 #include "eval/json_lines.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
+#include "util/json_parse.h"
 
 namespace moeserve::eval {
 namespace {
@@ -29,12 +31,16 @@ std::vector<LcbTest> tests_from_json(const nlohmann::json& list) {
   return tests;
 }
 
-std::vector<LcbTest> tests_field(const nlohmann::json& row, const char* name) {
+std::vector<LcbTest> tests_field(const nlohmann::json& row, const char* name, uint64_t max_tests_bytes) {
   auto it = row.find(name);
   if (it == row.end() || it->is_null()) return {};
   if (it->is_array()) return tests_from_json(*it);
   MOESERVE_CHECK(it->is_string(), "{} is neither a string nor a list", name);
-  return decode_lcb_tests(it->get<std::string>());
+  try {
+    return decode_lcb_tests(it->get<std::string>(), max_tests_bytes);
+  } catch (const Error& e) {
+    fail("{}: {}", name, e.what());
+  }
 }
 
 uint64_t little_endian(std::string_view bytes, size_t at, size_t width) {
@@ -51,7 +57,7 @@ std::vector<LcbTest> LcbProblem::all_tests() const {
   return tests;
 }
 
-LcbProblem parse_lcb_problem(const nlohmann::json& row) {
+LcbProblem parse_lcb_problem(const nlohmann::json& row, uint64_t max_tests_bytes) {
   MOESERVE_CHECK(row.is_object(), "a LiveCodeBench row is not a JSON object");
   LcbProblem p;
   p.question_id = string_field(row, "question_id");
@@ -64,37 +70,39 @@ LcbProblem parse_lcb_problem(const nlohmann::json& row) {
     p.contest_date = string_field(row, "contest_date");
     p.starter_code = string_field(row, "starter_code");
     p.difficulty = string_field(row, "difficulty");
-    p.public_tests = tests_field(row, "public_test_cases");
-    p.private_tests = tests_field(row, "private_test_cases");
+    p.public_tests = tests_field(row, "public_test_cases", max_tests_bytes);
+    p.private_tests = tests_field(row, "private_test_cases", max_tests_bytes);
     if (auto it = row.find("metadata"); it != row.end() && !it->is_null()) {
-      const nlohmann::json metadata = it->is_string() ? nlohmann::json::parse(it->get<std::string>()) : *it;
+      const nlohmann::json metadata = it->is_string() ? parse_json(it->get<std::string>(), "metadata") : *it;
       if (metadata.contains("func_name") && metadata["func_name"].is_string()) {
         p.func_name = metadata["func_name"].get<std::string>();
       }
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("LiveCodeBench question {}: {}", p.question_id, e.what());
+    fail("LiveCodeBench question {}: {}", p.question_id, json_error_detail(e));
   } catch (const Error& e) {
     fail("LiveCodeBench question {}: {}", p.question_id, e.what());
   }
   return p;
 }
 
-std::vector<LcbProblem> load_lcb_problems(const std::string& path) {
+std::vector<LcbProblem> load_lcb_problems(const std::string& path, uint64_t max_tests_bytes) {
   std::vector<LcbProblem> problems;
-  for_each_json_line(path, [&](const nlohmann::json& row, size_t) { problems.push_back(parse_lcb_problem(row)); });
+  for_each_json_line(
+      path, [&](const nlohmann::json& row, size_t) { problems.push_back(parse_lcb_problem(row, max_tests_bytes)); },
+      JsonLinesLimits{kMaxLcbLineBytes, kMaxLcbFileBytes});
   return problems;
 }
 
-std::vector<LcbTest> decode_lcb_tests(std::string_view field) {
-  // As the release loader: try JSON first, and only when that fails the compressed pickle.
-  nlohmann::json parsed = nlohmann::json::parse(field, nullptr, false);
-  if (parsed.is_discarded()) {
-    const std::string text = unpickle_string(zlib_inflate(base64_decode(field)));
-    parsed = nlohmann::json::parse(text, nullptr, false);
-    MOESERVE_CHECK(!parsed.is_discarded(), "the unpickled private tests are not JSON");
-  }
-  return tests_from_json(parsed);
+std::vector<LcbTest> decode_lcb_tests(std::string_view field, uint64_t max_tests_bytes) {
+  // The release loader tries json.loads first and decompresses when that fails. Test lists are JSON arrays and
+  // base64 never begins with '[' or '{', so the first character decides, and a malformed list is reported as
+  // such instead of as bad base64.
+  const size_t first = field.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (field[first] == '[' || field[first] == '{'))
+    return tests_from_json(parse_json(field, "the test cases"));
+  return tests_from_json(
+      parse_json(unpickle_string(zlib_inflate(base64_decode(field), max_tests_bytes)), "the unpickled test cases"));
 }
 
 std::string base64_decode(std::string_view text) {
@@ -131,7 +139,8 @@ std::string base64_decode(std::string_view text) {
   return out;
 }
 
-std::string zlib_inflate(std::string_view compressed) {
+std::string zlib_inflate(std::string_view compressed, uint64_t max_bytes) {
+  MOESERVE_CHECK(compressed.size() <= UINT32_MAX, "zlib: {} bytes of compressed data is too many", compressed.size());
   z_stream stream{};
   MOESERVE_CHECK(inflateInit(&stream) == Z_OK, "zlib: cannot initialise");
   stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
@@ -143,7 +152,12 @@ std::string zlib_inflate(std::string_view compressed) {
     stream.next_out = reinterpret_cast<Bytef*>(chunk.data());
     stream.avail_out = chunk.size();
     rc = inflate(&stream, Z_NO_FLUSH);
-    out.append(chunk.data(), chunk.size() - stream.avail_out);
+    const size_t produced = chunk.size() - stream.avail_out;
+    if (out.size() + produced > max_bytes) {
+      inflateEnd(&stream);
+      fail("zlib: the data inflates to more than {} (the limit)", byte_size_text(max_bytes));
+    }
+    out.append(chunk.data(), produced);
     if (rc == Z_BUF_ERROR && stream.avail_in == 0) break;
   }
   inflateEnd(&stream);
@@ -154,8 +168,8 @@ std::string zlib_inflate(std::string_view compressed) {
 std::string unpickle_string(std::string_view pickle) {
   std::optional<std::string> value;
   size_t i = 0;
-  const auto need = [&](size_t n, const char* what) {
-    MOESERVE_CHECK(i + n <= pickle.size(), "pickle: truncated {} at byte {}", what, i);
+  const auto need = [&](uint64_t n, const char* what) {
+    MOESERVE_CHECK(n <= pickle.size() - i, "pickle: truncated {} at byte {}", what, i);  // no i + n: it can wrap
   };
   while (true) {
     need(1, "opcode");

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,17 +39,25 @@ struct LcbProblem {
   std::vector<LcbTest> all_tests() const;
 };
 
-// One release row; an Error names the question id and the field that is malformed.
-LcbProblem parse_lcb_problem(const nlohmann::json& row);
-// A JSON-lines file of release rows; an Error names the file and line.
-std::vector<LcbProblem> load_lcb_problems(const std::string& path);
+// The bound on one problem's decompressed private tests: a compressed field inflating past it (a zlib bomb: 1.3 MB
+// can inflate to over a GB) is an error naming the question and the limit, raised before more is allocated.
+inline constexpr uint64_t kMaxLcbTestsBytes = uint64_t{512} << 20;
+// Release rows carry their tests compressed: a line may be large, a file larger still.
+inline constexpr uint64_t kMaxLcbLineBytes = uint64_t{1} << 30;
+inline constexpr uint64_t kMaxLcbFileBytes = uint64_t{64} << 30;
 
-// private_test_cases: JSON text, else base64 -> zlib -> pickle -> JSON text.
-std::vector<LcbTest> decode_lcb_tests(std::string_view field);
+// One release row; an Error names the question id and the field that is malformed.
+LcbProblem parse_lcb_problem(const nlohmann::json& row, uint64_t max_tests_bytes = kMaxLcbTestsBytes);
+// A JSON-lines file of release rows; an Error names the file and line.
+std::vector<LcbProblem> load_lcb_problems(const std::string& path, uint64_t max_tests_bytes = kMaxLcbTestsBytes);
+
+// private_test_cases: JSON text (a list), else base64 -> zlib -> pickle -> JSON text.
+std::vector<LcbTest> decode_lcb_tests(std::string_view field, uint64_t max_tests_bytes = kMaxLcbTestsBytes);
 
 // The pieces of that decoding, each an Error on malformed input.
 std::string base64_decode(std::string_view text);    // whitespace ignored; padding required as Python's
-std::string zlib_inflate(std::string_view compressed);
+// At most max_bytes of output: more is an Error naming the limit.
+std::string zlib_inflate(std::string_view compressed, uint64_t max_bytes = kMaxLcbTestsBytes);
 // The str a pickle holds. Only what pickle.dumps(str) writes is read (protocols 2 to 5: PROTO, FRAME,
 // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8, MEMOIZE, BINPUT, LONG_BINPUT, STOP); any other opcode is an Error
 // naming it: no pickle feature that can call code is ever interpreted.

@@ -1,5 +1,5 @@
 // SPEED-Bench's protocol for speculative decoding (NVIDIA Model-Optimizer examples/specdec_bench; reference
-// ../shared/reference/eagle3-and-speed-bench.md section 4): every request is a categorised multi-turn
+// the nvidia/SPEED-Bench dataset, arXiv 2604.09557): every request is a categorised multi-turn
 // conversation; each turn is rendered in the model's chat format (chat_format.h: Harmony, or DeepSeek-R1's
 // template), with only the answer of earlier replies kept as history (Harmony's final channel, R1's text after
 // </think>), and generated greedily (temperature 0) with the engine's speculation. The measure is the acceptance

@@ -7,6 +7,7 @@
 #include "util/bfloat16.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_fields.h"
 
 namespace moeserve {
 
@@ -65,7 +66,7 @@ void check_original_dtypes(const std::string& dir, const TensorStore& store) {
   for (auto& [name, declared] : dtypes.items()) {
     const TensorView* view = store.find(name);
     MOESERVE_CHECK(view != nullptr, "{}: names tensor {}, which no safetensors file holds", path, name);
-    std::string d = declared.is_string() ? declared.get<std::string>() : declared.dump();
+    const std::string d = json_value_as<std::string>(declared, path, name);
     bool ok = (d == "FP4" || d == "UE8") ? view->dtype == DType::U8 : d == dtype_name(view->dtype);
     MOESERVE_CHECK(ok, "{}: declares {} as {}, but {}", path, name, d, view->describe());
   }

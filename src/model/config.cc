@@ -21,6 +21,7 @@ std::vector<AttentionKind> alternating_layer_types(int num_layers) {
 }
 
 void parse_rope_parameters(const json& rope, RopeConfig& out, const std::string& where) {
+  MOESERVE_CHECK(rope.is_object(), "{}: not a JSON object", where);
   std::string type = optional_field<std::string>(
       rope, "rope_type", optional_field<std::string>(rope, "type", "yarn", where), where);
   MOESERVE_CHECK(type == "yarn", "{}: rope_type \"{}\" is not supported (GPT-OSS uses yarn)", where, type);
@@ -34,6 +35,20 @@ void parse_rope_parameters(const json& rope, RopeConfig& out, const std::string&
   out.theta = optional_field<double>(rope, "rope_theta", out.theta, where);
 }
 
+// num_hidden_layers sizes layer_types before validate() runs: bounded as it is read.
+int layer_count(const json& j, const std::string& where) {
+  return required_field<int>(j, "num_hidden_layers", where, 1, config_limits::kLayers);
+}
+
+// The context YaRN extends to, original_max_position_embeddings * factor, bounded before it becomes an integer.
+int64_t scaled_context(const RopeConfig& rope, const std::string& where) {
+  const double context = static_cast<double>(rope.original_max_position) * rope.factor;
+  MOESERVE_CHECK(context >= 1 && context <= static_cast<double>(config_limits::kPositions),
+                 "{}: original_max_position_embeddings {} * rope factor {} is out of range (1..{})", where,
+                 rope.original_max_position, rope.factor, config_limits::kPositions);
+  return static_cast<int64_t>(context);
+}
+
 }  // namespace
 
 float ModelConfig::attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
@@ -44,27 +59,53 @@ double ModelConfig::rope_concentration() const {
 }
 
 void ModelConfig::validate(const std::string& where) const {
-  MOESERVE_CHECK(num_layers > 0, "{}: num_hidden_layers must be positive", where);
-  MOESERVE_CHECK(hidden_size > 0 && hidden_size % 32 == 0,
-                 "{}: hidden_size {} must be a positive multiple of 32 (MXFP4 blocks)", where, hidden_size);
-  MOESERVE_CHECK(intermediate_size > 0 && intermediate_size % 32 == 0,
+  namespace limits = config_limits;
+  in_range(num_layers, 1, limits::kLayers, where, "num_hidden_layers");
+  in_range(hidden_size, 1, limits::kHiddenSize, where, "hidden_size");
+  in_range(num_heads, 1, limits::kHeads, where, "num_attention_heads");
+  in_range(num_kv_heads, 1, limits::kHeads, where, "num_key_value_heads");
+  in_range(head_dim, 1, limits::kHeadDim, where, "head_dim");
+  in_range(num_experts, 1, limits::kExperts, where,
+           layout == CheckpointLayout::huggingface ? "num_local_experts" : "num_experts");
+  in_range(intermediate_size, 1, limits::kIntermediateSize, where, "intermediate_size");
+  in_range(vocab_size, 1, limits::kVocabSize, where, "vocab_size");
+  in_range(sliding_window, 1, static_cast<int>(limits::kPositions), where, "sliding_window");
+  in_range<int64_t>(max_position_embeddings, 1, limits::kPositions, where, "max_position_embeddings");
+  in_range<int64_t>(rope.original_max_position, 1, limits::kPositions, where, "original_max_position_embeddings");
+  in_range(rope.theta, 1.0, limits::kRopeValue, where, "rope_theta");
+  in_range(rope.factor, 1.0, limits::kRopeValue, where, "rope factor");
+  in_range(rope.beta_fast, 0.0, limits::kRopeValue, where, "beta_fast");
+  in_range(rope.beta_slow, 0.0, limits::kRopeValue, where, "beta_slow");
+  in_range(rope.attention_factor, 0.0, limits::kRopeValue, where, "attention_factor");
+  MOESERVE_CHECK(hidden_size % 32 == 0, "{}: hidden_size {} must be a positive multiple of 32 (MXFP4 blocks)", where,
+                 hidden_size);
+  MOESERVE_CHECK(intermediate_size % 32 == 0,
                  "{}: intermediate_size {} must be a positive multiple of 32 (MXFP4 blocks)", where,
                  intermediate_size);
-  MOESERVE_CHECK(num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0,
+  MOESERVE_CHECK(num_heads % num_kv_heads == 0,
                  "{}: num_attention_heads {} must be a positive multiple of num_key_value_heads {}", where,
                  num_heads, num_kv_heads);
-  MOESERVE_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim {} must be positive and even", where, head_dim);
-  MOESERVE_CHECK(num_experts > 0 && experts_per_token > 0 && experts_per_token <= num_experts,
+  MOESERVE_CHECK(head_dim % 2 == 0, "{}: head_dim {} must be positive and even", where, head_dim);
+  MOESERVE_CHECK(experts_per_token > 0 && experts_per_token <= num_experts,
                  "{}: experts_per_token {} must be in 1..num_experts {}", where, experts_per_token, num_experts);
-  MOESERVE_CHECK(vocab_size > 0, "{}: vocab_size must be positive", where);
-  MOESERVE_CHECK(sliding_window > 0, "{}: sliding_window must be positive", where);
   MOESERVE_CHECK(static_cast<int>(layer_types.size()) == num_layers,
                  "{}: layer_types has {} entries for {} layers", where, layer_types.size(), num_layers);
-  MOESERVE_CHECK(rope.theta > 1 && rope.factor >= 1 && rope.beta_fast > rope.beta_slow && rope.beta_slow > 0,
+  MOESERVE_CHECK(rope.theta > 1 && rope.beta_fast > rope.beta_slow && rope.beta_slow > 0,
                  "{}: invalid YaRN parameters", where);
-  MOESERVE_CHECK(rms_norm_eps > 0, "{}: rms_norm_eps must be positive", where);
+  MOESERVE_CHECK(rms_norm_eps > 0 && rms_norm_eps < 1, "{}: rms_norm_eps = {} is out of range (0..1)", where,
+                 rms_norm_eps);
   MOESERVE_CHECK(swiglu_limit > 0, "{}: swiglu_limit must be positive", where);
-  MOESERVE_CHECK(max_position_embeddings > 0, "{}: max_position_embeddings must be positive", where);
+  MOESERVE_CHECK(swiglu_alpha > 0, "{}: swiglu_alpha must be positive", where);
+}
+
+std::vector<int32_t> parse_eos_token_ids(const json& j, const std::string& where) {
+  MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return {};
+  const json& eos = j["eos_token_id"];
+  std::vector<int32_t> ids = eos.is_array() ? json_value_as<std::vector<int32_t>>(eos, where, "eos_token_id")
+                                            : std::vector<int32_t>{json_value_as<int32_t>(eos, where, "eos_token_id")};
+  for (int32_t id : ids) MOESERVE_CHECK(id >= 0, "{}: eos_token_id {} is negative", where, id);
+  return ids;
 }
 
 ModelConfig parse_hf_config(const json& j, const std::string& where) {
@@ -74,7 +115,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& where) {
                  model_type);
   ModelConfig c;
   c.layout = CheckpointLayout::huggingface;
-  c.num_layers = required_field<int>(j, "num_hidden_layers", where);
+  c.num_layers = layer_count(j, where);
   c.hidden_size = required_field<int>(j, "hidden_size", where);
   c.num_heads = required_field<int>(j, "num_attention_heads", where);
   c.num_kv_heads = required_field<int>(j, "num_key_value_heads", where);
@@ -95,12 +136,12 @@ ModelConfig parse_hf_config(const json& j, const std::string& where) {
     parse_rope_parameters(j["rope_parameters"], c.rope, where + " rope_parameters");
   else
     fail("{}: neither rope_scaling nor rope_parameters is given", where);
-  c.max_position_embeddings = optional_field<int64_t>(
-      j, "max_position_embeddings", static_cast<int64_t>(c.rope.original_max_position * c.rope.factor), where);
+  c.max_position_embeddings = j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null()
+                                  ? required_field<int64_t>(j, "max_position_embeddings", where)
+                                  : scaled_context(c.rope, where);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     MOESERVE_CHECK(j["layer_types"].is_array(), "{}: layer_types is not an array", where);
-    for (auto& t : j["layer_types"]) {
-      std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    for (const std::string& s : json_value_as<std::vector<std::string>>(j["layer_types"], where, "layer_types")) {
       if (s == "sliding_attention")
         c.layer_types.push_back(AttentionKind::sliding);
       else if (s == "full_attention")
@@ -112,17 +153,12 @@ ModelConfig parse_hf_config(const json& j, const std::string& where) {
     c.layer_types = alternating_layer_types(c.num_layers);
   }
   if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-    std::string method = optional_field<std::string>(j["quantization_config"], "quant_method", "", where);
+    std::string method = optional_field<std::string>(j["quantization_config"], "quant_method", "",
+                                                     where + " quantization_config");
     MOESERVE_CHECK(method == "mxfp4", "{}: quantization method \"{}\" is not supported (mxfp4 or none)", where,
                    method);
   }
-  if (j.contains("eos_token_id")) {
-    auto& eos = j["eos_token_id"];
-    if (eos.is_array())
-      c.eos_token_ids = eos.get<std::vector<int32_t>>();
-    else if (eos.is_number_integer())
-      c.eos_token_ids = {eos.get<int32_t>()};
-  }
+  c.eos_token_ids = parse_eos_token_ids(j, where);
   c.source = j;
   c.validate(where);
   return c;
@@ -132,7 +168,7 @@ ModelConfig parse_original_config(const json& j, const std::string& where) {
   MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", where);
   ModelConfig c;
   c.layout = CheckpointLayout::original;
-  c.num_layers = required_field<int>(j, "num_hidden_layers", where);
+  c.num_layers = layer_count(j, where);
   c.hidden_size = required_field<int>(j, "hidden_size", where);
   c.num_heads = required_field<int>(j, "num_attention_heads", where);
   c.num_kv_heads = required_field<int>(j, "num_key_value_heads", where);
@@ -149,7 +185,7 @@ ModelConfig parse_original_config(const json& j, const std::string& where) {
   c.rope.beta_fast = required_field<double>(j, "rope_ntk_beta", where);
   c.rope.original_max_position = required_field<int64_t>(j, "initial_context_length", where);
   c.rope.truncate = false;  // gpt_oss/torch/model.py never rounds the correction range
-  c.max_position_embeddings = static_cast<int64_t>(c.rope.original_max_position * c.rope.factor);
+  c.max_position_embeddings = scaled_context(c.rope, where);
   c.layer_types = alternating_layer_types(c.num_layers);
   c.source = j;
   c.validate(where);
@@ -175,15 +211,12 @@ ModelFamily model_family_of(const std::string& dir) {
 }
 
 void read_generation_eos(const std::string& dir, std::vector<int32_t>& ids) {
-  std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
   if (!file_exists(path)) return;
-  json g = read_json_file(path);
-  if (!g.contains("eos_token_id")) return;
-  const json& eos = g["eos_token_id"];
-  if (eos.is_array())
-    ids = required_field<std::vector<int32_t>>(g, "eos_token_id", path);
-  else if (eos.is_number_integer())
-    ids = {required_field<int32_t>(g, "eos_token_id", path)};
+  const json g = read_json_file(path);
+  MOESERVE_CHECK(g.is_object(), "{}: not a JSON object", path);
+  // Absent or null: the ids of config.json stand.
+  if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) ids = parse_eos_token_ids(g, path);
 }
 
 ModelConfig load_model_config(const std::string& dir) {

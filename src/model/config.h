@@ -14,6 +14,21 @@ enum class CheckpointLayout { huggingface, original };
 // The model families moeserve runs: GPT-OSS (this file's ModelConfig) and DeepSeek-V3 / R1
 // (model/deepseek_v3/config.h, which presents itself to the engine as a ModelConfig).
 enum class ModelFamily { gpt_oss, deepseek_v3 };
+
+// Bounds on a config's sizes, checked as config.json is read and before anything is sized by them: far above
+// every GPT-OSS (and DeepSeek) shape, far below what would exhaust memory or overflow the int arithmetic of
+// tensor shapes (heads * head_dim, 2 * intermediate_size).
+namespace config_limits {
+inline constexpr int kLayers = 1024;
+inline constexpr int kHiddenSize = 65536;
+inline constexpr int kHeads = 1024;
+inline constexpr int kHeadDim = 1024;
+inline constexpr int kExperts = 4096;
+inline constexpr int kIntermediateSize = 262144;
+inline constexpr int kVocabSize = 1 << 24;
+inline constexpr int64_t kPositions = int64_t{1} << 24;
+inline constexpr double kRopeValue = 1e12;  // theta, factor, betas: finite and positive, at most this
+}  // namespace config_limits
 enum class AttentionKind { sliding, full };
 
 // YaRN as gpt_oss/torch/model.py and transformers' _compute_yarn_parameters compute it.
@@ -55,7 +70,8 @@ struct ModelConfig {
   float attention_scale() const;   // 1 / sqrt(head_dim)
   double rope_concentration() const;
 
-  // Checks the fields against each other; fails naming `where` and the field.
+  // Checks every field against its bound (config_limits) and the fields against each other; fails naming
+  // `where` and the field.
   void validate(const std::string& where) const;
 };
 
@@ -74,6 +90,8 @@ void read_generation_eos(const std::string& dir, std::vector<int32_t>& ids);
 // Reads DIR/config.json (and DIR/generation_config.json when present). An OpenAI original-layout directory is
 // recognised by its keys (num_experts, experts_per_token, no model_type).
 ModelConfig load_model_config(const std::string& dir);
+// eos_token_id as config.json and generation_config.json give it: absent or null (none), one id or a list of ids.
+std::vector<int32_t> parse_eos_token_ids(const nlohmann::json& json, const std::string& where);
 
 ModelConfig parse_hf_config(const nlohmann::json& json, const std::string& where);
 ModelConfig parse_original_config(const nlohmann::json& json, const std::string& where);

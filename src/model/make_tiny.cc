@@ -199,7 +199,7 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
   c.vocab_size = o.vocab;
   c.sliding_window = o.window;
   if (o.shape == "gpt-oss-20b" || o.shape == "gpt-oss-120b") {
-    // ../shared/reference/gpt-oss-architecture.md, section 1.
+    // The config.json of openai/gpt-oss-20b and openai/gpt-oss-120b (and openai/gpt-oss gpt_oss/torch/model.py).
     c.num_layers = o.shape == "gpt-oss-20b" ? 24 : 36;
     c.num_experts = o.shape == "gpt-oss-20b" ? 32 : 128;
     c.hidden_size = 2880;
@@ -249,6 +249,8 @@ void make_tiny_checkpoint(const TinyModelOptions& options, const std::string& ou
     write_text_file((fs::path(out_dir) / "dtypes.json").string(), dtypes.dump(2) + "\n");
   }
 
+  // The original layout's double dash is OpenAI's own: openai/gpt-oss-120b's original/ holds model--00001-of-00007
+  // to model--00007-of-00007.safetensors beside model.safetensors.index.json.
   write_checkpoint_tensors(out_dir, std::move(plan.tensors), options.shards,
                            hf ? kHfShardName : "model--{:05d}-of-{:05d}.safetensors");
 }

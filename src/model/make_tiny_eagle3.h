@@ -1,5 +1,5 @@
 // A deterministic tiny EAGLE-3 draft head for a tiny target (make-tiny --eagle3), in the exact format ModelOpt
-// exports for gpt-oss (../shared/reference/eagle3-and-speed-bench.md section 1.4): config.json with a nested
+// exports for gpt-oss (its hf_spec_export.py, as in nvidia/gpt-oss-120b-Eagle3): config.json with a nested
 // eagle_config, one model.safetensors with fc, the decoder layer under midlayer.* (2025 exporter) or layers.0.*
 // (2026), norm, lm_head over a draft vocabulary smaller than the target's, and the d2t offsets. No embed_tokens:
 // the head shares the target's embedding. Bytes depend only on the options and the target's config.

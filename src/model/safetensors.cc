@@ -5,15 +5,19 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_parse.h"
 
 namespace moeserve {
 namespace {
 
 // The reference implementation refuses headers over 100 MB; so do we, before parsing.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// More dimensions than any checkpoint tensor has (GPT-OSS's MXFP4 blocks have four).
+constexpr size_t kMaxRank = 8;
 
 DType parse_dtype(const std::string& name, const std::string& where) {
   static const std::map<std::string, DType> kNames = {{"BF16", DType::BF16}, {"F16", DType::F16},
@@ -89,12 +93,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
                  header_len, bytes.size() - 8);
   std::string_view header(reinterpret_cast<const char*>(bytes.data() + 8), header_len);
   MOESERVE_CHECK(!header.empty() && header.front() == '{', "{}: header is not a JSON object", path);
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: corrupt header JSON: {}", path, e.what());
-  }
+  // Entries nest three levels ({name: {shape: [..]}}); the depth limit keeps a hostile header off the stack.
+  const nlohmann::json json = parse_json(header, path + " header", 8);
   MOESERVE_CHECK(json.is_object(), "{}: header is not a JSON object", path);
 
   auto data = bytes.subspan(8 + header_len);
@@ -119,13 +119,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     view.name = name;
     view.file = path;
     view.dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
-    uint64_t numel = 1;
+    MOESERVE_CHECK(entry["shape"].size() <= kMaxRank, "{}: shape has {} dimensions (at most {})", where,
+                   entry["shape"].size(), kMaxRank);
     for (auto& dim : entry["shape"]) {
-      MOESERVE_CHECK(dim.is_number_unsigned(), "{}: shape has a non-integer or negative dimension", where);
-      uint64_t d = dim.get<uint64_t>();
-      MOESERVE_CHECK(d == 0 || numel <= (uint64_t{1} << 62) / d, "{}: shape overflows", where);
-      numel *= d;
-      view.shape.push_back(static_cast<int64_t>(d));
+      MOESERVE_CHECK(dim.is_number_unsigned() && dim.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+                     "{}: shape has a non-integer, negative or out-of-range dimension", where);
+      view.shape.push_back(static_cast<int64_t>(dim.get<uint64_t>()));
     }
     auto& offsets = entry["data_offsets"];
     MOESERVE_CHECK(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
@@ -135,6 +134,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     MOESERVE_CHECK(begin <= end && end <= data.size(),
                    "{}: data_offsets [{}, {}] fall outside the {} byte data buffer (truncated file?)", where, begin,
                    end, data.size());
+    // The element count is bounded by the tensor's bytes as it is multiplied, so it cannot overflow.
+    const bool empty = std::find(view.shape.begin(), view.shape.end(), 0) != view.shape.end();
+    const uint64_t max_numel = (end - begin) / dtype_size(view.dtype);
+    uint64_t numel = empty ? 0 : 1;
+    for (int64_t d : view.shape) {
+      if (empty) break;
+      MOESERVE_CHECK(numel <= max_numel / static_cast<uint64_t>(d), "{}: {} bytes are too few for shape [{}] of {}",
+                     where, end - begin, fmt::join(view.shape, ", "), dtype_name(view.dtype));
+      numel *= static_cast<uint64_t>(d);
+    }
     MOESERVE_CHECK(end - begin == numel * dtype_size(view.dtype),
                    "{}: {} bytes for shape [{}] of {} (expected {})", where, end - begin,
                    fmt::join(view.shape, ", "), dtype_name(view.dtype), numel * dtype_size(view.dtype));
@@ -162,16 +171,16 @@ TensorStore TensorStore::open_directory(const std::string& dir) {
   std::map<std::string, std::string> weight_map;
   if (file_exists(index_path)) {
     auto index = read_json_file(index_path);
-    MOESERVE_CHECK(index.contains("weight_map") && index["weight_map"].is_object(), "{}: no weight_map object",
-                   index_path);
+    MOESERVE_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+                   "{}: no weight_map object", index_path);
+    std::set<std::string> listed;
     for (auto& [name, file] : index["weight_map"].items()) {
       MOESERVE_CHECK(file.is_string(), "{}: weight_map entry {} is not a file name", index_path, name);
       std::string file_name = file.get<std::string>();
       MOESERVE_CHECK(file_name.find('/') == std::string::npos, "{}: weight_map entry {} names a path outside {}",
                      index_path, name, dir);
       weight_map[name] = file_name;
-      if (std::find(store.files_.begin(), store.files_.end(), file_name) == store.files_.end())
-        store.files_.push_back(file_name);
+      if (listed.insert(file_name).second) store.files_.push_back(file_name);
     }
   } else {
     for (auto& entry : fs::directory_iterator(dir)) {

@@ -18,7 +18,11 @@ std::string call_id() {
 }  // namespace
 
 AssistantStream::AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-    : tokenizer_(tokenizer), stops_(std::move(stop_strings)), parser_(tokenizer, harmony::Role::assistant) {}
+    : tokenizer_(tokenizer),
+      stops_(std::move(stop_strings)),
+      parser_(tokenizer, harmony::Role::assistant) {
+  unparsed_decoder_.emplace(tokenizer_);
+}
 
 AssistantStream::AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, R1Reply)
     : AssistantStream(tokenizer, std::move(stop_strings)) {
@@ -31,29 +35,29 @@ void AssistantStream::add_r1(const chat::R1ReplyStream::Delta& d, AssistantDelta
   add_content(d.content, delta);
 }
 
-void AssistantStream::add_content(std::string text, AssistantDelta& delta) {
-  if (stop_hit_) return;
-  held_ += text;
-  // Release everything that cannot be the beginning of a stop string; cut at the first complete one.
-  size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
-  if (cut != std::string::npos) {
-    stop_hit_ = true;
-    delta.content += held_.substr(0, cut);
-    content_ += held_.substr(0, cut);
-    held_.clear();
-    return;
-  }
-  size_t keep = 0;
-  for (const auto& s : stops_)
-    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n)
-      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-        keep = n;
-        break;
-      }
-  delta.content += held_.substr(0, held_.size() - keep);
-  content_ += held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
+void AssistantStream::add_content(std::string_view text, AssistantDelta& delta) {
+  const std::string released = stops_.push(text);
+  delta.content += released;
+  content_ += released;
+}
+
+void AssistantStream::become_raw(AssistantDelta& delta) {
+  raw_.emplace(tokenizer_);
+  std::string text;
+  for (TokenId t : unparsed_) text += raw_->push(t);
+  unparsed_.clear();
+  add_content(text, delta);
+}
+
+bool AssistantStream::stop_string_in_header(TokenId token) {
+  // Only the text before a message's content is kept: its header, the one place plain text can hide.
+  if (parser_.state() == harmony::StreamingParser::State::content) return false;
+  const std::string added = unparsed_decoder_->push(token);
+  unparsed_text_ += added;
+  if (added.empty() || parser_.state() != harmony::StreamingParser::State::header) return false;
+  // Only where the new text can complete a stop string: the search stays linear in the output.
+  const size_t reach = added.size() + stops_.longest();
+  return stops_.occurs_in(unparsed_text_, unparsed_text_.size() > reach ? unparsed_text_.size() - reach : 0);
 }
 
 void AssistantStream::route(const harmony::Message& message, const std::string& text, AssistantDelta& delta) {
@@ -92,11 +96,11 @@ AssistantDelta AssistantStream::push(TokenId token) {
     parser_.process(token);
   } catch (const Error&) {
     // Not Harmony from here on: the tokens of the unfinished message, this one included, become plain content.
-    raw_.emplace(tokenizer_);
-    std::string text;
-    for (TokenId t : unparsed_) text += raw_->push(t);
-    unparsed_.clear();
-    add_content(text, delta);
+    become_raw(delta);
+    return delta;
+  }
+  if (stop_string_in_header(token)) {
+    become_raw(delta);
     return delta;
   }
   if (parser_.state() == harmony::StreamingParser::State::content && parser_.current()) {
@@ -107,6 +111,8 @@ AssistantDelta AssistantStream::push(TokenId token) {
     messages_seen_ = parser_.messages().size();
     in_tool_call_ = false;
     unparsed_.clear();
+    unparsed_decoder_.emplace(tokenizer_);
+    unparsed_text_.clear();
   }
   return delta;
 }
@@ -119,16 +125,11 @@ AssistantDelta AssistantStream::finish() {
     add_content(raw_->finish(), delta);
   } else if (parser_.state() == harmony::StreamingParser::State::header && !unparsed_.empty()) {
     // Cut off inside a header: show what was generated rather than drop it.
-    IncrementalDecoder decoder(tokenizer_);
-    std::string text;
-    for (TokenId t : unparsed_) text += decoder.push(t);
-    add_content(text + decoder.finish(), delta);
+    add_content(unparsed_text_ + unparsed_decoder_->finish(), delta);
   }
-  if (!stop_hit_ && !held_.empty()) {
-    delta.content += held_;
-    content_ += held_;
-    held_.clear();
-  }
+  const std::string rest = stops_.flush();
+  delta.content += rest;
+  content_ += rest;
   return delta;
 }
 

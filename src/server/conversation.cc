@@ -4,55 +4,88 @@
 
 #include <map>
 
-#include "server/request_fields.h"
-#include "util/error.h"
-
 namespace moeserve::server {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 
-harmony::ReasoningEffort reasoning_effort(const json& body) {
-  std::optional<std::string> effort = optional_string(body, "reasoning_effort");
-  if (!effort && body.contains("reasoning") && body["reasoning"].is_object())
-    effort = optional_string(body["reasoning"], "effort");
+// Turns (tool calls included) counted against limits.messages.
+class TurnCount {
+ public:
+  explicit TurnCount(size_t limit) : limit_(limit) {}
+  void add(const Field& where) {
+    if (++turns_ > limit_) where.fail(fmt::format("makes the conversation longer than {} messages", limit_));
+  }
+
+ private:
+  size_t limit_;
+  size_t turns_ = 0;
+};
+
+harmony::ReasoningEffort reasoning_effort(const Field& body) {
+  Field field = body["reasoning_effort"];
+  if (!field.present()) field = body["reasoning"]["effort"];
+  const std::optional<std::string> effort = field.optional_string();
   if (!effort) return harmony::ReasoningEffort::medium;
   if (*effort != "low" && *effort != "medium" && *effort != "high")
-    throw bad_request(fmt::format("reasoning effort '{}' must be low, medium or high", *effort), "reasoning_effort");
+    field.fail(fmt::format("is '{}'; it must be low, medium or high", *effort));
   return harmony::parse_reasoning_effort(*effort);
 }
 
+// A schema as harmony renders it (ordered_json). Objects are appended to directly: their keys are unique already,
+// and ordered_json's own insertion searches the keys every time (quadratic in a schema with many properties).
+// Recursion is bounded by the body's depth limit.
+ordered_json to_ordered(const json& value) {
+  if (value.is_object()) {
+    ordered_json out = ordered_json::object();
+    auto& members = out.get_ref<ordered_json::object_t&>();
+    for (const auto& [key, member] : value.items()) members.emplace_back(key, to_ordered(member));
+    return out;
+  }
+  if (value.is_array()) {
+    ordered_json out = ordered_json::array();
+    for (const json& element : value) out.push_back(to_ordered(element));
+    return out;
+  }
+  return ordered_json(value);
+}
+
 // Chat completions nest the function ({"type": "function", "function": {...}}); the Responses API does not.
-std::vector<harmony::ToolDescription> function_tools(const json& body, bool nested) {
+std::vector<harmony::ToolDescription> function_tools(const Field& body, bool nested, const RequestLimits& limits,
+                                                     TextBudget& text) {
   std::vector<harmony::ToolDescription> tools;
-  if (!body.contains("tools") || body["tools"].is_null()) return tools;
-  if (!body["tools"].is_array()) throw bad_request("'tools' must be a list", "tools");
-  for (const auto& tool : body["tools"]) {
-    if (!tool.is_object() || tool.value("type", "") != "function")
-      throw bad_request("only tools of type 'function' are supported", "tools");
-    const json& f = nested ? tool.value("function", json()) : tool;
-    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
-      throw bad_request("every function tool needs a 'name'", "tools");
+  size_t schema_bytes = 0;
+  for (const Field& tool : body["tools"].items(limits.tools)) {
+    const std::string type = tool["type"].string();
+    if (type != "function") tool["type"].fail(fmt::format("is '{}'; only tools of type 'function' are supported", type));
+    const Field f = nested ? tool["function"] : tool;
     harmony::ToolDescription d;
-    d.name = f["name"];
-    d.description = optional_string(f, "description").value_or("");
-    if (f.contains("parameters") && !f["parameters"].is_null()) {
-      if (!f["parameters"].is_object()) throw bad_request("a tool's 'parameters' must be a JSON schema object", "tools");
-      d.parameters = nlohmann::ordered_json::parse(f["parameters"].dump());
+    d.name = text.take(f["name"], f["name"].string());
+    if (d.name.empty()) f["name"].fail("must not be empty");
+    d.description = text.take(f["description"], f["description"].optional_string().value_or(""));
+    const Field parameters = f["parameters"];
+    if (parameters.present()) {
+      if (!parameters.is_object()) parameters.fail("must be a JSON schema object");
+      schema_bytes += parameters.json().dump().size();
+      if (schema_bytes > limits.tool_schema_bytes)
+        parameters.fail(fmt::format("brings the tools' parameter schemas past {} bytes", limits.tool_schema_bytes));
+      d.parameters = to_ordered(parameters.json());
     }
     tools.push_back(std::move(d));
   }
   return tools;
 }
 
-bool tools_enabled(const json& body) {
-  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return true;
-  const json& choice = body["tool_choice"];
-  if (choice == "none") return false;
-  if (choice == "auto") return true;
+bool tools_enabled(const Field& body) {
+  const Field choice = body["tool_choice"];
+  if (!choice.present()) return true;
+  const std::optional<std::string> mode = choice.is_string() ? choice.optional_string() : std::nullopt;
+  if (mode == "none") return false;
+  if (mode == "auto") return true;
   // Forcing a call needs constrained decoding, which the engine does not do: say so instead of ignoring it.
-  throw bad_request("tool_choice must be 'auto' or 'none' (forcing a tool call is not supported)", "tool_choice");
+  choice.fail("must be 'auto' or 'none' (forcing a tool call is not supported)");
 }
 
 ConversationRequest assemble(harmony::ReasoningEffort effort, std::string instructions,
@@ -92,103 +125,112 @@ void append_instructions(std::string& instructions, const std::string& text) {
   instructions += text;
 }
 
-}  // namespace
-
-ConversationRequest chat_conversation(const json& body) {
-  std::string instructions;
-  harmony::Conversation turns;
-  std::map<std::string, std::string> tool_names;  // tool_call_id -> function name
-  for_each_chat_message(body, [&](const std::string& role, const std::string& text, const json& m,
-                                  const std::string& where) {
-    if (role == "system" || role == "developer") {
-      append_instructions(instructions, text);
-    } else if (role == "user") {
-      turns.push_back(harmony::Message::text(harmony::Role::user, text));
-    } else if (role == "assistant") {
-      std::optional<std::string> reasoning = optional_string(m, "reasoning_content");
-      if (!reasoning) reasoning = optional_string(m, "reasoning");
-      if (reasoning && !reasoning->empty())
-        turns.push_back(harmony::Message::text(harmony::Role::assistant, *reasoning).with_channel("analysis"));
-      if (!text.empty()) turns.push_back(harmony::Message::text(harmony::Role::assistant, text).with_channel("final"));
-      if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-        if (!m["tool_calls"].is_array()) throw bad_request(where + ".tool_calls must be a list", "messages");
-        for (const auto& call : m["tool_calls"]) {
-          const json f = call.is_object() ? call.value("function", json()) : json();
-          if (!f.is_object() || !f.contains("name") || !f["name"].is_string())
-            throw bad_request(where + ": every tool call needs function.name", "messages");
-          const std::string arguments = optional_string(f, "arguments").value_or("{}");
-          if (call.contains("id") && call["id"].is_string()) tool_names[call["id"]] = f["name"];
-          turns.push_back(tool_call_message(f["name"], arguments));
-        }
-      }
-    } else if (role == "tool") {
-      std::optional<std::string> name = optional_string(m, "name");
-      if (!name) {
-        const auto id = optional_string(m, "tool_call_id");
-        if (!id || !tool_names.contains(*id))
-          throw bad_request(where + ": a tool message needs the tool_call_id of an earlier assistant tool call",
-                            "messages");
-        name = tool_names[*id];
-      }
-      turns.push_back(tool_result_message(*name, text));
-    } else {
-      throw bad_request(fmt::format("{}: unknown role '{}'", where, role), "messages");
-    }
-  });
-  auto tools = function_tools(body, true);
-  if (!tools_enabled(body)) tools.clear();
-  return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(turns));
+// The tool calls of a chat assistant message, each remembered by its id for the tool results that answer it.
+void assistant_tool_calls(const Field& message, TextBudget& text, TurnCount& turns, harmony::Conversation& out,
+                          std::map<std::string, std::string>& tool_names) {
+  for (const Field& call : message["tool_calls"].items()) {
+    turns.add(call);
+    if (const auto type = call["type"].optional_string(); type && *type != "function")
+      call["type"].fail(fmt::format("is '{}'; only function tool calls are supported", *type));
+    const Field function = call["function"];
+    const std::string name = text.take(function["name"], function["name"].string());
+    const std::string arguments = text.take(function["arguments"], function["arguments"].optional_string().value_or("{}"));
+    if (const auto id = call["id"].optional_string()) tool_names[*id] = name;
+    out.push_back(tool_call_message(name, arguments));
+  }
 }
 
-ConversationRequest responses_conversation(const json& body) {
-  std::string instructions = optional_string(body, "instructions").value_or("");
-  harmony::Conversation turns;
-  if (!body.contains("input") || body["input"].is_null()) throw bad_request("'input' is required", "input");
-  const json& input = body["input"];
-  if (input.is_string()) {
-    turns.push_back(harmony::Message::text(harmony::Role::user, input.get<std::string>()));
-  } else if (input.is_array()) {
-    std::map<std::string, std::string> tool_names;  // call_id -> function name
-    for (size_t i = 0; i < input.size(); ++i) {
-      const json& item = input[i];
-      const std::string where = fmt::format("input[{}]", i);
-      if (!item.is_object()) throw bad_request(where + " must be an object", "input");
-      const std::string type = item.value("type", "message");
-      if (type == "message") {
-        const std::string role = item.value("role", "");
-        const std::string text = content_text(item.value("content", json()), where + ".content");
-        if (role == "system" || role == "developer")
-          append_instructions(instructions, text);
-        else if (role == "user")
-          turns.push_back(harmony::Message::text(harmony::Role::user, text));
-        else if (role == "assistant")
-          turns.push_back(harmony::Message::text(harmony::Role::assistant, text).with_channel("final"));
-        else
-          throw bad_request(fmt::format("{}: unknown role '{}'", where, role), "input");
-      } else if (type == "reasoning") {
-        std::string text;
-        if (item.contains("content") && item["content"].is_array()) text = content_text(item["content"], where);
-        turns.push_back(harmony::Message::text(harmony::Role::assistant, text).with_channel("analysis"));
-      } else if (type == "function_call") {
-        const auto name = optional_string(item, "name");
-        if (!name) throw bad_request(where + ": a function_call needs a name", "input");
-        if (const auto id = optional_string(item, "call_id")) tool_names[*id] = *name;
-        turns.push_back(tool_call_message(*name, optional_string(item, "arguments").value_or("{}")));
-      } else if (type == "function_call_output") {
-        const auto id = optional_string(item, "call_id");
+}  // namespace
+
+ConversationRequest chat_conversation(const Field& body, const RequestLimits& limits) {
+  const Field messages_field = body["messages"];
+  const std::vector<Field> messages = messages_field.items(limits.messages);
+  if (messages.empty()) messages_field.fail("must be a non-empty list");
+  TextBudget text(limits.text_bytes);
+  TurnCount turns(limits.messages);
+  std::string instructions;
+  harmony::Conversation conversation;
+  std::map<std::string, std::string> tool_names;  // tool_call_id -> function name
+  for (const Field& m : messages) {
+    turns.add(m);
+    const std::string role = m["role"].string();
+    const std::string content = text.take(m["content"], content_text(m["content"]));
+    if (role == "system" || role == "developer") {
+      append_instructions(instructions, content);
+    } else if (role == "user") {
+      conversation.push_back(harmony::Message::text(harmony::Role::user, content));
+    } else if (role == "assistant") {
+      const Field reasoning_field = m["reasoning_content"].present() ? m["reasoning_content"] : m["reasoning"];
+      const std::string reasoning = text.take(reasoning_field, reasoning_field.optional_string().value_or(""));
+      if (!reasoning.empty())
+        conversation.push_back(harmony::Message::text(harmony::Role::assistant, reasoning).with_channel("analysis"));
+      if (!content.empty())
+        conversation.push_back(harmony::Message::text(harmony::Role::assistant, content).with_channel("final"));
+      assistant_tool_calls(m, text, turns, conversation, tool_names);
+    } else if (role == "tool") {
+      std::optional<std::string> name = m["name"].optional_string();
+      if (!name) {
+        const auto id = m["tool_call_id"].optional_string();
         if (!id || !tool_names.contains(*id))
-          throw bad_request(where + ": function_call_output needs the call_id of an earlier function_call", "input");
-        turns.push_back(tool_result_message(tool_names[*id], optional_string(item, "output").value_or("")));
+          m["tool_call_id"].fail("must be the id of an earlier assistant tool call");
+        name = tool_names[*id];
+      }
+      conversation.push_back(tool_result_message(*name, content));
+    } else {
+      m["role"].fail(fmt::format("is an unknown role '{}'", role));
+    }
+  }
+  auto tools = function_tools(body, true, limits, text);
+  if (!tools_enabled(body)) tools.clear();
+  return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(conversation));
+}
+
+ConversationRequest responses_conversation(const Field& body, const RequestLimits& limits) {
+  TextBudget text(limits.text_bytes);
+  TurnCount turns(limits.messages);
+  std::string instructions = text.take(body["instructions"], body["instructions"].optional_string().value_or(""));
+  harmony::Conversation conversation;
+  const Field input = body["input"];
+  if (input.is_string()) {
+    conversation.push_back(harmony::Message::text(harmony::Role::user, text.take(input, input.string())));
+  } else {
+    if (!input.is_array()) input.fail(input.present() ? "must be a string or a list of items" : "is required");
+    std::map<std::string, std::string> tool_names;  // call_id -> function name
+    for (const Field& item : input.items(limits.messages)) {
+      turns.add(item);
+      const std::string type = item["type"].optional_string().value_or("message");
+      if (type == "message") {
+        const std::string role = item["role"].string();
+        const std::string content = text.take(item["content"], content_text(item["content"]));
+        if (role == "system" || role == "developer")
+          append_instructions(instructions, content);
+        else if (role == "user")
+          conversation.push_back(harmony::Message::text(harmony::Role::user, content));
+        else if (role == "assistant")
+          conversation.push_back(harmony::Message::text(harmony::Role::assistant, content).with_channel("final"));
+        else
+          item["role"].fail(fmt::format("is an unknown role '{}'", role));
+      } else if (type == "reasoning") {
+        const std::string reasoning = text.take(item["content"], content_text(item["content"]));
+        conversation.push_back(harmony::Message::text(harmony::Role::assistant, reasoning).with_channel("analysis"));
+      } else if (type == "function_call") {
+        const std::string name = text.take(item["name"], item["name"].string());
+        if (const auto id = item["call_id"].optional_string()) tool_names[*id] = name;
+        conversation.push_back(tool_call_message(
+            name, text.take(item["arguments"], item["arguments"].optional_string().value_or("{}"))));
+      } else if (type == "function_call_output") {
+        const auto id = item["call_id"].optional_string();
+        if (!id || !tool_names.contains(*id)) item["call_id"].fail("must be the call_id of an earlier function_call");
+        conversation.push_back(
+            tool_result_message(tool_names[*id], text.take(item["output"], item["output"].optional_string().value_or(""))));
       } else {
-        throw bad_request(fmt::format("{}: unsupported input item type '{}'", where, type), "input");
+        item["type"].fail(fmt::format("is '{}', an unsupported input item type", type));
       }
     }
-  } else {
-    throw bad_request("'input' must be a string or a list of items", "input");
   }
-  auto tools = function_tools(body, false);
+  auto tools = function_tools(body, false, limits, text);
   if (!tools_enabled(body)) tools.clear();
-  return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(turns));
+  return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(conversation));
 }
 
 }  // namespace moeserve::server

@@ -6,6 +6,8 @@
 //    final-channel message, each tool call a commentary-channel message to functions.NAME with content type
 //    <|constrain|>json, ending in <|call|>;
 //  - a tool result (role tool, tool_call_id) is a message from functions.NAME to the assistant on commentary.
+// Every field is read through request_fields.h (a wrong type is a 400 naming its path), and the request's
+// limits (messages, tools, tool schema bytes, text bytes) are checked here, before anything is rendered.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "harmony/message.h"
+#include "server/request_fields.h"
 
 namespace moeserve::server {
 
@@ -22,10 +25,10 @@ struct ConversationRequest {
 };
 
 // The chat completions "messages", "tools", "tool_choice" and "reasoning_effort" (or "reasoning": {"effort"}).
-ConversationRequest chat_conversation(const nlohmann::json& body);
+ConversationRequest chat_conversation(const Field& body, const RequestLimits& limits);
 
 // The Responses API "input" (a string or a list of messages / function_call / function_call_output items),
 // "instructions", "tools" and "reasoning": {"effort"}.
-ConversationRequest responses_conversation(const nlohmann::json& body);
+ConversationRequest responses_conversation(const Field& body, const RequestLimits& limits);
 
 }  // namespace moeserve::server

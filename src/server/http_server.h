@@ -3,9 +3,13 @@
 // once (a whole response) or as a stream of server-sent events; it may answer later from any thread. The channel
 // reports a client that goes away while its request runs, so the work can be cancelled.
 //
-// Limits: request headers must arrive within header_timeout (a client trickling bytes is dropped), bodies over
-// max_body_bytes get 413, malformed requests 400, and a client that stops reading its response is dropped after
-// write_timeout.
+// Whatever a client sends, the server answers or drops it and goes on serving: requests are read under the
+// limits of HttpRequestReader (400, 413, 431, 501, each with an OpenAI-shaped JSON body naming the rule); a
+// request that does not arrive complete within request_timeout of its first byte gets 408; a keep-alive
+// connection with no request for idle_timeout is closed; a client that stops reading its response is dropped
+// after write_timeout. A handler that throws, or drops its channel without answering, gets a 500 (or, mid-stream,
+// an error event that ends the stream), logged with its route. When descriptors run out accept() pauses for
+// accept_backoff instead of spinning. HTTP/1.0 clients get no chunked encoding: a stream to one ends at close.
 #pragma once
 
 #include <utility>  // before Boost 1.74 Asio, whose awaitable.hpp uses std::exchange without it
@@ -22,18 +26,25 @@
 #include <thread>
 #include <vector>
 
-namespace moeserve::server {
+#include "server/http_request_reader.h"
 
-namespace http = boost::beast::http;
-using HttpRequest = http::request<http::string_body>;
+namespace moeserve::server {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // 0 picks a free port (see HttpServer::port())
   int io_threads = 2;
-  size_t max_body_bytes = 8 << 20;
-  std::chrono::milliseconds header_timeout{30'000};
-  std::chrono::milliseconds write_timeout{60'000};
+  size_t max_body_bytes = 8 << 20;     // 413 above (serve --max-body)
+  size_t max_header_bytes = 64 << 10;  // request line + headers, and a chunked body's trailer section: 431 above
+  size_t max_header_fields = 100;      // header fields, and trailer fields: 431 above
+  // From a request's first byte to its last (headers and body): a client trickling bytes or sending half a
+  // request gets 408 and is closed.
+  std::chrono::milliseconds request_timeout{30'000};
+  // A connection waiting for its next request is closed after this (uvicorn's --timeout-keep-alive, which vLLM
+  // serves under, defaults to 5 s).
+  std::chrono::milliseconds idle_timeout{5'000};
+  std::chrono::milliseconds write_timeout{60'000};  // one write of a response that the client does not read
+  std::chrono::milliseconds accept_backoff{100};    // accepts pause this long when descriptors run out
 };
 
 class ResponseChannel {
@@ -66,19 +77,29 @@ class HttpServer {
   // Stops the I/O threads (open connections are closed) and joins them.
   void stop();
   size_t open_connections() const { return open_connections_.load(); }
+  // Episodes in which accept() ran out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM) and paused.
+  size_t descriptor_shortages() const { return descriptor_shortages_.load(); }
 
   boost::asio::io_context& io_context() { return ioc_; }
 
  private:
   void accept();
+  void pause_accepting(const boost::system::error_code& ec);
+  void run_io();
 
   HttpServerOptions options_;
   Handler handler_;
   boost::asio::io_context ioc_;
+  // The I/O threads run until stop(), even with no connection and no acceptor: a channel released later still
+  // posts its last word to its connection (which holds the connection's count until then).
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_pause_;  // on the acceptor's strand
+  size_t failed_accepts_ = 0;              // in the current descriptor shortage; 0 when there is none
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
   std::atomic<size_t> open_connections_{0};
+  std::atomic<size_t> descriptor_shortages_{0};
   bool started_ = false;
 };
 

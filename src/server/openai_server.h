@@ -1,6 +1,8 @@
 // The OpenAI-compatible HTTP API over the engine: /v1/chat/completions, /v1/completions, /v1/responses (the
-// subset GPT-OSS clients use), /v1/models, /health and /metrics. Requests become engine requests; tokens stream
-// back as server-sent events or are collected into one response; a client that disconnects cancels its request.
+// subset GPT-OSS clients use), /v1/models, /health and /metrics. The I/O threads route requests and answer the
+// cheap ones; request bodies are turned into engine requests on a small pool of render workers
+// (engine_requests.h), so heavy bodies never hold up /health or other connections. Tokens stream back as
+// server-sent events or are collected into one response; a client that disconnects cancels its request.
 #pragma once
 
 #include <chrono>
@@ -10,8 +12,12 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/seed_source.h"
+#include "server/admission.h"
 #include "server/http_server.h"
 #include "server/prometheus.h"
+#include "server/render_pool.h"
+#include "server/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -20,8 +26,14 @@ struct ServerOptions {
   HttpServerOptions http;
   std::string served_model_name = "moeserve";
   std::optional<std::string> api_key;  // when set, /v1/* requires "Authorization: Bearer <key>"
-  int64_t max_in_flight = 4096;        // requests accepted at once (waiting + running); more get 429
+  // Engine requests accepted at once (rendering, waiting or running; a completions request takes one per
+  // prompt); more get 429.
+  int64_t max_in_flight = 4096;
   std::chrono::milliseconds drain_timeout{30'000};
+  int render_threads = 2;  // workers that parse, render and tokenise request bodies
+  // The seed unseeded requests draw theirs from (vLLM's --seed); unset: random at start-up.
+  std::optional<uint64_t> seed;
+  RequestLimits limits;
 };
 
 class OpenAiServer {
@@ -40,13 +52,20 @@ class OpenAiServer {
   bool draining() const { return draining_; }
   // Counts a finished HTTP exchange for /metrics.
   void count(const std::string& route, unsigned status);
+  // The seed unseeded requests draw from (logged at start-up, so a run can be replayed with --seed).
+  uint64_t seed() const { return seeds_.seed(); }
 
  private:
   void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel);
+  // On a render worker: the body to engine requests, admission, submission; errors answered.
+  void render_and_submit(const std::string& path, const HttpRequest& request, std::shared_ptr<ResponseChannel> channel);
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   ServerOptions options_;
+  std::shared_ptr<Admission> admission_;
+  SeedSource seeds_;
+  RenderPool render_pool_;
   HttpServer http_;
   std::atomic<bool> draining_{false};
   std::mutex stats_mutex_;

@@ -6,92 +6,130 @@ namespace moeserve::server {
 
 using nlohmann::json;
 
-std::optional<std::string> optional_string(const json& body, const char* field) {
-  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
-  if (!body[field].is_string()) throw bad_request(fmt::format("'{}' must be a string", field), field);
-  return body[field].get<std::string>();
+json parse_request_body(std::string_view body, int max_depth) {
+  // The parser calls back with the depth of every value it starts (the body itself is depth 0) before it looks
+  // inside, and keeps nothing the callback refuses: a body nested a million deep is refused at level max_depth
+  // without any value of that depth being built.
+  bool too_deep = false;
+  const json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_depth)
+      too_deep = true;
+    return !too_deep;
+  };
+  json parsed = json::parse(body, limit_depth, /*allow_exceptions=*/false);
+  if (too_deep) throw bad_request(fmt::format("request JSON nested deeper than {} levels", max_depth));
+  if (parsed.is_discarded()) throw bad_request("the request body is not valid JSON");
+  if (!parsed.is_object()) throw bad_request("the request body must be a JSON object");
+  return parsed;
 }
 
-std::optional<bool> optional_bool(const json& body, const char* field) {
-  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
-  if (!body[field].is_boolean()) throw bad_request(fmt::format("'{}' must be a boolean", field), field);
-  return body[field].get<bool>();
+void Field::fail(std::string_view what) const { throw bad_request(fmt::format("'{}' {}", path_, what), path_); }
+
+Field Field::operator[](std::string_view key) const {
+  std::string path = path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+  if (!present()) return Field(nullptr, std::move(path));
+  if (!value_->is_object()) fail("must be an object");
+  const auto it = value_->find(key);
+  return Field(it == value_->end() ? nullptr : &*it, std::move(path));
 }
 
-std::optional<int64_t> optional_int(const json& body, const char* field, int64_t min, int64_t max) {
-  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
-  const json& v = body[field];
-  if (!v.is_number_integer()) throw bad_request(fmt::format("'{}' must be an integer", field), field);
-  const int64_t value = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                            ? INT64_MAX
-                            : v.get<int64_t>();
-  if (value < min || value > max)
-    throw bad_request(fmt::format("'{}' is {}; it must be between {} and {}", field, value, min, max), field);
+std::vector<Field> Field::items(size_t max_items) const {
+  if (!present()) return {};
+  if (!value_->is_array()) fail("must be a list");
+  if (value_->size() > max_items) fail(fmt::format("has {} items; at most {} are allowed", value_->size(), max_items));
+  std::vector<Field> out;
+  out.reserve(value_->size());
+  for (size_t i = 0; i < value_->size(); ++i) out.push_back(item(i));
+  return out;
+}
+
+std::optional<std::string> Field::optional_string() const {
+  if (!present()) return std::nullopt;
+  if (!value_->is_string()) fail("must be a string");
+  return value_->get<std::string>();
+}
+
+std::string Field::string() const {
+  if (!present()) fail("is required");
+  return *optional_string();
+}
+
+std::optional<bool> Field::optional_bool() const {
+  if (!present()) return std::nullopt;
+  if (!value_->is_boolean()) fail("must be a boolean");
+  return value_->get<bool>();
+}
+
+std::optional<int64_t> Field::optional_int(int64_t min, int64_t max) const {
+  if (!present()) return std::nullopt;
+  if (!value_->is_number_integer()) fail("must be an integer");
+  const bool above_int64 = value_->is_number_unsigned() && value_->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+  const int64_t value = above_int64 ? INT64_MAX : value_->get<int64_t>();
+  if (above_int64 || value < min || value > max)
+    fail(fmt::format("is {}; it must be between {} and {}", value_->dump(), min, max));
   return value;
 }
 
-std::optional<double> optional_number(const json& body, const char* field, double min, double max) {
-  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
-  if (!body[field].is_number()) throw bad_request(fmt::format("'{}' must be a number", field), field);
-  const double value = body[field].get<double>();
-  if (!(value >= min && value <= max))
-    throw bad_request(fmt::format("'{}' is {}; it must be between {} and {}", field, value, min, max), field);
+std::optional<double> Field::optional_number(double min, double max) const {
+  if (!present()) return std::nullopt;
+  if (!value_->is_number()) fail("must be a number");
+  const double value = value_->get<double>();
+  if (!(value >= min && value <= max)) fail(fmt::format("is {}; it must be between {} and {}", value, min, max));
   return value;
 }
 
-std::vector<std::string> stop_strings(const json& body) {
-  if (!body.contains("stop") || body["stop"].is_null()) return {};
-  const json& stop = body["stop"];
-  if (stop.is_string()) return stop.get<std::string>().empty() ? std::vector<std::string>{} : std::vector{stop.get<std::string>()};
-  if (!stop.is_array() || stop.size() > 4) throw bad_request("'stop' must be a string or a list of up to 4 strings", "stop");
+std::string TextBudget::take(const Field& where, std::string text) {
+  if (text.size() > left_)
+    where.fail(fmt::format("takes the request's text past {} bytes, the most this server tokenises", limit_));
+  left_ -= text.size();
+  return text;
+}
+
+std::vector<std::string> stop_strings(const Field& body, const RequestLimits& limits) {
+  const Field stop = body["stop"];
+  std::vector<Field> given;
+  if (stop.is_string()) {
+    given.push_back(stop);
+  } else {
+    if (stop.present() && !stop.is_array()) stop.fail("must be a string or a list of up to 4 strings");
+    given = stop.items(4);
+  }
   std::vector<std::string> out;
-  for (const auto& s : stop) {
-    if (!s.is_string()) throw bad_request("'stop' must be a string or a list of up to 4 strings", "stop");
-    if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
+  for (const Field& s : given) {
+    std::string text = s.string();
+    if (text.size() > limits.stop_bytes) s.fail(fmt::format("has {} bytes; at most {} are allowed", text.size(), limits.stop_bytes));
+    if (!text.empty()) out.push_back(std::move(text));
   }
   return out;
 }
 
-SamplingParams sampling_params(const json& body) {
+SamplingParams sampling_params(const Field& body, uint64_t unseeded_seed) {
   SamplingParams p;
-  p.temperature = static_cast<float>(optional_number(body, "temperature", 0.0, 2.0).value_or(1.0));
-  p.top_p = static_cast<float>(optional_number(body, "top_p", 0.0, 1.0).value_or(1.0));
-  if (p.top_p <= 0.0f) throw bad_request("'top_p' must be greater than 0", "top_p");
+  p.temperature = static_cast<float>(body["temperature"].optional_number(0.0, 2.0).value_or(1.0));
+  p.top_p = static_cast<float>(body["top_p"].optional_number(0.0, 1.0).value_or(1.0));
+  if (p.top_p <= 0.0f) body["top_p"].fail("must be greater than 0");
   // top_k and min_p are vLLM/SGLang extensions; top_k -1 means disabled there.
-  const int64_t top_k = optional_int(body, "top_k", -1, 1 << 30).value_or(0);
+  const int64_t top_k = body["top_k"].optional_int(-1, 1 << 30).value_or(0);
   p.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);
-  p.min_p = static_cast<float>(optional_number(body, "min_p", 0.0, 1.0).value_or(0.0));
-  p.seed = static_cast<uint64_t>(optional_int(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
+  p.min_p = static_cast<float>(body["min_p"].optional_number(0.0, 1.0).value_or(0.0));
+  const std::optional<int64_t> seed = body["seed"].optional_int(INT64_MIN, INT64_MAX);
+  p.seed = seed ? static_cast<uint64_t>(*seed) : unseeded_seed;
   return p;
 }
 
-std::string content_text(const json& content, const std::string& field) {
-  if (content.is_null()) return {};
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) throw bad_request(fmt::format("'{}' must be a string or a list of text parts", field), field);
+std::string content_text(const Field& content) {
+  if (!content.present()) return {};
+  if (content.is_string()) return content.json().get<std::string>();
+  if (!content.is_array()) content.fail("must be a string or a list of text parts");
   std::string text;
-  for (const auto& part : content) {
-    if (!part.is_object() || !part.contains("text") || !part["text"].is_string())
-      throw bad_request(fmt::format("'{}': every part must be an object with a 'text' string (only text is supported)",
-                                    field),
-                        field);
-    text += part["text"].get<std::string>();
+  for (const Field& part : content.items()) {
+    const std::optional<std::string> type = part["type"].optional_string();
+    if (type && *type != "text" && *type != "input_text" && *type != "output_text" && *type != "reasoning_text")
+      part["type"].fail(fmt::format("is '{}'; only text parts are supported", *type));
+    text += part["text"].string();
   }
   return text;
-}
-
-void for_each_chat_message(const json& body,
-                           const std::function<void(const std::string& role, const std::string& text,
-                                                    const json& message, const std::string& where)>& on_message) {
-  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-    throw bad_request("'messages' must be a non-empty list", "messages");
-  for (size_t i = 0; i < body["messages"].size(); ++i) {
-    const json& m = body["messages"][i];
-    const std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      throw bad_request(where + " must be an object with a 'role'", "messages");
-    on_message(m["role"].get<std::string>(), content_text(m.value("content", json()), where + ".content"), m, where);
-  }
 }
 
 }  // namespace moeserve::server

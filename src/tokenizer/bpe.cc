@@ -4,12 +4,6 @@
 #include <queue>
 
 namespace moeserve {
-namespace {
-
-// Above this many bytes the scan's n^2 rank look-ups cost more than the heap's bookkeeping.
-constexpr size_t kHeapThreshold = 128;
-
-}  // namespace
 
 void byte_pair_encode_scan(const RankTable& ranks, std::string_view piece, std::vector<TokenId>& out) {
   struct Part {
@@ -81,11 +75,19 @@ void byte_pair_encode_heap(const RankTable& ranks, std::string_view piece, std::
   for (uint32_t i = 0; i < n; i = next[i]) out.push_back(ranks.find(piece.substr(i, next[i] - i)));
 }
 
-void byte_pair_encode(const RankTable& ranks, std::string_view piece, std::vector<TokenId>& out) {
-  if (piece.size() <= kHeapThreshold) {
+void byte_pair_encode_merging(const RankTable& ranks, std::string_view piece, std::vector<TokenId>& out) {
+  if (piece.size() <= kScanLimit) {
     byte_pair_encode_scan(ranks, piece, out);
   } else {
     byte_pair_encode_heap(ranks, piece, out);
+  }
+}
+
+void byte_pair_encode(const RankTable& ranks, std::string_view piece, std::vector<TokenId>& out) {
+  if (piece.size() <= kScanLimit) {
+    byte_pair_encode_scan(ranks, piece, out);
+  } else {
+    byte_pair_encode_linear(ranks, piece, out);
   }
 }
 

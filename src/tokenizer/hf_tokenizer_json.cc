@@ -12,8 +12,10 @@
 #include <optional>
 
 #include "tokenizer/tokenizer_files.h"
+#include "util/bounded_read.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/json_parse.h"
 
 namespace moeserve {
 namespace {
@@ -91,6 +93,8 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
   }
   bool open(bool array) {
     MOESERVE_CHECK(!stack_.empty() || !array, "{}: the top level is not an object", path_);
+    MOESERVE_CHECK(stack_.size() < static_cast<size_t>(kMaxJsonDepth), "{}: {} is nested deeper than {} levels",
+                   path_, current_path(), kMaxJsonDepth);
     element_begins();
     stack_.push_back({array, {}, -1});
     return true;
@@ -330,6 +334,10 @@ TokenizerFileContents TokenizerJsonReader::finish() {
   MOESERVE_CHECK(!leaves_.contains("pre_tokenizer/pretokenizers/2/type"), "{}: unexpected third pre-tokenizer",
                  path_);
   contents.special_names = added_tokens();
+  for (size_t i = 0; i < contents.special_names.size(); ++i)
+    MOESERVE_CHECK(contents.special_names[i].first <= o200k::kLastSpecial,
+                   "{}: added_tokens[{}] has id {}, beyond o200k_harmony's last id {}", path_, i,
+                   contents.special_names[i].first, o200k::kLastSpecial);
   check_vocab_specials(contents.special_names);
   contents.mergeable = std::move(tokens_);
   return contents;
@@ -391,7 +399,8 @@ bool byte_level_decode(std::string_view text, std::string& bytes) {
 }
 
 TokenizerFileContents read_hf_tokenizer_json(const std::string& path) {
-  const std::string text = read_text_file(path);
+  // GPT-OSS's tokenizer.json is 27 MiB.
+  const std::string text = read_text_file(path, 256 * kMiB);
   TokenizerJsonReader reader(path);
   nlohmann::json::sax_parse(text, &reader);
   return reader.finish();

@@ -1,5 +1,6 @@
 #include "tokenizer/rank_table.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -46,6 +47,7 @@ RankTable::RankTable(const std::vector<std::string>& tokens) {
     arena_ += t;
     offsets_.push_back(static_cast<uint32_t>(arena_.size()));
   }
+  end_masks_.assign(1 << 16, {});
   const size_t capacity = std::bit_ceil(tokens.size() * 2 + 16);
   slots_.assign(capacity, Slot{});
   mask_ = capacity - 1;
@@ -57,6 +59,15 @@ RankTable::RankTable(const std::vector<std::string>& tokens) {
     size_t slot = h & mask_;
     while (slots_[slot].tag != 0) slot = (slot + 1) & mask_;
     slots_[slot] = {prefix(tokens[r]), make_tag(h, tokens[r].size()), static_cast<uint32_t>(r)};
+    const size_t length = tokens[r].size();
+    longest_ = std::max(longest_, length);
+    MOESERVE_CHECK(length <= UINT16_MAX, "rank table: the token of rank {} has {} bytes (at most {})", r, length,
+                   UINT16_MAX);
+    if (length >= 2 && length <= kMaskedLengths) {
+      LengthMask& mask = end_masks_[static_cast<size_t>(static_cast<uint8_t>(tokens[r][length - 2])) << 8 |
+                                    static_cast<uint8_t>(tokens[r][length - 1])];
+      mask[(length - 1) / 64] |= uint64_t{1} << ((length - 1) % 64);
+    }
   }
 }
 

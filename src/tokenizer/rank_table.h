@@ -3,6 +3,7 @@
 // so a slot carries the token's length and first 8 bytes: most look-ups touch one cache line.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -40,6 +41,14 @@ class RankTable {
     return {arena_.data() + offsets_[rank], offsets_[rank + 1] - offsets_[rank]};
   }
   size_t size() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }
+  size_t longest_token() const { return longest_; }
+  // The lengths (2..kMaskedLengths) of the tokens that end in these two bytes, as bits (bit length - 1): the BPE
+  // of long pieces looks up only those lengths.
+  static constexpr size_t kMaskedLengths = 128;
+  using LengthMask = std::array<uint64_t, kMaskedLengths / 64>;
+  const LengthMask& lengths_ending_in(char second_last, char last) const {
+    return end_masks_[static_cast<size_t>(static_cast<uint8_t>(second_last)) << 8 | static_cast<uint8_t>(last)];
+  }
 
   static uint64_t hash(std::string_view bytes);
 
@@ -61,6 +70,8 @@ class RankTable {
   std::vector<uint32_t> offsets_;  // token r is arena_[offsets_[r], offsets_[r + 1])
   std::vector<Slot> slots_;
   size_t mask_ = 0;
+  size_t longest_ = 0;
+  std::vector<LengthMask> end_masks_;  // by the last two bytes
 };
 
 }  // namespace moeserve

@@ -4,6 +4,7 @@
 
 #include "tokenizer/tokenizer_files.h"
 #include "util/error.h"
+#include "util/bounded_read.h"
 #include "util/files.h"
 
 namespace moeserve {
@@ -52,7 +53,7 @@ std::string base64_encode(std::string_view bytes) {
 }  // namespace
 
 std::vector<std::string> read_tiktoken_ranks(const std::string& path) {
-  const std::string text = read_text_file(path);
+  const std::string text = read_text_file(path, 64 * kMiB);  // o200k_base.tiktoken is 3.6 MiB
   MOESERVE_CHECK(!text.empty(), "{}: empty rank file", path);
   MOESERVE_CHECK(text.back() == '\n', "{}: truncated rank file (the last line has no newline)", path);
   std::vector<std::string> tokens;

@@ -76,6 +76,7 @@ Tokenizer::Tokenizer(TokenizerFileContents contents) : ranks_(contents.mergeable
     harmony_name = name;
   }
   for (size_t i = 0; i < special_names_.size(); ++i) {
+    longest_special_name_ = std::max(longest_special_name_, special_names_[i].size());
     const auto [it, inserted] =
         special_ids_.emplace(special_names_[i], static_cast<TokenId>(o200k::kFirstSpecial + i));
     MOESERVE_CHECK(inserted, "special token name {} is used twice", special_names_[i]);
@@ -103,10 +104,19 @@ void Tokenizer::init_added_tokens(const TokenizerFileContents& contents) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  if (path.ends_with(".json")) return std::make_unique<Tokenizer>(read_hf_tokenizer_json(path));
   TokenizerFileContents contents;
-  contents.mergeable = read_tiktoken_ranks(path);
-  return std::make_unique<Tokenizer>(std::move(contents));
+  if (path.ends_with(".json")) {
+    contents = read_hf_tokenizer_json(path);
+  } else {
+    contents.mergeable = read_tiktoken_ranks(path);
+  }
+  // The readers name the file; what the tokenizer checks of their contents (ranks, special tokens, the pattern)
+  // must too.
+  try {
+    return std::make_unique<Tokenizer>(std::move(contents));
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_model_dir(const std::string& dir) {
@@ -186,13 +196,21 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const AllowedSpeci
   out.reserve(text.size() / 3);
   size_t ordinary_start = 0;
   size_t search = 0;
-  // Special tokens are "<|name|>" with no "|>" inside, so each candidate ends at the first "|>" after "<|".
+  // Special tokens are "<|name|>" with no "|>" inside, so each candidate ends at the first "|>" after "<|". That
+  // "|>" serves every "<|" before it (found once, not once per "<|": text like "<|<|<|..." stays linear), and a
+  // candidate longer than the longest name is no token.
+  size_t close = 0;
+  bool close_found = false;
   while (true) {
     const size_t open = text.find("<|", search);
     if (open == std::string_view::npos) break;
-    const size_t close = text.find("|>", open + 2);
+    if (!close_found || close < open + 2) {
+      close = text.find("|>", open + 2);
+      close_found = true;
+    }
     if (close == std::string_view::npos) break;
-    const auto it = special_ids_.find(text.substr(open, close + 2 - open));
+    const auto it = close + 2 - open <= longest_special_name_ ? special_ids_.find(text.substr(open, close + 2 - open))
+                                                              : special_ids_.end();
     if (it == special_ids_.end()) {
       search = open + 1;
       continue;

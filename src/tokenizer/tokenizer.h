@@ -108,6 +108,7 @@ class Tokenizer {
   std::unique_ptr<Pretokenizer> pretokenizer_;
   std::vector<std::string> special_names_;  // index id - o200k::kFirstSpecial
   std::unordered_map<std::string_view, TokenId> special_ids_;
+  size_t longest_special_name_ = 0;
   uint64_t id_;  // distinguishes tokenizers in the per-thread piece cache
   // A tokenizer.json that merges by its list: the model, its added tokens by id and, per first byte, their names
   // longest first (for the leftmost-longest search).

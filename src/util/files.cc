@@ -7,29 +7,18 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "util/bounded_read.h"
 #include "util/error.h"
+#include "util/json_parse.h"
 #include "util/mapped_file.h"
 
 namespace moeserve {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MOESERVE_CHECK(in.good(), "cannot open {}: {}", path, std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  MOESERVE_CHECK(!in.bad(), "cannot read {}", path);
-  return buffer.str();
-}
+std::string read_text_file(const std::string& path, uint64_t max_bytes) { return read_bounded_file(path, max_bytes); }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::string text = read_text_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{} is not valid JSON: {}", path, e.what());
-  }
+nlohmann::json read_json_file(const std::string& path, uint64_t max_bytes) {
+  return parse_json(read_bounded_file(path, max_bytes), path);
 }
 
 void write_file(const std::string& path, std::span<const uint8_t> bytes) {

@@ -13,13 +13,18 @@
 namespace moeserve {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block the open
   MOESERVE_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     fail("cannot stat {}: {}", path, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    // A FIFO or device has no size to map (/dev/zero would read as empty, a FIFO cannot be mapped).
+    ::close(fd);
+    fail("{} is not a regular file", path);
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

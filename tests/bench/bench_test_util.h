@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench/driver.h"
+#include "error_checks.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -39,14 +40,6 @@ inline BenchConfig small_run(Scenario scenario, TestMode mode, uint64_t samples,
   return c;
 }
 
-// The message of the moeserve::Error `f` throws ("" when it throws none).
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using moeserve::testing::error_of;
 
 }  // namespace moeserve::bench::testing

@@ -55,7 +55,7 @@ TEST(DeepseekCli, GenerateAndChatPrintTheReasoningApart) {
   const std::vector<int32_t> prompt = chat::render_r1_user_prompt(tokenizer(), "What is 2+2?");
   const chat::R1Reply reply = chat::parse_r1_reply(tokenizer(), greedy(prompt, 10));
   const std::string expected = fmt::format("reasoning: {}\ncontent: {}\n", reply.reasoning, reply.content);
-  for (const std::string extra : {std::string(), std::string(" --speculative-config ") + kMtp}) {
+  for (const std::string& extra : {std::string(), std::string(" --speculative-config ") + kMtp}) {
     const auto run = moeserve(fmt::format("generate --model {} --prompt 'What is 2+2?' --max-tokens 10 --temperature 0 "
                                           "--threads 2{}",
                                           model(), extra));

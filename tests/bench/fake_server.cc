@@ -101,35 +101,50 @@ void FakeStreamingServer::serve(int socket_fd) {
     for (auto& s : state_->sockets)
       if (static_cast<int>(s->native_handle()) == socket_fd) socket = s;
   }
+  const bool openai = options_.api == HttpApi::openai;
+  auto answer = [&](int status, const std::string& body) {
+    http::response<http::string_body> response(static_cast<http::status>(status), 11);
+    response.set(http::field::content_type, "application/json");
+    response.body() = body;
+    response.prepare_payload();
+    http::write(*socket, response);
+  };
   beast::flat_buffer buffer;
   while (!state_->stopping) {
     http::request<http::string_body> request;
     http::read(*socket, buffer, request);  // throws when the client closes
-    if (request.method() == http::verb::get) {
-      http::response<http::string_body> models(http::status::ok, 11);
-      models.set(http::field::content_type, "application/json");
-      models.body() = R"({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})";
-      models.prepare_payload();
-      http::write(*socket, models);
+    if (!options_.api_key.empty() && request[http::field::authorization] != "Bearer " + options_.api_key) {
+      answer(401, R"({"error": "Unauthorized"})");
+      continue;
+    }
+    const bool get = request.method() == http::verb::get;
+    if (request.target() != (openai ? (get ? "/v1/models" : "/v1/completions") : (get ? "/get_model_info" : "/generate"))) {
+      answer(404, R"({"detail": "Not Found"})");
+      continue;
+    }
+    if (get) {
+      answer(200, openai ? R"({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})"
+                         : R"({"model_path": "fake-model"})");
       continue;
     }
     const nlohmann::json body = nlohmann::json::parse(request.body());
+    size_t received = 0;
     {
       std::lock_guard lock(state_->mutex);
       state_->requests.push_back(body);
+      received = state_->requests.size();
     }
-    if (options_.status != 200) {
-      http::response<http::string_body> error(static_cast<http::status>(options_.status), 11);
-      error.body() = R"({"error": {"message": "fake failure"}})";
-      error.prepare_payload();
-      http::write(*socket, error);
+    const std::vector<int32_t> prompt = body.at(openai ? "prompt" : "input_ids").get<std::vector<int32_t>>();
+    const bool fails = options_.status != 200 || options_.failing_first_tokens.contains(prompt.at(0)) ||
+                       (options_.fail_after_requests > 0 && received > static_cast<size_t>(options_.fail_after_requests));
+    if (fails) {
+      answer(options_.status != 200 ? options_.status : 500, R"({"error": {"message": "fake failure"}})");
       continue;
     }
-    const bool openai = options_.api == HttpApi::openai;
-    const std::vector<int32_t> prompt = body.at(openai ? "prompt" : "input_ids").get<std::vector<int32_t>>();
     const int max_tokens =
         openai ? body.at("max_tokens").get<int>() : body.at("sampling_params").at("max_new_tokens").get<int>();
-    const std::vector<int32_t> tokens = tokens_for(prompt, max_tokens);
+    std::vector<int32_t> tokens = options_.reply.empty() ? tokens_for(prompt, max_tokens) : options_.reply;
+    if (static_cast<int>(tokens.size()) > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
     net::write(*socket, net::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                                 "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")));
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -162,6 +177,26 @@ void FakeStreamingServer::serve(int socket_fd) {
     write_chunk(*socket, "data: [DONE]\n\n");
     net::write(*socket, net::buffer(std::string("0\r\n\r\n")));
   }
+}
+
+Dataset numbered_dataset(int n) {
+  Dataset d;
+  d.format = "test";
+  d.path = "numbered";
+  for (int i = 0; i < n; ++i) d.samples.push_back({{i, 7, 7}, 0, "", ""});
+  return d;
+}
+
+RunResult run_against(const FakeServerOptions& server_options, const BenchConfig& config, int samples,
+                      std::vector<nlohmann::json>* requests, int* connections, HttpSutOptions client) {
+  FakeStreamingServer server(server_options);
+  client.endpoint = server.url();
+  client.api = server_options.api;
+  HttpSut sut(client);
+  RunResult result = run_benchmark(sut, numbered_dataset(samples), config);
+  if (requests) *requests = server.requests();
+  if (connections) *connections = server.connections();
+  return result;
 }
 
 }  // namespace moeserve::bench::testing

@@ -53,7 +53,7 @@ std::vector<Issued> read_schedule_log(const std::string& path) {
 }
 
 RunResult run_fixture(const testing::LoadGenFixture& f, const std::string& label, std::string& schedule_log) {
-  const std::string mlperf_conf = MOESERVE_SOURCE_DIR "/../shared/reference/mlperf.conf";
+  const std::string mlperf_conf = MOESERVE_SOURCE_DIR "/tests/fixtures/loadgen/mlperf.conf";
   BenchConfig config = testing::small_run(Scenario::server, TestMode::performance_only, 1, 2, label);
   config.settings = testing::settings_from(f, ConfFile::read(mlperf_conf));
   config.schedule_log_path = config.output_dir + "/schedule.jsonl";

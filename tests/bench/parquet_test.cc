@@ -171,9 +171,9 @@ TEST(Datasets, ParquetJsonlAndSyntheticLoaders) {
 
 TEST(Datasets, PubMedRenderedInHarmonyForCompletion) {
   const auto tokenizer = Tokenizer::o200k_harmony();
-  const Dataset d = load_pubmed_dataset(MOESERVE_SOURCE_DIR "/../shared/data/pubmed_summarization/pubmed_test_sample.txt",
-                                        *tokenizer);
-  ASSERT_EQ(d.samples.size(), 10u);
+  const Dataset d =
+      load_pubmed_dataset(MOESERVE_SOURCE_DIR "/tests/fixtures/pubmed/pubmed_test_excerpt.txt", *tokenizer);
+  ASSERT_EQ(d.samples.size(), 3u);
   const auto start = tokenizer->special_id("<|start|>");
   for (const DatasetSample& s : d.samples) {
     ASSERT_GT(s.prompt.size(), 150u);  // the system and developer messages and the article (one is a single sentence)
@@ -188,7 +188,8 @@ TEST(Datasets, PubMedRenderedInHarmonyForCompletion) {
   EXPECT_NE(text.find("Current date: 2025-09-30"), std::string::npos);
   EXPECT_NE(text.find("<|start|>developer<|message|># Instructions\n\nYou are an expert at reading and summarizing"),
             std::string::npos);
-  EXPECT_NE(text.find("<|start|>user<|message|>forensic odontology has established itself"), std::string::npos);
+  EXPECT_NE(text.find("<|start|>user<|message|>septic internal jugular vein - sigmoid sinus thrombosis is a rare"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@ namespace {
 
 using testing::error_of;
 
-const std::string kSharedMlperfConf = MOESERVE_SOURCE_DIR "/../shared/reference/mlperf.conf";
+// LoadGen's own mlperf.conf, the lines for our models (tests/fixtures/loadgen/SOURCE.md).
+const std::string kLoadGenMlperfConf = MOESERVE_SOURCE_DIR "/tests/fixtures/loadgen/mlperf.conf";
 
 TestSettings settings_for(const std::string& model, Scenario scenario, const std::string& user_conf = "") {
   TestSettings s;
@@ -60,14 +61,14 @@ TEST(ConfFile, BadLinesNameFileAndLine) {
 }
 
 TEST(Settings, BuiltInDefinitionsAgreeWithLoadGensMlperfConf) {
-  const ConfFile shared = ConfFile::read(kSharedMlperfConf);
+  const ConfFile loadgen = ConfFile::read(kLoadGenMlperfConf);
   for (const std::string model :
        {"gpt-oss-120b", "gpt-oss-120b-interactive", "deepseek-r1", "deepseek-r1-interactive"}) {
     for (Scenario scenario : {Scenario::single_stream, Scenario::server, Scenario::offline}) {
       TestSettings builtin = settings_for(model, scenario);
       TestSettings from_file;
       from_file.scenario = scenario;
-      apply_conf(shared, model, scenario, ConfRole::mlperf_conf, from_file);
+      apply_conf(loadgen, model, scenario, ConfRole::mlperf_conf, from_file);
       SCOPED_TRACE(model + " " + scenario_name(scenario));
       EXPECT_EQ(builtin.performance_sample_count_override, from_file.performance_sample_count_override);
       EXPECT_EQ(builtin.accuracy_sample_count_override, from_file.accuracy_sample_count_override);

@@ -1,4 +1,4 @@
-// Dataset loaders on real rows (tests/fixtures/eval, excerpts of ../shared/data) and on GPQA rows written here in
+// Dataset loaders on real rows (tests/fixtures/eval: excerpts of public sets, SOURCES.md) and on GPQA rows written in
 // the release CSV's column layout; each scored with known-correct and known-wrong answers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bench/fake_server.h"
 #include "eval/accuracy_log.h"
 #include "eval_test_util.h"
 #include "test_util.h"
@@ -100,12 +101,71 @@ TEST(EvalCli, ScoresDecodedOutputsWithDeepSeekRules) {
 
 TEST(EvalCli, ExplainsWhatIsMissing) {
   const auto neither = moeserve::testing::run_command(moeserve("eval"));
-  EXPECT_EQ(neither.exit_code, 1);
+  EXPECT_EQ(neither.exit_code, 2);
   EXPECT_THAT(neither.output, HasSubstr("give either --accuracy-log/--outputs with --reference"));
   const auto no_reference = moeserve::testing::run_command(moeserve("eval --outputs /nonexistent.jsonl"));
   EXPECT_THAT(no_reference.output, HasSubstr("--reference is required"));
   const auto bad_dataset = moeserve::testing::run_command(moeserve("eval --dataset healthbench=x --model y"));
   EXPECT_THAT(bad_dataset.output, HasSubstr("no scorer for dataset \"healthbench\""));
+  const auto help = moeserve::testing::run_command(moeserve("eval --help"));
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("Exit codes: 0 the outputs were scored"));
+}
+
+TEST(EvalCli, EmptyInputIsAnErrorNotAScoreOfZero) {
+  const std::string dir = moeserve::testing::temp_dir("eval-cli-empty");
+  write_gpqa_run(dir, 1, 2);
+  write_text_file(dir + "/empty.json", "[\n]\n");
+  const auto empty_log = moeserve::testing::run_command(moeserve("eval --accuracy-log " + dir + "/empty.json --reference " +
+                                                                 dir + "/reference.jsonl"));
+  EXPECT_EQ(empty_log.exit_code, 2) << empty_log.output;
+  EXPECT_THAT(empty_log.output, HasSubstr("the accuracy log " + dir + "/empty.json has no entries: nothing to score"));
+  EXPECT_THAT(empty_log.output, ::testing::Not(HasSubstr("exact_match")));
+  write_text_file(dir + "/empty.jsonl", "");
+  const auto no_outputs = moeserve::testing::run_command(
+      moeserve("eval --outputs " + dir + "/empty.jsonl --reference " + dir + "/reference.jsonl"));
+  EXPECT_EQ(no_outputs.exit_code, 2) << no_outputs.output;
+  EXPECT_THAT(no_outputs.output, HasSubstr("has no outputs: nothing to score"));
+  const auto no_questions =
+      moeserve::testing::run_command(moeserve("eval --dataset aime25=" + dir + "/empty.jsonl --model " + dir));
+  EXPECT_EQ(no_questions.exit_code, 2) << no_questions.output;
+  EXPECT_THAT(no_questions.output, HasSubstr("hold no questions: nothing to evaluate"));
+  write_text_file(dir + "/mlperf_log_accuracy.json", "[]");
+  const auto comply = moeserve::testing::run_command(moeserve("comply TEST09 -c " + dir + " -o " + dir + "/out"));
+  EXPECT_EQ(comply.exit_code, 2) << comply.output;
+  EXPECT_THAT(comply.output, HasSubstr("comply TEST09: " + dir + "/mlperf_log_accuracy.json has no entries"));
+}
+
+// `eval --endpoint` against the fake server, which answers every question with the same Harmony reply.
+moeserve::testing::CommandResult eval_over_http(const bench::testing::FakeServerOptions& options,
+                                                const std::string& flags) {
+  bench::testing::FakeServerOptions o = options;
+  o.reply = Tokenizer::o200k_harmony()->encode("<|channel|>final<|message|>Answer: 204<|return|>", AllowedSpecial::all());
+  bench::testing::FakeStreamingServer server(o);
+  return moeserve::testing::run_command(moeserve("eval --dataset aime24=" + kFixtures +
+                                                 "/aime24_excerpt.jsonl --limit 2 --repeats 2 --endpoint " +
+                                                 server.url() + " " + flags));
+}
+
+TEST(EvalCli, OverHttpFailedSamplesMakeTheRunInvalidAndAKeyIsSent) {
+  const auto good = eval_over_http({}, "");
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_THAT(good.output, HasSubstr("aime24                           2        4   50.00%"));  // 204 is question 1's
+
+  bench::testing::FakeServerOptions dying;
+  dying.fail_after_requests = 2;
+  const auto some_failed = eval_over_http(dying, "");
+  EXPECT_EQ(some_failed.exit_code, 1) << some_failed.output;
+  EXPECT_THAT(some_failed.output, HasSubstr("INVALID: 2 of 4 samples failed to generate; the first: HTTP 500"));
+
+  bench::testing::FakeServerOptions keyed;
+  keyed.api_key = "sekret";
+  const auto all_failed = eval_over_http(keyed, "--served-model m");
+  EXPECT_EQ(all_failed.exit_code, 2) << all_failed.output;
+  EXPECT_THAT(all_failed.output, HasSubstr("all 4 samples failed to generate; the first: HTTP 401 Unauthorized on "
+                                           "/v1/completions: pass --api-key or set OPENAI_API_KEY"));
+  const auto with_key = eval_over_http(keyed, "--api-key sekret");
+  EXPECT_EQ(with_key.exit_code, 0) << with_key.output;
 }
 
 TEST(ComplyCli, Test07And09PassAndFailWithExitCodes) {
@@ -148,7 +208,7 @@ TEST(ComplyCli, Test06WritesTheCheckerLines) {
             "First token check pass: True\nEOS check pass: True\nSample length check pass: True\n"
             "TEST06 verification complete\n");
   auto missing = moeserve::testing::run_command(moeserve("comply TEST06 -c " + dir + " -o " + dir + "/out"));
-  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("--scenario is required"));
 }
 

@@ -1,12 +1,15 @@
 // Checkpoint loading: layouts, sharding, expert formats, and every kind of bad input named in a clear error.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "model/checkpoint.h"
 #include "model/mxfp4.h"
 #include "runner/cpu/cpu_runner.h"
+#include "error_checks.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -75,7 +78,7 @@ TEST(Checkpoint, ReadsHuggingFaceConfig) {
 }
 
 TEST(Checkpoint, YarnFrequenciesMatchTheReferenceValues) {
-  // Sample values from gpt_oss/torch/model.py for the real head_dim 64 (../shared/reference, section 1).
+  // Sample values from openai/gpt-oss gpt_oss/torch/model.py (RotaryEmbedding) for the real head_dim 64.
   ModelConfig c = tiny_model_config({});
   auto inv_freq = rope_inverse_frequencies(c);
   ASSERT_EQ(inv_freq.size(), 32u);
@@ -301,6 +304,150 @@ TEST(CheckpointErrors, CliExitsNonZeroWithTheMessage) {
                                 " --tokens 1,600,3");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("token id 600 is outside the vocabulary of 512"), std::string::npos) << result.output;
+}
+
+// Issue 14: every config.json / generation_config.json / safetensors error names the file and the field or tensor,
+// and sizes are refused by their bound before anything is allocated for them.
+
+// A copy of the small model with config.json (or `file`) edited as text.
+std::string with_text(const std::function<std::string(std::string)>& edit, const std::string& file = "config.json") {
+  std::string dir = copy_model(testing::tiny_model(small()));
+  write_text_file(dir + "/" + file, edit(read_text_file(dir + "/" + file)));
+  return dir;
+}
+std::string with_config(const std::function<void(nlohmann::json&)>& edit, const std::string& file = "config.json") {
+  return with_text(
+      [&](std::string text) {
+        auto j = nlohmann::json::parse(text);
+        edit(j);
+        return j.dump();
+      },
+      file);
+}
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+TEST(ConfigLimits, LayerCountIsRefusedBeforeLayerTypesAreSized) {
+  const std::string dir = with_config([](auto& c) {
+    c["num_hidden_layers"] = 1000000000;
+    c.erase("layer_types");  // the default alternating list would hold 10^9 entries
+  });
+  const std::string error = testing::error_under_memory_limit([&] { Checkpoint::open(dir); });
+  EXPECT_NE(error.find("config.json: num_hidden_layers = 1000000000 is out of range (1..1024)"), std::string::npos)
+      << error;
+}
+
+TEST(ConfigLimits, SizesBeyondTheirBoundsNameTheField) {
+  expect_open_fails(with_config([](auto& c) { c["vocab_size"] = 1000000000; }),
+                    {"config.json: vocab_size = 1000000000 is out of range (1..16777216)"});
+  expect_open_fails(with_config([](auto& c) { c["hidden_size"] = -64; }),
+                    {"config.json: hidden_size = -64 is out of range (1..65536)"});
+  expect_open_fails(with_config([](auto& c) { c["num_local_experts"] = 100000; }),
+                    {"config.json: num_local_experts = 100000 is out of range (1..4096)"});
+  expect_open_fails(with_config([](auto& c) { c["max_position_embeddings"] = int64_t{1} << 40; }),
+                    {"config.json: max_position_embeddings = 1099511627776 is out of range"});
+  expect_open_fails(with_config([](auto& c) { c["rope_scaling"]["factor"] = 1e300; }),
+                    {"config.json", "rope factor = 1e+300 is out of range"});
+  expect_open_fails(with_config([](auto& c) { c["rope_scaling"] = 5; }), {"config.json rope_scaling: not a JSON object"});
+}
+
+TEST(ConfigLimits, IntegersAreCheckedNotConverted) {
+  // 2^32 + 64 would wrap to 64 through a plain int conversion, 64.5 truncate to 64.
+  expect_open_fails(with_config([](auto& c) { c["hidden_size"] = 4294967360ull; }),
+                    {"config.json: hidden_size = 4294967360 is out of range (-2147483648..2147483647)"});
+  expect_open_fails(with_config([](auto& c) { c["head_dim"] = 64.5; }), {"config.json: head_dim = 64.5 is not an integer"});
+  expect_open_fails(with_text([](std::string t) { return replaced(t, "\"vocab_size\": 512", "\"vocab_size\": 1e20"); }),
+                    {"config.json: vocab_size = 1e+20 is out of range"});
+  expect_open_fails(with_config([](auto& c) { c["eos_token_id"] = 1.5; }),
+                    {"config.json: eos_token_id = 1.5 is not an integer"});
+}
+
+TEST(ConfigLimits, NumberOverflowNamesTheFieldAndLine) {
+  expect_open_fails(with_text([](std::string t) { return replaced(t, "\"rope_theta\": 150000.0", "\"rope_theta\": 1e400"); }),
+                    {"config.json is not valid JSON: rope_theta: number overflow parsing '1e400' (line"});
+  expect_open_fails(with_text([](std::string t) { return replaced(t, "\"factor\": 32.0", "\"factor\": -1e400"); }),
+                    {"config.json is not valid JSON: rope_scaling.factor: number overflow parsing '-1e400'"});
+}
+
+TEST(ConfigLimits, DeepNestingIsAnErrorNotAStackOverflow) {
+  const int depth = 1000000;
+  const std::string dir = with_text([&](std::string t) {
+    return replaced(t, "\"use_cache\": true", "\"use_cache\": " + std::string(depth, '[') + std::string(depth, ']'));
+  });
+  expect_open_fails(dir, {"config.json: use_cache[0][0]", "JSON nested deeper than 64 levels"});
+}
+
+TEST(ConfigLimits, GenerationConfigEosOfTheWrongTypeNamesTheFile) {
+  expect_open_fails(with_config([](auto& g) { g["eos_token_id"] = {"x"}; }, "generation_config.json"),
+                    {"generation_config.json: \"eos_token_id[0]\" has the wrong type (\"x\"); expected an integer"});
+  expect_open_fails(with_config([](auto& g) { g["eos_token_id"] = "x"; }, "generation_config.json"),
+                    {"generation_config.json: \"eos_token_id\" has the wrong type"});
+  expect_open_fails(with_config([](auto& g) { g["eos_token_id"] = -1; }, "generation_config.json"),
+                    {"generation_config.json: eos_token_id -1 is negative"});
+  expect_open_fails(with_text([](std::string) { return "[1, 2]"; }, "generation_config.json"),
+                    {"generation_config.json: not a JSON object"});
+  // Null leaves config.json's ids in place, as before.
+  const std::string dir = with_config([](auto& g) { g["eos_token_id"] = nullptr; }, "generation_config.json");
+  EXPECT_NO_THROW(Checkpoint::open(dir));
+}
+
+TEST(ConfigLimits, ConfigFilesAreReadWithinTheirLimit) {
+  // /dev/zero never ends: the read stops at the limit instead of filling memory.
+  EXPECT_THAT([] { read_json_file("/dev/zero"); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("/dev/zero: larger than 16 MiB")));
+  const std::string dir = copy_model(testing::tiny_model(small()));
+  write_text_file(dir + "/config.json", std::string(kMaxConfigJsonBytes + 1, ' '));
+  expect_open_fails(dir, {"config.json: larger than 16 MiB (16777217 bytes)"});
+}
+
+TEST(SafetensorsLimits, HeaderLengthsAndShapesAreCheckedAgainstTheFile) {
+  const std::string source = testing::tiny_model(small()) + "/model.safetensors";
+  std::string bytes = read_text_file(source);
+  std::string huge = bytes;
+  std::memset(huge.data(), 0xff, 8);  // 2^64 - 1: must not wrap when the 8 length bytes are added
+  std::string dir = copy_model(testing::tiny_model(small()));
+  write_text_file(dir + "/model.safetensors", huge);
+  expect_open_fails(dir, {"model.safetensors: header length 18446744073709551615 exceeds"});
+  const std::string tensor = "model.norm.weight";
+  // 2^62 * 4 elements of 8 bytes overflow 64 bits back to a small product: refused as the shape is multiplied.
+  expect_open_fails(with_header([&](auto& h) {
+                      h[tensor]["dtype"] = "I64";
+                      h[tensor]["shape"] = {uint64_t{1} << 62, 4};
+                    }),
+                    {tensor, "bytes are too few for shape [4611686018427387904, 4] of I64"});
+  expect_open_fails(with_header([&](auto& h) { h[tensor]["shape"] = {1, 1, 1, 1, 1, 1, 1, 1, 1}; }),
+                    {tensor, "shape has 9 dimensions (at most 8)"});
+  expect_open_fails(with_header([&](auto& h) { h[tensor]["shape"] = {-5}; }), {tensor, "negative"});
+}
+
+TEST(SafetensorsLimits, HeaderJsonErrorsNameTheFileAndEntry) {
+  const std::string tensor = "model.norm.weight";
+  expect_open_fails(with_header([&](auto& h) { h[tensor]["junk"] = nlohmann::json::parse("[[[[[[[[[[1]]]]]]]]]]"); }),
+                    {"model.safetensors header: ", tensor, "nested deeper than 8 levels"});
+  std::string dir = with_header([&](auto& h) { h[tensor]["junk"] = 123456789; });
+  std::string bytes = read_text_file(dir + "/model.safetensors");
+  write_text_file(dir + "/model.safetensors", replaced(bytes, "123456789", "1.0e999  "));
+  expect_open_fails(dir, {"model.safetensors header is not valid JSON", tensor + ".junk: number overflow"});
+}
+
+TEST(SafetensorsLimits, IndexAndDtypesErrorsNameTheFile) {
+  TinyModelOptions sharded = small();
+  sharded.shards = 2;
+  std::string dir = copy_model(testing::tiny_model(sharded));
+  write_text_file(dir + "/model.safetensors.index.json", "{\"weight_map\": [1, 2]}");
+  expect_open_fails(dir, {"model.safetensors.index.json: no weight_map object"});
+  write_text_file(dir + "/model.safetensors.index.json", std::string(100, '[') + std::string(100, ']'));
+  expect_open_fails(dir, {"model.safetensors.index.json", "nested deeper than 64 levels"});
+  TinyModelOptions original = small();
+  original.layout = CheckpointLayout::original;
+  dir = copy_model(testing::tiny_model(original));
+  auto dtypes = read_json_file(dir + "/dtypes.json");
+  dtypes["norm.scale"] = 16;
+  write_text_file(dir + "/dtypes.json", dtypes.dump());
+  expect_open_fails(dir, {"dtypes.json: \"norm.scale\" has the wrong type (16); expected a string"});
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include <algorithm>
 #include <chrono>
+
+#include "server/http_result.h"
 
 namespace moeserve::testing {
 
@@ -31,17 +32,9 @@ HttpResult http_request(uint16_t port, const std::string& method, const std::str
   http::response_parser<http::string_body> parser;
   parser.body_limit(1u << 30);
   http::read(stream, buffer, parser);
-  HttpResult result;
-  result.status = parser.get().result_int();
-  for (const auto& field : parser.get()) {
-    std::string name(field.name_string());
-    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-    result.headers[name] = std::string(field.value());
-  }
-  result.body = parser.get().body();
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  return result;
+  return to_http_result(parser.get());
 }
 
 std::vector<std::string> sse_data(const std::string& body) {

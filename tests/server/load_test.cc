@@ -3,18 +3,16 @@
 // lost or duplicated), and the server's memory must return to its level after a warm-up of the same shape.
 #include <gtest/gtest.h>
 
-#include <malloc.h>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fstream>
 
 #include "engine/generate.h"
 #include "model/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"
+#include "server/tiny_server.h"
 #include "test_util.h"
 
 namespace moeserve {
@@ -73,14 +71,6 @@ struct Stream : std::enable_shared_from_this<Stream> {
   }
 };
 
-size_t resident_bytes() {
-  malloc_trim(0);
-  std::ifstream statm("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
 TEST(ServerLoad, ThousandsOfConcurrentStreamsLoseNoToken) {
   auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
   EngineConfig config;
@@ -125,12 +115,12 @@ TEST(ServerLoad, ThousandsOfConcurrentStreamsLoseNoToken) {
     return failures;
   };
   EXPECT_EQ(run_round(300), 0);  // warm-up: the engine's buffers reach their high-water mark
-  const size_t idle = resident_bytes();
+  const size_t idle = testing::resident_bytes();
   EXPECT_EQ(run_round(1200), 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (server.draining() == false && engine->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const size_t after = resident_bytes();
+  const size_t after = testing::resident_bytes();
   std::printf("resident memory: %.1f MiB after warm-up, %.1f MiB after 1200 streams\n", idle / 1048576.0,
               after / 1048576.0);
   EXPECT_LT(after, idle + (idle / 10) + (16u << 20));

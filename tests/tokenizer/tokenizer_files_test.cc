@@ -81,6 +81,17 @@ TEST(HfTokenizerJson, RoundTripsLikeGptOssShipsIt) {
 
   // Truncated anywhere: an error naming the byte, never a crash.
   const std::string text = read_text_file(dir + "/tokenizer.json");
+  // What the tokenizer checks of the file's contents names the file too.
+  const auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return variant(t.replace(at, from.size(), to), "tokenizer.json");
+  };
+  EXPECT_THAT([&] { Tokenizer::from_file(edited("\"content\": \"<|start|>\"", "\"content\": \"<|begin|>\"")); },
+              ThrowsMessage<Error>(HasSubstr("tokenizer.json: special token 200006 is <|begin|> in the tokenizer file")));
+  EXPECT_THAT([&] { Tokenizer::from_file(edited("{\"id\": 200006,", "{\"id\": 4295167302,")); },
+              ThrowsMessage<Error>(HasSubstr("has id 4295167302, beyond o200k_harmony's last id")));
   for (size_t keep : {size_t{10}, text.size() / 3, text.size() - 2}) {
     EXPECT_THAT([&] { Tokenizer::from_file(variant(text.substr(0, keep), "tokenizer.json")); },
                 ThrowsMessage<Error>(HasSubstr("invalid JSON at byte"))) << keep;
@@ -111,6 +122,23 @@ TEST(HfTokenizerJson, MalformedFilesAreErrors) {
               ThrowsMessage<Error>(HasSubstr("the top level is not an object")));
   EXPECT_THAT([&] { Tokenizer::from_file(variant(small_json(R"({"type": "BPE"})", split), "tokenizer.json")); },
               ThrowsMessage<Error>(HasSubstr("model.vocab is missing")));
+  // Nesting a million levels deep is refused at the limit, not followed down the stack.
+  const std::string deep = R"({"normalizer": )" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  EXPECT_THAT([&] { Tokenizer::from_file(variant(deep, "tokenizer.json")); },
+              ThrowsMessage<Error>(HasSubstr("tokenizer.json: normalizer/0/0/0")));
+  EXPECT_THAT([&] { Tokenizer::from_file(variant(deep, "tokenizer.json")); },
+              ThrowsMessage<Error>(HasSubstr("is nested deeper than 64 levels")));
+}
+
+TEST(TiktokenFile, ContentErrorsNameTheFileAndStreamsAreBounded) {
+  // Two ranks with the same bytes: the rank table refuses it, and the error says which file.
+  std::string text = read_text_file(Tokenizer::default_ranks_path());
+  const size_t second_line = text.find('\n') + 1;
+  text.replace(second_line, text.find(' ', second_line) - second_line, text.substr(0, text.find(' ')));
+  EXPECT_THAT([&] { Tokenizer::from_file(variant(text, "dup_bytes.tiktoken")); },
+              ThrowsMessage<Error>(HasSubstr("dup_bytes.tiktoken: rank table: the token of rank 1 repeats rank 0")));
+  EXPECT_THAT([] { Tokenizer::from_file("/dev/zero"); },
+              ThrowsMessage<Error>(HasSubstr("/dev/zero: larger than 64 MiB")));
 }
 
 TEST(HfTokenizerJson, ByteLevelAlphabet) {

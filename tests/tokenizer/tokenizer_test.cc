@@ -42,6 +42,16 @@ TEST(Tokenizer, SpecialTokensWhereAllowed) {
               ElementsAre(27, 91, 2878, 100315, 91, 29));
 }
 
+// Every "<|" waits for the next "|>": with a megabyte of "<|" before one, the scan for special tokens must not
+// search the rest of the text once per "<|" (that was quadratic; the test's timeout bounds it).
+TEST(Tokenizer, SpecialTokenScanIsLinearInUnclosedOpeners) {
+  std::string openers;
+  for (int i = 0; i < (1 << 20); ++i) openers += "<|";
+  std::vector<TokenId> expected = tokenizer().encode_ordinary(openers + "x|>");
+  expected.push_back(o200k::kEnd);
+  EXPECT_EQ(tokenizer().encode(openers + "x|><|end|>", AllowedSpecial::all()), expected);
+}
+
 TEST(Tokenizer, DisallowedSpecialTextIsAnError) {
   EXPECT_THAT([] { tokenizer().encode("say <|start|>", AllowedSpecial::none()); },
               ThrowsMessage<Error>(HasSubstr("special token <|start|> at byte offset 4 is not allowed")));

@@ -5,8 +5,8 @@
 set -euo pipefail
 bin=build-static/moeserve
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=16
-$bin make-tiny --out /tmp/tiny
-$bin make-tiny --vocab 1024 --out /tmp/tiny-small-vocab
+$bin make-tiny --force --out /tmp/tiny
+$bin make-tiny --force --vocab 1024 --out /tmp/tiny-small-vocab
 python3 tools/oracle/gpt_oss_logits.py --out "$OUT" \
   --model "tiny=/tmp/tiny=" \
   --model "tiny-small-vocab=/tmp/tiny-small-vocab=--vocab 1024" 2>&1 | tee "$OUT/oracle.log"

@@ -80,7 +80,7 @@ std::string str(Protocol& p) {
   return v;
 }
 
-SchemaElement read_schema_element(Protocol& p) {
+SchemaElement read_schema_element(Protocol& p, const std::string& where) {
   SchemaElement e;
   read_struct(p, [&](int16_t id, TType type) {
     switch (id) {
@@ -88,9 +88,12 @@ SchemaElement read_schema_element(Protocol& p) {
         e.has_type = true;
         e.type = static_cast<Type>(i32(p));
         break;
-      case 3:
-        e.repetition = static_cast<Repetition>(i32(p));
+      case 3: {
+        const int32_t repetition = i32(p);
+        MOESERVE_CHECK(repetition >= 0 && repetition <= 2, "{}: unknown field repetition {}", where, repetition);
+        e.repetition = static_cast<Repetition>(repetition);
         break;
+      }
       case 4:
         e.name = str(p);
         break;
@@ -178,7 +181,11 @@ void decode(std::span<const uint8_t> bytes, const std::string& where, const char
     auto config = std::make_shared<apache::thrift::TConfiguration>(INT_MAX);
     auto buffer = std::make_shared<Buffer>(const_cast<uint8_t*>(bytes.data()), static_cast<uint32_t>(bytes.size()),
                                            Buffer::OBSERVE, config);
-    Protocol protocol(buffer);
+    // No string or list can be longer than the bytes it is read from: Thrift allocates a string's declared
+    // length before reading it, so the limits keep a hostile length from allocating gigabytes. (Nesting is
+    // bounded by the configuration's recursion limit, which skip() honours.)
+    const auto limit = static_cast<int32_t>(bytes.size());
+    Protocol protocol(buffer, limit, limit);
     read(protocol);
     if (consumed) *consumed = bytes.size() - buffer->available_read();
   } catch (const apache::thrift::TException& e) {
@@ -197,7 +204,7 @@ FileMetaData read_file_metadata(std::span<const uint8_t> bytes, const std::strin
           m.version = i32(p);
           break;
         case 2:
-          read_list(p, [&](TType) { m.schema.push_back(read_schema_element(p)); });
+          read_list(p, [&](TType) { m.schema.push_back(read_schema_element(p, where)); });
           break;
         case 3:
           m.num_rows = i64(p);

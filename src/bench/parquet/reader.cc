@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "bench/parquet/encoding.h"
@@ -15,8 +16,15 @@ constexpr char kMagic[] = "PAR1";
 
 // Depth-first over the schema, accumulating the levels each node adds, collecting the leaves.
 void collect_leaves(const std::vector<SchemaElement>& schema, size_t& index, std::vector<std::string> path,
-                    int definition, int repetition, int repeated_definition, std::vector<LeafColumn>& leaves) {
-  const SchemaElement& e = schema.at(index);
+                    int definition, int repetition, int repeated_definition, std::vector<LeafColumn>& leaves,
+                    const std::string& where) {
+  MOESERVE_CHECK(index < schema.size(), "{}: the schema's groups name more children than it has elements", where);
+  MOESERVE_CHECK(path.size() < static_cast<size_t>(Limits::kSchemaDepth), "{}: the schema nests deeper than {} levels",
+                 where, Limits::kSchemaDepth);
+  const SchemaElement& e = schema[index];
+  MOESERVE_CHECK(e.num_children >= 0 && static_cast<size_t>(e.num_children) < schema.size() - index,
+                 "{}: schema element '{}' has {} children but only {} elements follow it", where, e.name,
+                 e.num_children, schema.size() - index - 1);
   const bool root = index == 0;
   ++index;
   if (!root) {
@@ -32,7 +40,17 @@ void collect_leaves(const std::vector<SchemaElement>& schema, size_t& index, std
     return;
   }
   for (int32_t c = 0; c < e.num_children; ++c)
-    collect_leaves(schema, index, path, definition, repetition, repeated_definition, leaves);
+    collect_leaves(schema, index, path, definition, repetition, repeated_definition, leaves, where);
+}
+
+// Levels as stored: each checked against the column's maximum, which also fits it in a byte.
+void append_levels(const std::vector<uint32_t>& levels, int max_level, std::vector<uint8_t>& out,
+                   const std::string& where, const char* what) {
+  for (uint32_t level : levels) {
+    MOESERVE_CHECK(level <= static_cast<uint32_t>(max_level), "{}: {} level {} exceeds the column's maximum {}", where,
+                   what, level, max_level);
+    out.push_back(static_cast<uint8_t>(level));
+  }
 }
 
 // A page's levels: stored with a 4-byte length prefix in data pages v1.
@@ -49,18 +67,30 @@ std::span<const uint8_t> prefixed_section(std::span<const uint8_t> data, size_t&
 
 }  // namespace
 
-File::File(const std::string& path) : file_(std::make_unique<MappedFile>(path)), path_(path) {
-  const std::span<const uint8_t> bytes = file_->bytes();
+uint64_t Limits::for_file(uint64_t absolute, uint64_t floor, uint64_t file_bytes) {
+  const uint64_t scaled = file_bytes > absolute / kExpansion ? absolute : file_bytes * kExpansion;
+  return std::min(absolute, std::max(floor, scaled));
+}
+
+File::File(const std::string& path) : File(std::make_unique<MappedFile>(path)) {}
+
+File::File(std::unique_ptr<MappedFile> file) : File(file->path(), file->bytes()) { file_ = std::move(file); }
+
+File::File(const std::string& name, std::span<const uint8_t> bytes) : bytes_(bytes), path_(name) {
+  const std::string& path = path_;
   MOESERVE_CHECK(bytes.size() >= 12 && std::memcmp(bytes.data(), kMagic, 4) == 0 &&
                      std::memcmp(bytes.data() + bytes.size() - 4, kMagic, 4) == 0,
                  "{}: not a Parquet file (no PAR1 magic)", path);
   uint32_t footer_length = 0;
   std::memcpy(&footer_length, bytes.data() + bytes.size() - 8, 4);
-  MOESERVE_CHECK(footer_length + 12 <= bytes.size(), "{}: footer length {} exceeds the file", path, footer_length);
+  // In 64 bits: a length of 0xffffffff plus the 12 bytes of magic and length must not wrap around.
+  MOESERVE_CHECK(uint64_t{footer_length} + 12 <= bytes.size(), "{}: footer length {} exceeds the file", path,
+                 footer_length);
   metadata_ = read_file_metadata(bytes.subspan(bytes.size() - 8 - footer_length, footer_length), path);
   MOESERVE_CHECK(!metadata_.schema.empty(), "{}: empty schema", path);
+  MOESERVE_CHECK(metadata_.num_rows >= 0, "{}: negative row count {}", path, metadata_.num_rows);
   size_t index = 0;
-  collect_leaves(metadata_.schema, index, {}, 0, 0, 0, leaves_);
+  collect_leaves(metadata_.schema, index, {}, 0, 0, 0, leaves_, path);
 }
 
 const LeafColumn* File::leaf(std::string_view name) const {
@@ -98,13 +128,28 @@ File::ColumnData File::read_column(const LeafColumn& column) const {
 
 void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, ColumnData& out) const {
   const std::string where = fmt::format("{} column {}", path_, fmt::join(column.path, "."));
-  const std::span<const uint8_t> bytes = file_->bytes();
+  const std::span<const uint8_t> bytes = bytes_;
+  const uint64_t max_values = Limits::for_file(Limits::kColumnValues, Limits::kSmallFileValues, bytes.size());
+  const uint64_t max_string_bytes =
+      Limits::for_file(Limits::kColumnStringBytes, Limits::kSmallFileBytes, bytes.size());
+  const uint64_t max_page_bytes = Limits::for_file(Limits::kPageBytes, Limits::kSmallFileBytes, bytes.size());
+  MOESERVE_CHECK(chunk.num_values >= 0 &&
+                     static_cast<uint64_t>(chunk.num_values) <= max_values - out.definition_levels.size(),
+                 "{}: more than {} values (the reader's limit for a file of {} bytes)", where, max_values,
+                 bytes.size());
   const bool has_dictionary_page =
       chunk.dictionary_page_offset > 0 && chunk.dictionary_page_offset < chunk.data_page_offset;
   auto pos = static_cast<size_t>(has_dictionary_page ? chunk.dictionary_page_offset : chunk.data_page_offset);
   std::vector<int64_t> dictionary_ints;
   std::vector<std::string> dictionary_strings;
   const bool strings = column.type == Type::byte_array;
+  const auto add_string = [&](std::string value) {
+    out.string_bytes += value.size();
+    MOESERVE_CHECK(out.string_bytes <= max_string_bytes,
+                   "{}: more than {} bytes of strings (the reader's limit for a file of {} bytes)", where,
+                   max_string_bytes, bytes.size());
+    out.strings.push_back(std::move(value));
+  };
   int64_t levels_read = 0;
   while (levels_read < chunk.num_values) {
     MOESERVE_CHECK(pos < bytes.size(), "{}: pages run past the end of the file", where);
@@ -112,6 +157,10 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
     const PageHeader h = read_page_header(bytes.subspan(pos), header_size, where);
     MOESERVE_CHECK(h.compressed_size >= 0 && pos + header_size + static_cast<size_t>(h.compressed_size) <= bytes.size(),
                    "{}: page of {} bytes past the end of the file", where, h.compressed_size);
+    MOESERVE_CHECK(h.uncompressed_size >= 0 && static_cast<uint64_t>(h.uncompressed_size) <= max_page_bytes,
+                   "{}: a page of {} bytes uncompressed (the reader's limit for a file of {} bytes is {})", where,
+                   h.uncompressed_size, bytes.size(), max_page_bytes);
+    MOESERVE_CHECK(h.num_values >= 0, "{}: a page of {} values", where, h.num_values);
     const auto page = bytes.subspan(pos + header_size, static_cast<size_t>(h.compressed_size));
     pos += header_size + static_cast<size_t>(h.compressed_size);
     if (h.type == PageType::index_page) continue;
@@ -129,6 +178,9 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
     }
     MOESERVE_CHECK(h.type == PageType::data_page || h.type == PageType::data_page_v2, "{}: unknown page type {}", where,
                    static_cast<int>(h.type));
+    MOESERVE_CHECK(h.num_values <= chunk.num_values - levels_read,
+                   "{}: a page of {} values where the column chunk has {} left", where, h.num_values,
+                   chunk.num_values - levels_read);
     const auto count = static_cast<size_t>(h.num_values);
     std::span<const uint8_t> repetition_section, definition_section, values_section;
     std::vector<uint8_t> decompressed;
@@ -146,9 +198,13 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
       }
       values_section = data.subspan(offset);
     } else {
+      MOESERVE_CHECK(h.repetition_levels_length >= 0 && h.definition_levels_length >= 0,
+                     "{}: negative level section lengths", where);
       const auto rep_length = static_cast<size_t>(h.repetition_levels_length);
       const auto def_length = static_cast<size_t>(h.definition_levels_length);
-      MOESERVE_CHECK(rep_length + def_length <= page.size(), "{}: level sections exceed the page", where);
+      MOESERVE_CHECK(rep_length + def_length <= page.size() &&
+                         rep_length + def_length <= static_cast<size_t>(h.uncompressed_size),
+                     "{}: level sections exceed the page", where);
       repetition_section = page.subspan(0, rep_length);
       definition_section = page.subspan(rep_length, def_length);
       const auto compressed_values = page.subspan(rep_length + def_length);
@@ -157,18 +213,26 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
                                          : std::vector<uint8_t>(compressed_values.begin(), compressed_values.end());
       values_section = decompressed;
     }
-    std::vector<uint32_t> repetition(count, 0), definition(count, static_cast<uint32_t>(column.max_definition_level));
-    if (column.max_repetition_level > 0)
-      repetition = decode_rle_hybrid(repetition_section, bit_width_of(column.max_repetition_level), count, where);
-    if (column.max_definition_level > 0)
-      definition = decode_rle_hybrid(definition_section, bit_width_of(column.max_definition_level), count, where);
+    const size_t first_level = out.definition_levels.size();
+    if (column.max_repetition_level > 0) {
+      append_levels(decode_rle_hybrid(repetition_section, bit_width_of(column.max_repetition_level), count, where),
+                    column.max_repetition_level, out.repetition_levels, where, "repetition");
+    } else {
+      out.repetition_levels.resize(out.repetition_levels.size() + count, 0);
+    }
+    if (column.max_definition_level > 0) {
+      append_levels(decode_rle_hybrid(definition_section, bit_width_of(column.max_definition_level), count, where),
+                    column.max_definition_level, out.definition_levels, where, "definition");
+    } else {
+      out.definition_levels.resize(out.definition_levels.size() + count, 0);
+    }
     size_t present = 0;
-    for (uint32_t d : definition) present += d == static_cast<uint32_t>(column.max_definition_level);
+    for (size_t i = first_level; i < out.definition_levels.size(); ++i)
+      present += out.definition_levels[i] == column.max_definition_level;
 
     if (h.encoding == Encoding::plain) {
       if (strings) {
-        auto v = decode_plain_byte_arrays(values_section, present, where);
-        out.strings.insert(out.strings.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+        for (std::string& v : decode_plain_byte_arrays(values_section, present, where)) add_string(std::move(v));
       } else {
         auto v = decode_plain_ints(column.type, values_section, present, where);
         out.ints.insert(out.ints.end(), v.begin(), v.end());
@@ -182,7 +246,7 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
       for (uint32_t i : indices) {
         MOESERVE_CHECK(i < dictionary_size, "{}: dictionary index {} of {} entries", where, i, dictionary_size);
         if (strings) {
-          out.strings.push_back(dictionary_strings[i]);
+          add_string(dictionary_strings[i]);
         } else {
           out.ints.push_back(dictionary_ints[i]);
         }
@@ -190,8 +254,6 @@ void File::read_chunk(const LeafColumn& column, const ColumnChunk& chunk, Column
     } else {
       fail("{}: values encoded {} (PLAIN and dictionary encodings are supported)", where, encoding_name(h.encoding));
     }
-    out.repetition_levels.insert(out.repetition_levels.end(), repetition.begin(), repetition.end());
-    out.definition_levels.insert(out.definition_levels.end(), definition.begin(), definition.end());
     levels_read += h.num_values;
   }
 }
@@ -205,6 +267,8 @@ std::vector<std::vector<T>> File::assemble_lists(const LeafColumn& c, const Colu
   size_t next_value = 0;
   for (size_t i = 0; i < data.definition_levels.size(); ++i) {
     if (data.repetition_levels[i] == 0) rows.emplace_back();
+    MOESERVE_CHECK(!rows.empty(), "{}: column '{}' does not start a row at its first value (repetition level {})",
+                   path_, c.top_level_name, data.repetition_levels[i]);
     const auto d = static_cast<int>(data.definition_levels[i]);
     if (d == c.max_definition_level) {
       MOESERVE_CHECK(next_value < values.size(), "{}: column '{}' has fewer values than its levels", path_,
@@ -243,8 +307,12 @@ std::vector<std::string> File::read_strings(std::string_view name) const {
   ColumnData data = read_column(c);
   std::vector<std::string> rows;
   size_t next_value = 0;
-  for (uint32_t d : data.definition_levels)
-    rows.push_back(static_cast<int>(d) == c.max_definition_level ? std::move(data.strings.at(next_value++)) : "");
+  for (uint8_t d : data.definition_levels) {
+    const bool present = d == c.max_definition_level;
+    MOESERVE_CHECK(!present || next_value < data.strings.size(), "{}: column '{}' has fewer values than its levels",
+                   path_, name);
+    rows.push_back(present ? std::move(data.strings[next_value++]) : "");
+  }
   MOESERVE_CHECK(static_cast<int64_t>(rows.size()) == num_rows(), "{}: column '{}' has {} rows, the file {}", path_,
                  name, rows.size(), num_rows());
   return rows;

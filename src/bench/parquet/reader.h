@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,9 +33,29 @@ struct LeafColumn {
   int repeated_definition_level = 0;
 };
 
+// The bounds a file is held to, checked before anything is allocated from the file's own numbers: far above the
+// MLPerf datasets (thousands of rows, tens of millions of tokens; writers cut pages at 1 MiB), far below what
+// would exhaust memory. RLE runs and dictionaries let a few bytes claim millions of values, so what a column may
+// decode to is also bounded by the file's size: kExpansion per byte of the file (with a floor for small files),
+// never more than the absolute limit. Past one, the error names the file, the column and the limit.
+struct Limits {
+  static constexpr uint64_t kPageBytes = uint64_t{256} << 20;        // one page, uncompressed
+  static constexpr uint64_t kColumnValues = uint64_t{1} << 26;       // one column's levels over all row groups
+  static constexpr uint64_t kColumnStringBytes = uint64_t{1} << 30;  // one column's strings, as decoded
+  static constexpr uint64_t kExpansion = 1024;
+  static constexpr uint64_t kSmallFileValues = uint64_t{1} << 20;
+  static constexpr uint64_t kSmallFileBytes = uint64_t{16} << 20;  // string bytes or page bytes
+  static constexpr int kSchemaDepth = 16;                          // a LIST column nests three levels
+
+  // min(absolute, max(floor, kExpansion * file_bytes)).
+  static uint64_t for_file(uint64_t absolute, uint64_t floor, uint64_t file_bytes);
+};
+
 class File {
  public:
   explicit File(const std::string& path);
+  // A file already in memory (`bytes` must outlive the File); `name` stands for its path in errors.
+  File(const std::string& name, std::span<const uint8_t> bytes);
 
   int64_t num_rows() const { return metadata_.num_rows; }
   const std::vector<LeafColumn>& leaves() const { return leaves_; }
@@ -53,11 +74,13 @@ class File {
  private:
   // Levels and non-null values of one leaf over all row groups, in row order.
   struct ColumnData {
-    std::vector<uint32_t> repetition_levels;
-    std::vector<uint32_t> definition_levels;
+    std::vector<uint8_t> repetition_levels;  // levels are at most Limits::kSchemaDepth
+    std::vector<uint8_t> definition_levels;
     std::vector<int64_t> ints;
     std::vector<std::string> strings;
+    uint64_t string_bytes = 0;
   };
+  explicit File(std::unique_ptr<MappedFile> file);
   const LeafColumn* leaf(std::string_view name) const;
   const LeafColumn& require_leaf(std::string_view name) const;
   // The rows of a list column from its levels, taking non-null elements from `values` in order.
@@ -67,7 +90,8 @@ class File {
   ColumnData read_column(const LeafColumn& column) const;
   void read_chunk(const LeafColumn& column, const ColumnChunk& chunk, ColumnData& out) const;
 
-  std::unique_ptr<MappedFile> file_;
+  std::unique_ptr<MappedFile> file_;  // absent for a file given as bytes
+  std::span<const uint8_t> bytes_;
   std::string path_;
   FileMetaData metadata_;
   std::vector<LeafColumn> leaves_;

@@ -2,7 +2,7 @@
 // layer, or a test draft). The engine owns the target, verification and the token streams; a drafter only turns
 // the target's captured features into proposals, keeping whatever per-sequence state (its own paged KV) it needs.
 //
-// Alignment (EAGLE; see ../shared/reference/eagle3-and-speed-bench.md section 1.2): draft position p consumes the
+// Alignment (EAGLE-3: SafeAILab/EAGLE eagle/model/cnets.py, vLLM llama_eagle3.py): draft position p consumes the
 // target's feature at position p and the embedding of the token at position p + 1, and predicts the token at
 // position p + 2. So once the target has verified tokens up to position L (features known for [0, L)) and sampled
 // the token at L, the drafter can extend its KV over [.., L) and propose tokens for positions L + 1, L + 2, ...

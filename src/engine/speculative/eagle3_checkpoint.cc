@@ -70,10 +70,11 @@ void Eagle3Checkpoint::bind(const ModelConfig& target) {
     const TensorView& d2t = binder.tensor("d2t", {c.draft_vocab_size}, {DType::I64});
     w.d2t.resize(c.draft_vocab_size);
     std::memcpy(w.d2t.data(), d2t.bytes.data(), d2t.bytes.size());
+    // Offsets compared before they are added: a hostile one (INT64_MAX) must not overflow the sum.
     for (int64_t id = 0; id < c.draft_vocab_size; ++id)
-      MOESERVE_CHECK(id + w.d2t[id] >= 0 && id + w.d2t[id] < c.vocab_size,
-                     "{}: maps draft id {} to {}, outside the vocabulary of {}", d2t.describe(), id, id + w.d2t[id],
-                     c.vocab_size);
+      MOESERVE_CHECK(w.d2t[id] >= -id && w.d2t[id] < c.vocab_size - id,
+                     "{}: maps draft id {} to {}, outside the vocabulary of {}", d2t.describe(), id,
+                     static_cast<__int128>(id) + w.d2t[id], c.vocab_size);
   } else {
     MOESERVE_CHECK(c.draft_vocab_size == c.vocab_size,
                    "{}: \"draft_vocab_size\" {} is smaller than \"vocab_size\" {} but there is no d2t table", dir,

@@ -1,8 +1,8 @@
 // An EAGLE-3 draft head directory, opened: its config and its tensors bound by role with every shape checked
-// against the config and the target (../shared/reference/eagle3-and-speed-bench.md section 1.4). Both exporter
-// namings are read: ModelOpt 2025's midlayer.* and 2026's layers.0.*. SpecForge's t2d mask is checked against
-// d2t and otherwise ignored, as vLLM and SGLang do. Weights stay in the mapping (bf16 or f32); only norm scales
-// become floats.
+// against the config and the target (the layout NVIDIA Model-Optimizer's hf_spec_export.py writes, as in
+// nvidia/gpt-oss-120b-Eagle3). Both exporter namings are read: ModelOpt 2025's midlayer.* and 2026's layers.0.*.
+// SpecForge's t2d mask is checked against d2t and otherwise ignored, as vLLM and SGLang do. Weights stay in the
+// mapping (bf16 or f32); only norm scales become floats.
 #pragma once
 
 #include <memory>

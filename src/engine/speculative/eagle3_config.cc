@@ -6,6 +6,7 @@
 #include <numbers>
 #include <set>
 
+#include "model/config.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_fields.h"
@@ -38,7 +39,7 @@ LlamaRope parse_rope(const json& j, const std::string& where) {
   MOESERVE_CHECK(rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0,
                  "{}: high_freq_factor {} must exceed low_freq_factor {} > 0", at, rope.high_freq_factor,
                  rope.low_freq_factor);
-  MOESERVE_CHECK(rope.original_max_position > 0, "{}: original_max_position_embeddings must be positive", at);
+  in_range<int64_t>(rope.original_max_position, 1, config_limits::kPositions, at, "original_max_position_embeddings");
   return rope;
 }
 
@@ -71,18 +72,24 @@ std::vector<int> parse_aux_layer_ids(const json& eagle, const std::string& where
 }
 
 void validate(const Eagle3Config& c, const std::string& where) {
-  auto positive = [&](int64_t value, const char* field) {
+  // The target's bounds (model/config.h) bound the head too: nothing is sized before they are checked.
+  namespace limits = config_limits;
+  auto positive = [&](int64_t value, const char* field, int64_t most) {
     MOESERVE_CHECK(value > 0, "{}: \"{}\" must be positive, got {}", where, field, value);
+    in_range<int64_t>(value, 1, most, where, field);
   };
-  positive(c.hidden_size, "hidden_size");
-  positive(c.intermediate_size, "intermediate_size");
-  positive(c.num_heads, "num_attention_heads");
-  positive(c.num_kv_heads, "num_key_value_heads");
-  positive(c.head_dim, "head_dim");
-  positive(c.vocab_size, "vocab_size");
-  positive(c.draft_vocab_size, "draft_vocab_size");
-  positive(c.target_hidden_size, "target_hidden_size");
-  positive(c.max_position_embeddings, "max_position_embeddings");
+  positive(c.hidden_size, "hidden_size", limits::kHiddenSize);
+  positive(c.intermediate_size, "intermediate_size", limits::kIntermediateSize);
+  positive(c.num_heads, "num_attention_heads", limits::kHeads);
+  positive(c.num_kv_heads, "num_key_value_heads", limits::kHeads);
+  positive(c.head_dim, "head_dim", limits::kHeadDim);
+  positive(c.vocab_size, "vocab_size", limits::kVocabSize);
+  positive(c.draft_vocab_size, "draft_vocab_size", limits::kVocabSize);
+  positive(c.target_hidden_size, "target_hidden_size", limits::kHiddenSize);
+  positive(c.max_position_embeddings, "max_position_embeddings", limits::kPositions);
+  in_range(c.rope.theta, 1.0, limits::kRopeValue, where, "rope_theta");
+  in_range(c.rope.factor, 1.0, limits::kRopeValue, where, "rope factor");
+  in_range(c.rope.high_freq_factor, 0.0, limits::kRopeValue, where, "high_freq_factor");
   MOESERVE_CHECK(c.num_heads % c.num_kv_heads == 0,
                  "{}: \"num_attention_heads\" {} must be a multiple of \"num_key_value_heads\" {}", where, c.num_heads,
                  c.num_kv_heads);

@@ -1,6 +1,7 @@
 // An EAGLE-3 draft head's configuration, read from its config.json as exported for gpt-oss (ModelOpt's
-// LlamaForCausalLMEagle3 template; ../shared/reference/eagle3-and-speed-bench.md sections 1.2-1.4): one Llama
-// decoder layer over the fused target features, its own RoPE, a draft vocabulary mapped to the target's.
+// LlamaForCausalLMEagle3 template in modelopt/torch/export/plugins/hf_spec_configs.py; the forward as vLLM's
+// model_executor/models/llama_eagle3.py runs it): one Llama decoder layer over the fused target features, its own
+// RoPE, a draft vocabulary mapped to the target's.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // The EAGLE-3 draft head on the CPU: one Llama decoder layer over fused target features and token embeddings,
-// with its own paged KV per sequence (../shared/reference/eagle3-and-speed-bench.md section 1.2). The calls,
-// rollback and chain or tree drafting are TreeDrafter's (tree_drafter.h); a row's state is the layer's prenorm
-// output.
+// with its own paged KV per sequence (EAGLE-3, arXiv 2503.01840; the forward of vLLM's llama_eagle3.py). The calls,
+// rollback and chain or tree drafting (eagle3_tree.h) are TreeDrafter's (tree_drafter.h); a row's state is the
+// layer's prenorm output.
 //
 // Arithmetic is the CPU runner's (runner/cpu/ops.h: fp32 over bf16/f32 weights converted exactly, dot products in
 // one canonical order), so a sequence gets the same draft in any batch.

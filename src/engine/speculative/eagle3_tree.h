@@ -1,8 +1,8 @@
-// The draft tree search of EAGLE-2/3 (reference: cnets.Model.topK_genrate; ../shared/reference/
-// eagle3-and-speed-bench.md section 2.2), apart from the model that scores it. The root's top_k children are the
-// first frontier; each later depth expands every frontier node into its top_k children and keeps the top_k of
-// those by cumulative log-probability as the next frontier. At the end the total_tokens best nodes of all that
-// were scored are kept. A chain is the same search with top_k 1.
+// The draft tree search of EAGLE-2/3 (EAGLE-2, arXiv 2406.16858; reference: SafeAILab/EAGLE eagle/model/cnets.py,
+// Model.topK_genrate), apart from the model that scores it. The root's top_k children are the first frontier;
+// each later depth expands every frontier node into its top_k children and keeps the top_k of those by cumulative
+// log-probability as the next frontier. At the end the total_tokens best nodes of all that were scored are kept.
+// A chain is the same search with top_k 1.
 //
 // Ranking is deterministic: higher log-probability first, then the lower draft id (top-k of one distribution),
 // or the earlier-made node (across distributions). A parent scores at least as well as its children and is made

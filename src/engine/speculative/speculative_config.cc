@@ -3,13 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_fields.h"
+#include "util/json_parse.h"
 
 namespace moeserve::speculative {
 namespace {
 
 int integer_field(const nlohmann::json& value, const std::string& key) {
   MOESERVE_CHECK(value.is_number_integer(), "--speculative-config: \"{}\" must be an integer, got {}", key, value.dump());
-  return value.get<int>();
+  return json_value_as<int>(value, "--speculative-config", key);
 }
 
 }  // namespace
@@ -33,12 +35,7 @@ void validate_draft_shape(const DraftShape& shape) {
 SpeculativeConfig parse_speculative_config(const std::string& json) {
   SpeculativeConfig config;
   if (json.empty()) return config;
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("--speculative-config is not valid JSON ({}): {}", e.what(), json);
-  }
+  const nlohmann::json root = parse_json(json, "--speculative-config");
   MOESERVE_CHECK(root.is_object(), "--speculative-config must be a JSON object, got {}", root.dump());
   std::optional<int> draft_tokens;
   for (const auto& [key, value] : root.items()) {

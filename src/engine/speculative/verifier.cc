@@ -1,5 +1,7 @@
 #include "engine/speculative/verifier.h"
 
+#include <algorithm>
+
 #include "engine/sampler.h"
 #include "util/error.h"
 
@@ -19,6 +21,17 @@ std::vector<std::vector<int32_t>> children_of(const DraftTree& draft) {
 }
 
 }  // namespace
+
+size_t draft_depth(const DraftTree& draft) {
+  std::vector<size_t> depth(draft.size());
+  size_t deepest = 0;
+  for (size_t i = 0; i < draft.size(); ++i) {  // parents come first
+    const int32_t parent = draft.parent[i];
+    depth[i] = parent < 0 ? 1 : depth[static_cast<size_t>(parent)] + 1;
+    deepest = std::max(deepest, depth[i]);
+  }
+  return deepest;
+}
 
 double acceptance_uniform(uint64_t seed, uint64_t sample_index, int attempt) {
   // A stream apart from the sampler's (which uses the seed itself) for every sibling position.

@@ -1,5 +1,5 @@
 // Verification of one sequence's draft against the target's logits, lossless for deterministic drafts
-// (../shared/reference/eagle3-and-speed-bench.md section 2):
+// (speculative sampling, Leviathan et al. arXiv 2211.17192; vLLM v1/sample/rejection_sampler.py with draft_probs=None):
 //  - greedy: follow the children whose token is the target's argmax; emit the argmax where none is (or the bonus
 //    token past a fully accepted path);
 //  - temperature > 0: at each node, try its children in the drafter's order, accepting child d with probability
@@ -41,5 +41,8 @@ Verdict verify_draft_greedy(const DraftTree& draft, std::span<const int32_t> row
 
 // The uniform in [0, 1) that decides the attempt-th sibling tried for the sample_index-th token.
 double acceptance_uniform(uint64_t seed, uint64_t sample_index, int attempt);
+
+// The deepest node's depth (drafter.h), i.e. how many draft positions a verify step can accept; 0 when empty.
+size_t draft_depth(const DraftTree& draft);
 
 }  // namespace moeserve::speculative

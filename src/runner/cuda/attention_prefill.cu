@@ -1,191 +1,457 @@
-// Flash-style attention for prefill chunks, over the paged KV cache (so earlier chunks' keys are seen), with
-// sinks and sliding windows, on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators).
-// Grid: (64-row query tile of one sequence, query head); 4 warps, 16 query rows each. Per 64-key tile: K and V
-// rows are copied to shared memory (cp.async, zero-filled outside the tile's key range), S = Q K^T in registers,
-// masked (causal and window) and scaled into the log2 domain, an online softmax whose running max starts at
-// the sink, then O += P V with P re-packed from the S accumulators as the A operand and V read by
-// ldmatrix.trans. At the end the sink joins the denominator once: o = O / (l + e^(sink - m)).
-// Tree steps (at most 64 tokens, so one tile at row 0): a row's keys run to its own slot, its window starts from
-// its position (start + depth), and the step's keys among them must pass its tree mask.
-// fp8 KV: each thread loads 8 e4m3 values of a row and stores them as bf16 (exact), so the tile is a bf16 tile;
-// the layer's k_scale joins the score scale and v_scale the output.
-// Version 1: single-buffered tiles, no GQA sharing of K/V tiles between the heads of a group (they meet in L2).
-// head_dim must be 64. CPU reference: cpu::attend_one_head per query row.
+// Prefill attention over the paged KV cache (so earlier chunks' keys are seen) on Hopper tensor cores, with sinks,
+// sliding windows and tree masks, in the manner of FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608):
+// warp-specialised producer and consumers over an mbarrier pipeline, wgmma with K and V in shared memory, the
+// online softmax of one key tile overlapped with the tensor cores' P V product of the previous one.
+// Version 2. Version 1 (mma.sync, one query head per 64-row block, single-buffered tiles) is
+// benchmarks/cuda/attention_prefill_v1.cu, timed beside this one by attention_bench.
+//
+// Work: a block takes up to kCtaTokens consecutive query tokens of one sequence (its share of a 64-token query
+// tile, step.q_tile_*) for one KV head. GQA packs (token, query head) pairs into wgmma's M: a consumer
+// warpgroup's 64 rows are 64 / G tokens x the G query heads of the KV head (gpt-oss: 8 tokens x 8 heads), row
+// r = (token r / G, head r % G), so each K and V tile is read once for all of them. Blocks start heaviest first
+// (the last tiles of a causal prompt see the most keys).
+// Threads: warpgroup 0 produces, warpgroups 1 and 2 consume; setmaxnreg moves the producer's registers to them.
+// Pipeline: the block's keys [key_lo, key_hi] (its first token's window start, its last token's slot) in tiles
+// of 128, through kStages shared-memory stages (a K and a V tile: 128 rows of 128 bytes in the 128-byte swizzle
+// wgmma reads), each with a `full` mbarrier (the producer's 4 warps arrive) and an `empty` one (the consumers'
+// 8 warps arrive). Rows are found through the block table one by one (any block size) and zero-filled outside
+// [key_lo, key_hi] or in blocks given back, so masked keys meet zeros, never stale NaNs. Every copy is a 16-byte
+// cp.async whose completion the issuing thread waits for one tile later (two tiles in flight), then fences to the
+// async proxy (wgmma reads through it) before its warp announces the tile.
+//   bf16 KV: copied straight into the stage.
+//   fp8 KV:  copied into a staging buffer as stored, then converted by the same thread to bf16 (exact:
+//            kv_dtype.cuh) into the stage; the layer's k_scale joins the score scale and v_scale the output.
+// Consumer warpgroup, for each tile t of its own range (the others are waited for and released untouched):
+//   S = Q K_t^T     4 x wgmma m64n128k16, Q as register A fragments, K K-major (row = key);
+//   O += P V_{t-1}  8 x wgmma m64n64k16, P as register A fragments, V MN-major (the descriptor transposes it),
+//                   issued right after S, so the softmax of tile t runs while the tensor cores finish P V_{t-1};
+//   masks only where a tile crosses a row's causal or window edge (or holds a tree step's keys); scale folded
+//   into one FMA before ex2 (log2 domain); online softmax whose running max starts at the sink;
+//   once P V_{t-1} is done: release its stage, rescale O by the max's change, P = bf16(S).
+// End: o = O / (l + 2^(sink - m)). Tree steps: a row's keys run to its own slot, its window starts from its
+// position (start + depth), and the step's keys must pass its tree mask.
+// head_dim must be 64; G = 1, 2, 4 or 8. CPU reference: cpu::attend_one_head per (token, head).
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/sm90.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
 constexpr int kHeadDim = 64;
-constexpr int kTileRows = 64;  // query rows per block
-constexpr int kTileKeys = 64;
-constexpr int kRowStride = kHeadDim + 8;  // bf16 elements; 144-byte rows keep ldmatrix and fragment loads conflict-free
+constexpr int kWgRows = 64;     // wgmma's M: (token, query head) rows of one consumer warpgroup
+constexpr int kConsumers = 2;   // consumer warpgroups
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kTileKeys = 128;  // N of S = Q K^T, K of O += P V
+constexpr int kStages = 4;      // the producer keeps two tiles in flight while the consumers hold two
+constexpr int kRowBytes = kHeadDim * 2;  // a bf16 row: one 128-byte swizzle row
+constexpr int kTileBytes = kTileKeys * kRowBytes;
+constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
+constexpr int kStagingBytes = kTileKeys * kHeadDim * 2;  // fp8 KV: one tile's K and V rows as stored (e4m3)
 
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  v += __shfl_xor_sync(0xffffffffu, v, 2);
-  return v;
+// Shared memory: 1024 bytes of room to align the stages (the swizzle repeats every 1024 bytes), the stages, fp8's
+// two staging buffers, the barriers.
+template <typename KvElem>
+constexpr int shared_bytes() {
+  return 1024 + kStages * kStageBytes + (sizeof(KvElem) == 1 ? 2 * kStagingBytes : 0) + 2 * kStages * 8;
+}
+
+// Registers per thread after the role split: the producer only issues copies (and converts one piece at a time),
+// the consumers hold S (64), O (32), P (32), Q (16) and the softmax state. The SM's 64K registers hold one block.
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+static_assert(128 * kProducerRegisters + 128 * kConsumers * kConsumerRegisters <= 65536);
+
+// One block's work.
+struct Block {
+  int seq = 0, kv_head = 0, q_start = 0, start = 0;  // start: KV slot of the sequence's first token of the step
+  int t0 = 0, t1 = 0;                                // tokens [t0, t1) of the sequence in the step
+  int key_lo = 0, key_hi = 0, tiles = 0;             // keys [key_lo, key_hi] in `tiles` tiles from key_lo
+};
+
+__device__ __forceinline__ int window_start(int window, int position) {
+  return window > 0 ? max(0, position - window + 1) : 0;
+}
+
+// The lowest position of tokens [t0, t1) of a tree step's sequence (a causal one's tokens sit at their slots, a
+// tree's at start + depth), which bounds their windows from below; sliding layers only (full ones start at 0).
+__device__ __forceinline__ int lowest_position(const AttentionParams& p, const StepView& step, const Block& b, int t0,
+                                               int t1) {
+  int lowest = b.start + t0;
+  for (int t = t0; t < t1 && p.window > 0; ++t) lowest = min(lowest, step.positions[b.q_start + t]);
+  return lowest;
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile (128-byte swizzle: chunk ^ row % 8).
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-  return v;
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Row r's 8-element piece `chunk` of K and of V into the tiles (zeros where offset < 0: outside the tile's keys).
-__device__ __forceinline__ void load_piece(const bf16* cache, int64_t offset, int64_t v_minus_k, bf16* k_dst, bf16* v_dst) {
-  const bool ok = offset >= 0;
-  cp_async_16(k_dst, ok ? cache + offset : cache, ok);
-  cp_async_16(v_dst, ok ? cache + offset + v_minus_k : cache, ok);
-}
-__device__ __forceinline__ void load_piece(const fp8* cache, int64_t offset, int64_t v_minus_k, bf16* k_dst, bf16* v_dst) {
-  uint2 k = make_uint2(0, 0), v = make_uint2(0, 0);
-  if (offset >= 0) {
-    k = *reinterpret_cast<const uint2*>(cache + offset);
-    v = *reinterpret_cast<const uint2*>(cache + offset + v_minus_k);
+// K element offsets of a thread's rows row0 + kStep * i of tile t (-1: zero-fill), walking the block table once
+// per tile (one division) rather than per row.
+template <int kRows, int kStep>
+__device__ __forceinline__ void row_offsets(const AttentionParams& p, const Block& b, const int32_t* table, int t,
+                                            int row0, int64_t (&offset)[kRows]) {
+  int key = b.key_lo + t * kTileKeys + row0;
+  int logical = key / p.kv.block_size, row = key % p.kv.block_size;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i, key += kStep) {
+    const int32_t block = key <= b.key_hi ? table[logical] : -1;
+    offset[i] = block >= 0 ? kv_block_offset(p.kv, block, p.slot, 0, b.kv_head, row) : -1;
+    for (row += kStep; row >= p.kv.block_size; row -= p.kv.block_size) ++logical;
   }
-  *reinterpret_cast<uint4*>(k_dst) = make_uint4(e4m3x2_to_bf16x2(k.x), e4m3x2_to_bf16x2(k.x >> 16),
-                                                e4m3x2_to_bf16x2(k.y), e4m3x2_to_bf16x2(k.y >> 16));
-  *reinterpret_cast<uint4*>(v_dst) = make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16),
-                                                e4m3x2_to_bf16x2(v.y), e4m3x2_to_bf16x2(v.y >> 16));
 }
 
-// kTree: the step has tree masks (a causal step's kernel skips them). KvElem: bf16 or fp8 (the cache's type).
-template <bool kTree, typename KvElem>
-__global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams p, StepView step) {
+// Warpgroup 0: fills stage t % kStages with tile t once the consumers have released tile t - kStages (fp8: through
+// staging buffer t % 2, each thread converting the pieces it copied itself).
+template <typename KvElem>
+__device__ __forceinline__ void produce(const AttentionParams& p, const StepView& step, const Block& b, uint8_t* tiles,
+                                        uint8_t* staging, uint64_t* full, uint64_t* empty) {
   constexpr bool kFp8 = sizeof(KvElem) == 1;
-  __shared__ __align__(16) bf16 k_s[kTileKeys][kRowStride];
-  __shared__ __align__(16) bf16 v_s[kTileKeys][kRowStride];
+  // Thread: one 16-byte piece of rows row0 + kStep * i (bf16: 8 pieces a row, a warp copies 4 whole rows; fp8:
+  // 4 pieces, 16 dims each), of K and of V.
+  constexpr int kPieces = kHeadDim * static_cast<int>(sizeof(KvElem)) / 16;
+  constexpr int kStep = 128 / kPieces, kRows = kTileKeys / kStep;
+  const int thread = threadIdx.x, lane = thread % 32, piece = thread % kPieces, row0 = thread / kPieces;
+  const uint8_t* cache = static_cast<const uint8_t*>(p.kv.base);
+  const int64_t v_minus_k = static_cast<int64_t>(p.kv.kv_heads) * p.kv.block_size * kHeadDim * sizeof(KvElem);
+  const int32_t* table = step_block_table(step, b.seq, p.group);
+  auto acquire = [&](int t) {
+    if (t >= kStages) sm90::mbarrier_wait(&empty[t % kStages], (t / kStages + 1) & 1);
+  };
+  auto issue = [&](int t) {
+    int64_t offset[kRows];
+    row_offsets<kRows, kStep>(p, b, table, t, row0, offset);
+    uint8_t* k_dst = kFp8 ? staging + (t % 2) * kStagingBytes : tiles + (t % kStages) * kStageBytes;
+    uint8_t* v_dst = k_dst + (kFp8 ? kStagingBytes / 2 : kTileBytes);
+    if (!kFp8) acquire(t);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = row0 + kStep * i;
+      const bool ok = offset[i] >= 0;
+      const uint8_t* k = cache + (ok ? offset[i] * static_cast<int64_t>(sizeof(KvElem)) + 16 * piece : 0);
+      const uint32_t at = kFp8 ? row * (kHeadDim * sizeof(KvElem)) + 16 * piece : swizzled(row, piece);
+      cp_async_16(k_dst + at, k, ok);
+      cp_async_16(v_dst + at, ok ? k + v_minus_k : cache, ok);
+    }
+    cp_async_commit();
+  };
+  // This thread's copies of tile t have landed: (fp8: convert them into the stage,) make them visible to wgmma,
+  // then the warp's lane 0 arrives.
+  auto finish = [&](int t) {
+    if constexpr (kFp8) {
+      acquire(t);
+      const uint8_t* k_src = staging + (t % 2) * kStagingBytes;
+      uint8_t* stage = tiles + (t % kStages) * kStageBytes;
+#pragma unroll
+      for (int i = 0; i < 2 * kRows; ++i) {
+        const int row = row0 + kStep * (i % kRows), which = i / kRows;
+        const uint4 v = *reinterpret_cast<const uint4*>(k_src + which * (kStagingBytes / 2) + row * kHeadDim + 16 * piece);
+        uint8_t* tile = stage + which * kTileBytes;
+        *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * piece)) =
+            make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16), e4m3x2_to_bf16x2(v.y),
+                       e4m3x2_to_bf16x2(v.y >> 16));
+        *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * piece + 1)) =
+            make_uint4(e4m3x2_to_bf16x2(v.z), e4m3x2_to_bf16x2(v.z >> 16), e4m3x2_to_bf16x2(v.w),
+                       e4m3x2_to_bf16x2(v.w >> 16));
+      }
+    }
+    sm90::fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) sm90::mbarrier_arrive(&full[t % kStages]);
+  };
+  for (int t = 0; t < b.tiles; ++t) {
+    issue(t);
+    if (t > 0) {
+      sm90::cp_async_wait_group<1>();  // tile t - 1's copies
+      finish(t - 1);
+    }
+  }
+  cp_async_wait_all();
+  finish(b.tiles - 1);
+}
 
-  const int head = blockIdx.y, kv_head = head / (p.heads / p.kv_heads);
-  const int seq = step.q_tile_seq[blockIdx.x];
-  const int row0 = step.q_tile_row0[blockIdx.x];
-  const int q_len = step.seq_q_len[seq];
-  const int q_start = step.seq_q_start[seq];
-  const int start_position = step.seq_context[seq] - q_len;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int row_a = row0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two query rows
-  const int slot_a = start_position + row_a, slot_b = start_position + row_b;  // their KV slots
-  const int pos_a = kTree && row_a < q_len ? step.positions[q_start + row_a] : slot_a;  // start + depth in a tree
-  const int pos_b = kTree && row_b < q_len ? step.positions[q_start + row_b] : slot_b;
-  const int lo_a = p.window > 0 ? max(0, pos_a - p.window + 1) : 0;
-  const int lo_b = p.window > 0 ? max(0, pos_b - p.window + 1) : 0;
+// What one of a thread's two rows sees: keys lo..last, those of the step passing the tree mask.
+struct RowKeys {
+  int lo = 0, last = 0;
+  uint64_t mask = ~0ull;
+};
+
+// A consumer warpgroup's softmax over tile S (raw scores) in place: masked where `masked`, then S = 2^(S c - m)
+// with the running max m and sum l updated and alpha = 2^(m_old - m_new) per row.
+template <bool kTree>
+__device__ __forceinline__ void online_softmax(float (&s)[64], bool masked, int key0, int c, int start,
+                                               const RowKeys (&rows)[2], float qk_scale, float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2]) {
+  if (masked) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const RowKeys& r = rows[e / 2];
+        const int key = key0 + 8 * j + 2 * c + e % 2;
+        const bool seen = key >= r.lo && key <= r.last && (!kTree || tree_visible(r.mask, key, start));
+        s[4 * j + e] = seen ? s[4 * j + e] : -INFINITY;
+      }
+  }
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[4 * j + e]);
+  float m_scaled[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m_new = fmaxf(m[i], quad_max(tile_max[i]) * qk_scale);  // the sink keeps it finite
+    alpha[i] = ex2(m[i] - m_new);
+    m[i] = m_new;
+    m_scaled[i] = -m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[4 * j + e] = ex2(fmaf(s[4 * j + e], qk_scale, m_scaled[e / 2]));
+      sum[e / 2] += s[4 * j + e];
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + sum[i];
+}
+
+// P (bf16 A fragments of 16 keys each) from the exponentiated S accumulators: n-blocks 2kk and 2kk + 1.
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    p[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+    p[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+    p[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+    p[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Consumer warpgroup `consumer` (0 or 1): tokens [t0 + consumer * 64 / G, + 64 / G) of the block.
+template <typename KvElem, int kPerKv, bool kTree>
+__device__ __forceinline__ void consume(const AttentionParams& p, const StepView& step, const Block& b, int consumer,
+                                        uint32_t tiles, uint64_t* full, uint64_t* empty) {
+  constexpr bool kFp8 = sizeof(KvElem) == 1;
+  constexpr int kWgTokens = kWgRows / kPerKv;
+  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
+  const int w0 = b.t0 + consumer * kWgTokens, w1 = min(w0 + kWgTokens, b.t1);
+  auto wait_full = [&](int t) { sm90::mbarrier_wait(&full[t % kStages], (t / kStages) & 1); };
+  auto release = [&](int t) {
+    __syncwarp();
+    if (lane == 0) sm90::mbarrier_arrive(&empty[t % kStages]);
+  };
+  if (w1 <= w0) {  // no rows (the block's last tokens went to the other warpgroup): pass every tile through
+    for (int t = 0; t < b.tiles; ++t) {
+      wait_full(t);
+      release(t);
+    }
+    return;
+  }
+
+  // This thread's rows 16 warp + g and + 8: (token, head); rows past the warpgroup's tokens repeat its last token
+  // (computed, never written).
   const bool sliding = p.window > 0;
-  const uint64_t mask_a = kTree && row_a < q_len ? tree_mask(step, q_start + row_a, sliding) : ~0ull;
-  const uint64_t mask_b = kTree && row_b < q_len ? tree_mask(step, q_start + row_b, sliding) : ~0ull;
+  int token[2], head[2];
+  RowKeys rows[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = 16 * warp + g + 8 * i;
+    token[i] = w0 + r / kPerKv;
+    head[i] = b.kv_head * kPerKv + r % kPerKv;
+    const int t = min(token[i], w1 - 1);
+    rows[i].last = b.start + t;
+    rows[i].lo = window_start(p.window, kTree ? step.positions[b.q_start + t] : rows[i].last);
+    rows[i].mask = kTree ? tree_mask(step, b.q_start + t, sliding) : ~0ull;
+  }
+  // The warpgroup's tiles: those holding a key some row sees. Rows' windows start between lo_min and lo_max (a
+  // position is at most its slot), their last keys between first_slot and last_slot.
+  const int first_slot = b.start + w0, last_slot = b.start + w1 - 1;
+  const int lo_min = window_start(p.window, kTree ? lowest_position(p, step, b, w0, w1) : first_slot);
+  const int lo_max = window_start(p.window, last_slot);
+  const int t_begin = (lo_min - b.key_lo) / kTileKeys, t_end = (last_slot - b.key_lo) / kTileKeys + 1;
+  auto masked = [&](int key0) {
+    if (key0 < lo_max) return true;
+    return kTree ? key0 + kTileKeys - 1 >= b.start : key0 + kTileKeys - 1 > first_slot;
+  };
 
-  // Q fragments (A operand) for the four 16-wide k steps of head_dim, straight from global memory.
+  // Q as A fragments of the four 16-dim k steps (rows past the tokens: zeros).
   const bf16* q = static_cast<const bf16*>(p.q);
-  auto q_word = [&](int row, int col) -> uint32_t {
-    if (row >= q_len) return 0u;
-    return *reinterpret_cast<const uint32_t*>(q + (static_cast<int64_t>(q_start + row) * p.heads + head) * kHeadDim + col);
+  auto q_word = [&](int i, int col) -> uint32_t {
+    if (token[i] >= w1) return 0u;
+    return *reinterpret_cast<const uint32_t*>(q + (static_cast<int64_t>(b.q_start + token[i]) * p.heads + head[i]) *
+                                                      kHeadDim + col);
   };
   uint32_t q_frag[4][4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    q_frag[ks][0] = q_word(row_a, 16 * ks + 2 * c);
-    q_frag[ks][1] = q_word(row_b, 16 * ks + 2 * c);
-    q_frag[ks][2] = q_word(row_a, 16 * ks + 8 + 2 * c);
-    q_frag[ks][3] = q_word(row_b, 16 * ks + 8 + 2 * c);
+    q_frag[ks][0] = q_word(0, 16 * ks + 2 * c);
+    q_frag[ks][1] = q_word(1, 16 * ks + 2 * c);
+    q_frag[ks][2] = q_word(0, 16 * ks + 8 + 2 * c);
+    q_frag[ks][3] = q_word(1, 16 * ks + 8 + 2 * c);
   }
 
-  const float sink = p.sinks[head] * kLog2e;
   const float qk_scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
-  float o[8][4] = {};
-  float m_a = sink, m_b = sink, l_a = 0.0f, l_b = 0.0f;
+  const float sink[2] = {p.sinks[head[0]] * kLog2e, p.sinks[head[1]] * kLog2e};
+  float m[2] = {sink[0], sink[1]}, l[2] = {0.0f, 0.0f}, alpha[2];
+  float s[64] = {}, o[32] = {};
+  uint32_t p_frag[8][4];
+  auto issue_s = [&](int t) {
+    const uint32_t k_tile = tiles + (t % kStages) * kStageBytes;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)  // 16 dims = 32 bytes along each swizzled row
+      sm90::wgmma_m64n128k16_bf16(s, q_frag[ks], sm90::sw128_descriptor(k_tile + 32 * ks, 1024), ks > 0 ? 1u : 0u);
+    sm90::wgmma_commit();
+  };
+  auto issue_pv = [&](int t) {
+    const uint32_t v_tile = tiles + (t % kStages) * kStageBytes + kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)  // 16 keys = two 1024-byte groups of 8 rows
+      sm90::wgmma_m64n64k16_bf16_mn_major_b(o, p_frag[kk], sm90::sw128_descriptor(v_tile + 2048 * kk, 1024));
+    sm90::wgmma_commit();
+  };
+  auto key0_of = [&](int t) { return b.key_lo + t * kTileKeys; };
 
-  // The tile's lowest position is its first row's (a tree's root sits at start_position, depth 0).
-  const int first_position = start_position + row0;
-  const int last_slot = start_position + min(row0 + kTileRows, q_len) - 1;
-  const int key_lo = p.window > 0 ? max(0, first_position - p.window + 1) : 0;
-  const KvElem* cache = static_cast<const KvElem*>(p.kv.base);
-  const int64_t v_minus_k = static_cast<int64_t>(p.kv.kv_heads) * p.kv.block_size * kHeadDim;
-
-  for (int tile = key_lo / kTileKeys * kTileKeys; tile <= last_slot; tile += kTileKeys) {
-    for (int i = threadIdx.x; i < kTileKeys * 8; i += blockDim.x) {
-      const int r = i / 8, chunk = i % 8, key = tile + r;
-      int64_t offset = -1;
-      if (key >= key_lo && key <= last_slot) offset = kv_offset(p.kv, step, seq, p.group, p.slot, 0, kv_head, key);
-      load_piece(cache, offset < 0 ? -1 : offset + chunk * 8, v_minus_k, &k_s[r][chunk * 8], &v_s[r][chunk * 8]);
-    }
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-
-    float s[8][4] = {};
+  for (int t = 0; t < t_begin; ++t) {
+    wait_full(t);
+    release(t);
+  }
+  wait_full(t_begin);
+  sm90::wgmma_fence();
+  issue_s(t_begin);
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(s);
+  online_softmax<kTree>(s, masked(key0_of(t_begin)), key0_of(t_begin), c, b.start, rows, qk_scale, m, l, alpha);
+  pack_p(s, p_frag);
+  for (int t = t_begin + 1; t < t_end; ++t) {
+    wait_full(t);
+    sm90::fence_registers(o);
+    sm90::wgmma_fence();
+    issue_s(t);
+    issue_pv(t - 1);
+    sm90::wgmma_wait<1>();  // S of tile t
+    sm90::fence_registers(s);
+    online_softmax<kTree>(s, masked(key0_of(t)), key0_of(t), c, b.start, rows, qk_scale, m, l, alpha);
+    sm90::wgmma_wait<0>();  // P V of tile t - 1
+    sm90::fence_registers(o);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int kk = 0; kk < 8; ++kk) sm90::fence_registers(p_frag[kk]);  // read by P V until now
+    release(t - 1);
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&k_s[8 * j + g][16 * ks + 2 * c]);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&k_s[8 * j + g][16 * ks + 8 + 2 * c]);
-        mma_bf16_16816(s[j], q_frag[ks], b0, b1);
-      }
-    }
-    float max_a = -INFINITY, max_b = -INFINITY;
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = tile + 8 * j + 2 * c + e;
-        const bool seen_a = key <= slot_a && key >= lo_a && (!kTree || tree_visible(mask_a, key, start_position));
-        const bool seen_b = key <= slot_b && key >= lo_b && (!kTree || tree_visible(mask_b, key, start_position));
-        s[j][e] = seen_a ? s[j][e] * qk_scale : -INFINITY;
-        s[j][2 + e] = seen_b ? s[j][2 + e] * qk_scale : -INFINITY;
-        max_a = fmaxf(max_a, s[j][e]);
-        max_b = fmaxf(max_b, s[j][2 + e]);
-      }
-    }
-    const float new_a = fmaxf(m_a, quad_max(max_a)), new_b = fmaxf(m_b, quad_max(max_b));
-    const float alpha_a = exp2f(m_a - new_a), alpha_b = exp2f(m_b - new_b);
-    m_a = new_a;
-    m_b = new_b;
-    l_a *= alpha_a;
-    l_b *= alpha_b;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      o[j][0] *= alpha_a;
-      o[j][1] *= alpha_a;
-      o[j][2] *= alpha_b;
-      o[j][3] *= alpha_b;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[j][e] = exp2f(s[j][e] - m_a);
-        s[j][2 + e] = exp2f(s[j][2 + e] - m_b);
-        l_a += s[j][e];
-        l_b += s[j][2 + e];
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p_frag[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                                  pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int jd = 0; jd < 8; ++jd) {
-        uint32_t b0, b1;
-        ldmatrix_x2_trans(b0, b1, &v_s[16 * kk + lane % 16][8 * jd]);
-        mma_bf16_16816(o[jd], p_frag, b0, b1);
-      }
-    }
-    __syncthreads();
+      for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e / 2];
+    pack_p(s, p_frag);
+  }
+  sm90::fence_registers(o);
+  sm90::wgmma_fence();
+  issue_pv(t_end - 1);
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(o);
+  release(t_end - 1);
+  for (int t = t_end; t < b.tiles; ++t) {
+    wait_full(t);
+    release(t);
   }
 
   const float v_scale = kFp8 ? p.v_scale : 1.0f;
-  l_a = (quad_sum(l_a) + exp2f(sink - m_a)) / v_scale;
-  l_b = (quad_sum(l_b) + exp2f(sink - m_b)) / v_scale;
   bf16* out = static_cast<bf16*>(p.out);
 #pragma unroll
-  for (int jd = 0; jd < 8; ++jd) {
-    const int col = 8 * jd + 2 * c;
-    if (row_a < q_len)
-      *reinterpret_cast<uint32_t*>(out + (static_cast<int64_t>(q_start + row_a) * p.heads + head) * kHeadDim + col) =
-          pack_bf16x2(o[jd][0] / l_a, o[jd][1] / l_a);
-    if (row_b < q_len)
-      *reinterpret_cast<uint32_t*>(out + (static_cast<int64_t>(q_start + row_b) * p.heads + head) * kHeadDim + col) =
-          pack_bf16x2(o[jd][2] / l_b, o[jd][3] / l_b);
+  for (int i = 0; i < 2; ++i) {
+    const float factor = v_scale / (quad_sum(l[i]) + ex2(sink[i] - m[i]));
+    if (token[i] >= w1) continue;
+    bf16* row = out + (static_cast<int64_t>(b.q_start + token[i]) * p.heads + head[i]) * kHeadDim;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * c) = pack_bf16x2(o[4 * j + 2 * i] * factor, o[4 * j + 2 * i + 1] * factor);
+  }
+}
+
+// kTree: the step has tree masks. KvElem: bf16 or fp8 (the cache's type). kPerKv: query heads per KV head (G).
+template <typename KvElem, int kPerKv, bool kTree>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(AttentionParams p, StepView step, int parts) {
+  constexpr int kCtaTokens = kConsumers * kWgRows / kPerKv;
+  Block b;
+  b.kv_head = static_cast<int>(blockIdx.x % p.kv_heads);
+  const int rest = static_cast<int>(blockIdx.x / p.kv_heads);
+  const int part = parts - 1 - rest % parts, q_tile = step.num_q_tiles - 1 - rest / parts;
+  b.seq = step.q_tile_seq[q_tile];
+  const int q_len = step.seq_q_len[b.seq], row0 = step.q_tile_row0[q_tile];
+  b.q_start = step.seq_q_start[b.seq];
+  b.start = step.seq_context[b.seq] - q_len;
+  b.t0 = row0 + part * kCtaTokens;
+  b.t1 = min(min(b.t0 + kCtaTokens, row0 + kPrefillTileRows), q_len);
+  if (b.t0 >= b.t1) return;  // the tile's last tokens need fewer blocks
+  b.key_lo = window_start(p.window, kTree ? lowest_position(p, step, b, b.t0, b.t1) : b.start + b.t0);
+  b.key_hi = b.start + b.t1 - 1;
+  b.tiles = (b.key_hi - b.key_lo) / kTileKeys + 1;
+
+  extern __shared__ uint8_t shared[];
+  uint8_t* tiles = shared + (1024 - shared_address(shared) % 1024) % 1024;  // the swizzle repeats every 1024 bytes
+  uint8_t* staging = tiles + kStages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + (sizeof(KvElem) == 1 ? 2 * kStagingBytes : 0));
+  uint64_t* empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      sm90::mbarrier_init(&full[i], 4);                 // the producer's warps
+      sm90::mbarrier_init(&empty[i], 4 * kConsumers);  // the consumers' warps
+    }
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    sm90::setmaxnreg_dec<kProducerRegisters>();
+    produce<KvElem>(p, step, b, tiles, staging, full, empty);
+  } else {
+    sm90::setmaxnreg_inc<kConsumerRegisters>();
+    consume<KvElem, kPerKv, kTree>(p, step, b, threadIdx.x / 128 - 1, shared_address(tiles), full, empty);
+  }
+}
+
+template <typename KvElem, int kPerKv, bool kTree>
+auto* kernel_for() {
+  auto* kernel = attention_prefill_kernel<KvElem, kPerKv, kTree>;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<KvElem>()));
+  });
+  return kernel;
+}
+
+template <typename KvElem, int kPerKv>
+void launch_typed(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
+  const int parts = std::max(1, kPrefillTileRows / (kConsumers * kWgRows / kPerKv));
+  const dim3 grid(static_cast<unsigned>(step.num_q_tiles) * parts * params.kv_heads);
+  auto* kernel = step.tree_masks != nullptr ? kernel_for<KvElem, kPerKv, true>() : kernel_for<KvElem, kPerKv, false>();
+  kernel<<<grid, kThreads, shared_bytes<KvElem>(), stream>>>(params, step, parts);
+}
+
+template <typename KvElem>
+void launch_per_kv(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
+  switch (params.heads / params.kv_heads) {
+    case 1: return launch_typed<KvElem, 1>(stream, params, step);
+    case 2: return launch_typed<KvElem, 2>(stream, params, step);
+    case 4: return launch_typed<KvElem, 4>(stream, params, step);
+    case 8: return launch_typed<KvElem, 8>(stream, params, step);
+    default: fail_cuda("attention_prefill", "query heads per KV head must be 1, 2, 4 or 8", __FILE__, __LINE__);
   }
 }
 
@@ -194,17 +460,11 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
   if (step.num_q_tiles == 0) return;
   if (params.head_dim != kHeadDim) fail_cuda("attention_prefill", "head_dim must be 64", __FILE__, __LINE__);
-  const dim3 grid(step.num_q_tiles, params.heads);
-  const bool tree = step.tree_masks != nullptr;
+  if (params.kv_heads <= 0 || params.heads % params.kv_heads != 0)
+    fail_cuda("attention_prefill", "query heads must be a multiple of KV heads", __FILE__, __LINE__);
   switch (params.kv.dtype) {
-    case KvDtype::bf16:
-      (tree ? attention_prefill_kernel<true, bf16> : attention_prefill_kernel<false, bf16>)<<<grid, 128, 0, stream>>>(
-          params, step);
-      break;
-    case KvDtype::fp8_e4m3:
-      (tree ? attention_prefill_kernel<true, fp8> : attention_prefill_kernel<false, fp8>)<<<grid, 128, 0, stream>>>(
-          params, step);
-      break;
+    case KvDtype::bf16: launch_per_kv<bf16>(stream, params, step); break;
+    case KvDtype::fp8_e4m3: launch_per_kv<fp8>(stream, params, step); break;
     default: fail_cuda("attention_prefill", "the KV cache must be bf16 or fp8", __FILE__, __LINE__);
   }
   MOESERVE_CUDA_CHECK_LAUNCH();

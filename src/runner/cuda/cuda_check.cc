@@ -1,11 +1,28 @@
 #include "runner/cuda/cuda_check.h"
 
+#include "runner/cuda/device_diagnosis.h"
 #include "util/error.h"
 
 namespace moeserve::cuda {
 
 void fail_cuda(const char* call, const char* message, const char* file, int line) {
   fail("CUDA: {} failed: {} ({}:{})", call, message, file, line);
+}
+
+void select_cuda_device(int device) {
+  CudaProbe probe;
+  cudaDriverGetVersion(&probe.driver_version);
+  cudaRuntimeGetVersion(&probe.runtime_version);
+  const cudaError_t counted = cudaGetDeviceCount(&probe.device_count);
+  if (counted == cudaErrorNoDevice) probe.count_status = CudaProbe::Count::no_device;
+  if (counted == cudaErrorInsufficientDriver) probe.count_status = CudaProbe::Count::insufficient_driver;
+  if (counted != cudaSuccess && probe.count_status == CudaProbe::Count::ok) {
+    probe.count_status = CudaProbe::Count::other;
+    probe.count_error = cudaGetErrorString(counted);
+  }
+  const std::string reason = cuda_unavailable_reason(probe, device);
+  if (!reason.empty()) fail("{}", reason);
+  MOESERVE_CUDA_CHECK(cudaSetDevice(device));
 }
 
 }  // namespace moeserve::cuda

@@ -12,6 +12,10 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
   if (status != cudaSuccess) fail_cuda(call, cudaGetErrorString(status), file, line);
 }
 
+// Makes `device` current, or fails saying why it cannot be used (device_diagnosis.h): no driver, no GPU, a driver
+// older than the runtime, no such device.
+void select_cuda_device(int device);
+
 }  // namespace moeserve::cuda
 
 #define MOESERVE_CUDA_CHECK(call) ::moeserve::cuda::check_cuda((call), #call, __FILE__, __LINE__)

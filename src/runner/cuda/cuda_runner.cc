@@ -99,24 +99,9 @@ void CudaRunner::fill_kv_cache_random(uint64_t seed) {
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-CudaRunner::MoePath CudaRunner::moe_path(int tokens) const {
-  if (precision_ == Precision::f32) return MoePath::reference;
-  // Rows per expert on average: the tensor-core GEMV takes 8 or 16 rows per weight pass; beyond that the
-  // grouped GEMM's 128-row tiles do more work per weight byte.
-  const double per_expert = static_cast<double>(tokens) * config_.experts_per_token / config_.num_experts;
-  if (per_expert <= 4) return MoePath::decode_x1;
-  if (per_expert <= 12) return MoePath::decode_x2;
-  return MoePath::prefill;
-}
-
 std::string CudaRunner::moe_path_name(int tokens) const {
-  switch (moe_path(tokens)) {
-    case MoePath::reference: return "reference";
-    case MoePath::decode_x1: return "decode-x1";
-    case MoePath::decode_x2: return "decode-x2";
-    case MoePath::prefill: return "prefill";
-  }
-  return "";
+  return cuda::moe_path_name(
+      choose_moe_path(precision_ == Precision::bf16, tokens, config_.experts_per_token, config_.num_experts));
 }
 
 CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
@@ -127,7 +112,7 @@ CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
                     ? attention_decode_f32_splits(plan.tokens, config_.num_kv_heads, multiprocessors_)
                     : attention_decode_max_splits(kv_dtype_, config_.heads_per_kv(),
                                                   meta.num_decode_groups() * config_.num_kv_heads, multiprocessors_);
-  plan.moe = moe_path(plan.tokens);
+  plan.moe = choose_moe_path(precision_ == Precision::bf16, plan.tokens, config_.experts_per_token, config_.num_experts);
   return plan;
 }
 
@@ -174,15 +159,6 @@ void CudaRunner::upload(const StepMetadata& meta) {
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), staging_, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
-void CudaRunner::run_moe(MoePath path, const MoeGemmParams& params) {
-  switch (path) {
-    case MoePath::reference: return launch_moe_reference(stream_, precision_, params);
-    case MoePath::decode_x1: return launch_moe_decode(stream_, params, 1);
-    case MoePath::decode_x2: return launch_moe_decode(stream_, params, 2);
-    case MoePath::prefill: return launch_moe_prefill(stream_, params);
-  }
-}
-
 void CudaRunner::project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                          const float* bias, float* y) {
   if (precision_ == Precision::bf16 && dense_gemv_supported(rows, in_features))
@@ -212,9 +188,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, c.num_kv_heads, c.head_dim, kv_dtype_};
   const DecodeScratch decode{plan.splits, partial_.as<float>(), decode_counters_.as<int32_t>()};
   const MoeRouting routing = moe_.routing();
-  const int rows_per_tile = plan.moe == MoePath::prefill    ? kMoePrefillTileRows
-                            : plan.moe == MoePath::decode_x2 ? 16
-                                                             : 8;
+  const int rows_per_tile = moe_rows_per_tile(plan.moe);
   const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
 
   timer_.mark(stream_, KernelClass::embedding);
@@ -273,7 +247,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.routing = routing;
     mlp1.rows = T * k;
     timer_.mark(stream_, KernelClass::expert_mlp1);
-    run_moe(plan.moe, mlp1);
+    launch_moe_path(stream_, plan.moe, precision_, mlp1);
     MoeGemmParams mlp2 = mlp1;
     mlp2.w = w.mlp2;
     mlp2.x = moe_act_.get();
@@ -281,7 +255,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.out = moe_y_.get();
     mlp2.swiglu = false;
     timer_.mark(stream_, KernelClass::expert_mlp2);
-    run_moe(plan.moe, mlp2);
+    launch_moe_path(stream_, plan.moe, precision_, mlp2);
   }
   timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, nullptr, &combine, weights_.final_norm, T, H, eps, normed_.get());
@@ -426,7 +400,7 @@ bool cuda_runner_available() {
 std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> checkpoint,
                                               const CudaRunnerOptions& options) {
   const cuda::Precision precision = cuda::parse_precision(options.precision);
-  MOESERVE_CUDA_CHECK(cudaSetDevice(options.device));
+  cuda::select_cuda_device(options.device);
   auto weights = cuda::DeviceWeights::upload(*checkpoint, precision);
   return std::make_unique<cuda::CudaRunner>(checkpoint->config(), std::move(weights), precision, options,
                                             cuda::read_kv_scales(*checkpoint));
@@ -437,7 +411,7 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
   MOESERVE_CHECK(shape == "gpt-oss-20b" || shape == "gpt-oss-120b", "--synthetic \"{}\" (gpt-oss-20b or gpt-oss-120b)",
                  shape);
   const cuda::Precision precision = cuda::parse_precision(options.precision);
-  MOESERVE_CUDA_CHECK(cudaSetDevice(options.device));
+  cuda::select_cuda_device(options.device);
   TinyModelOptions tiny;
   tiny.shape = shape;
   ModelConfig config = tiny_model_config(tiny);

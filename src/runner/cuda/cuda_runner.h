@@ -55,21 +55,18 @@ class CudaRunner : public ModelRunner {
   std::vector<int32_t> last_layer_expert_rows();
 
  private:
-  enum class MoePath { reference, decode_x1, decode_x2, prefill };
   struct Plan {
     int tokens = 0;
     bool prefill_attention = false;
     int splits = 1;  // decode attention's (most) key splits
     MoePath moe = MoePath::reference;
   };
-  MoePath moe_path(int tokens) const;
   Plan plan_for(const StepMetadata& meta) const;
   void ensure_capacity(const StepMetadata& meta, const Plan& plan);
   void upload(const StepMetadata& meta);
   // Enqueues every kernel of a step; copies the residual stream after `capture_layers` into `captured`.
   void enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
                std::vector<std::vector<float>>* captured);
-  void run_moe(MoePath path, const MoeGemmParams& params);
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);

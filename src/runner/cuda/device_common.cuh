@@ -52,24 +52,34 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
-// Element offset of K (which = 0) or V (which = 1) of KV slot `position` for one KV head, through one block
-// table, or -1 where the table has no block (a sliding-window block given back).
+// Element offset of K (which = 0) or V (which = 1) of row `row` (0 .. block_size - 1) of pool block `block`, layer
+// slot `slot`, for one KV head.
+__device__ __forceinline__ int64_t kv_block_offset(const KvView& kv, int32_t block, int slot, int which, int head,
+                                                   int row) {
+  return ((((static_cast<int64_t>(block) * kv.layers_per_block + slot) * 2 + which) * kv.kv_heads + head) *
+              kv.block_size +
+          row) *
+         kv.head_dim;
+}
+
+// The same for KV slot `position` through one block table, or -1 where the table has no block (a sliding-window
+// block given back).
 __device__ __forceinline__ int64_t kv_table_offset(const KvView& kv, const int32_t* table, int slot, int which,
                                                    int head, int position) {
   const int block = table[position / kv.block_size];
   if (block < 0) return -1;
-  return ((((static_cast<int64_t>(block) * kv.layers_per_block + slot) * 2 + which) * kv.kv_heads + head) *
-              kv.block_size +
-          position % kv.block_size) *
-         kv.head_dim;
+  return kv_block_offset(kv, block, slot, which, head, position % kv.block_size);
 }
 
-// The same through sequence `seq`'s block table of `group` in a step.
+// Sequence `seq`'s block table of `group` in a step.
+__device__ __forceinline__ const int32_t* step_block_table(const StepView& step, int seq, int group) {
+  return step.block_tables + (static_cast<int64_t>(seq) * step.num_groups + group) * *step.table_stride;
+}
+
+// kv_table_offset through sequence `seq`'s block table of `group` in a step.
 __device__ __forceinline__ int64_t kv_offset(const KvView& kv, const StepView& step, int seq, int group, int slot,
                                              int which, int head, int position) {
-  const int stride = *step.table_stride;
-  const int32_t* table = step.block_tables + (static_cast<int64_t>(seq) * step.num_groups + group) * stride;
-  return kv_table_offset(kv, table, slot, which, head, position);
+  return kv_table_offset(kv, step_block_table(step, seq, group), slot, which, head, position);
 }
 
 // ---- tree steps (StepView::tree_masks) ------------------------------------------------------------------------------
@@ -113,17 +123,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// bf16 products of e2m1 values and powers of two are exact, so the packed pair equals the reference weights.
-__device__ __forceinline__ uint32_t mxfp4_pair_bf16x2(uint32_t byte, float factor) {
-  const float2 v = mxfp4_pair(byte, factor);
-  return pack_bf16x2(v.x, v.y);
-}
-
-// Byte i (0..15) of a 16-byte vector; i must be a compile-time constant after unrolling.
-__device__ __forceinline__ uint32_t byte_of(const uint4& v, int i) {
-  const uint32_t word = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
-  return (word >> (8 * (i % 4))) & 0xffu;
-}
+// Word i (0..3) of a 16-byte vector; i must be a compile-time constant after unrolling. (The tensor-core paths
+// convert MXFP4 to bf16 a word at a time: moe_layout.h.)
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // ---- tensor core and async copy wrappers --------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "engine/sampling_params.h"
+#include "runner/cuda/moe_plan.h"
 
 namespace moeserve::cuda {
 
@@ -56,6 +57,9 @@ struct StepView {
 inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
 inline constexpr int kDecodeTileRows = 16;  // decode attention's (token, head) rows per group: the mma's M
 inline int decode_group_tokens(int heads_per_kv) { return kDecodeTileRows / heads_per_kv; }
+// Prefill attention's work list: tiles of this many consecutive query tokens of one sequence (q_tile_*); the
+// kernel splits each among its blocks.
+inline constexpr int kPrefillTileRows = 64;
 
 // The paged KV pool: [block][layer slot][K, V][kv_head][block_size][head_dim] of `dtype`.
 struct KvView {
@@ -130,7 +134,8 @@ void launch_attention_decode(cudaStream_t stream, const AttentionParams& params,
 int attention_decode_f32_splits(int T, int kv_heads, int multiprocessors);
 void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& params, const StepView& step, int splits,
                                  float* partial);
-// Flash-style attention over 64-row query tiles (step.q_tile_*), tensor cores; bf16 q, bf16 or fp8 KV.
+// Prefill attention over the query tiles (step.q_tile_*) on Hopper's warpgroup MMA (sm_90a), FlashAttention-3
+// style; bf16 q, bf16 or fp8 KV, causal or tree steps.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
@@ -168,7 +173,7 @@ struct MoeRouting {
   int32_t* tile_row0 = nullptr;       // [max tiles] first grouped row of each tile
   int32_t* num_tiles = nullptr;       // device scalar
 };
-int moe_max_tiles(int rows, int rows_per_tile, int num_experts);
+// Tiles of rows_per_tile rows (moe_rows_per_tile of the path that reads them); moe_max_tiles bounds their count.
 void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
                             const MoeRouting& routing);
 
@@ -189,13 +194,22 @@ struct MoeGemmParams {
   MoeRouting routing;
   int rows = 0;  // T * k grouped rows
 };
-// Small batches (decode): tensor-core GEMV, tiles of 8 * n_tiles rows; bf16.
+// The paths (moe_plan.h) and their tiles; every launcher checks the shape (check_moe_gemm_shape) and returns
+// at once for rows == 0. All but the reference are bf16 only.
+// Small batches (decode): tensor-core GEMV, tiles of 8 * n_tiles rows.
 void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles);
-inline constexpr int kMoePrefillTileRows = 128;
-// Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows; bf16.
+// Decode at large batch: tiles of tile_rows = 16, 32 or 64 rows, each expert's weights read once (sm_90a wgmma).
+void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
+// Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows, mma.sync.
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
+// The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a).
+void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
+// The launcher of `path` (moe_dispatch.cc); `type` matters to the reference only.
+void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const MoeGemmParams& params);
+// Multiprocessors of the current device (the persistent kernels' grids), cached per device.
+int device_multiprocessors();
 
 // ---- dense_gemv.cu: decode-sized dense projections (bf16), beside cuBLASLt for larger batches ------------------------
 inline constexpr int kMaxDenseGemvRows = 4;

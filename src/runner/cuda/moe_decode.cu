@@ -11,8 +11,11 @@
 // Version 2: a block's 4 warps share 16 rows and split K (chunk c to warp c % 4), partial sums meet in shared
 // memory in a fixed order: 4x the warps and a quarter of the chain each.
 // Version 3 (one n-tile): two chunks per step with the next two loading, twice the bytes in flight per warp.
+// Version 4: the blocks converted a 32-bit word at a time (moe_layout.h: prmt look-ups and a bf16 multiply,
+// about 2 instructions a value against 5), as the wgmma kernels do.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/moe_layout.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -78,17 +81,22 @@ __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p
   };
 
   float acc[kTiles][4] = {};
+  // k step s takes bytes 2s, 2s + 1 of both rows' blocks: word s / 2 of each, converted four bf16x2 at a time.
   auto compute = [&](const Chunk<kTiles>& ch) {
-    const float f_a = mxfp4_factor(ch.s_a), f_b = mxfp4_factor(ch.s_b);
+    const uint32_t f_a = mxfp4_scale_bf16x2(ch.s_a), f_b = mxfp4_scale_bf16x2(ch.s_b);
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      const uint32_t a[4] = {mxfp4_pair_bf16x2(byte_of(ch.w_a, 2 * s), f_a),
-                             mxfp4_pair_bf16x2(byte_of(ch.w_b, 2 * s), f_b),
-                             mxfp4_pair_bf16x2(byte_of(ch.w_a, 2 * s + 1), f_a),
-                             mxfp4_pair_bf16x2(byte_of(ch.w_b, 2 * s + 1), f_b)};
+    for (int q = 0; q < 4; ++q) {
+      uint32_t v_a[4], v_b[4];
+      mxfp4_word_to_bf16(word_of(ch.w_a, q), f_a, v_a);
+      mxfp4_word_to_bf16(word_of(ch.w_b, q), f_b, v_b);
 #pragma unroll
-      for (int nt = 0; nt < kTiles; ++nt)
-        mma_bf16_16816(acc[nt], a, word_of(ch.x[nt][s / 2], 2 * (s % 2)), word_of(ch.x[nt][s / 2], 2 * (s % 2) + 1));
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * q + h;
+        const uint32_t a[4] = {v_a[2 * h], v_b[2 * h], v_a[2 * h + 1], v_b[2 * h + 1]};
+#pragma unroll
+        for (int nt = 0; nt < kTiles; ++nt)
+          mma_bf16_16816(acc[nt], a, word_of(ch.x[nt][s / 2], 2 * (s % 2)), word_of(ch.x[nt][s / 2], 2 * (s % 2) + 1));
+      }
     }
   };
   const int chunks = (blocks_per_row + 3) / 4;
@@ -169,6 +177,8 @@ void launch_tiles(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles) {
+  check_moe_gemm_shape("moe_decode", params.rows, params.w.out_features, params.w.in_features,
+                       params.routing.num_experts);
   if (params.rows == 0) return;
   if (n_tiles == 1)
     launch_tiles<1>(stream, params);

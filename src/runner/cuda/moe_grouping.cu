@@ -86,11 +86,6 @@ __global__ void __launch_bounds__(kFusedPairs)
 
 }  // namespace
 
-// Each expert with rows adds at most one partial tile, and at most min(E, rows) experts have rows.
-int moe_max_tiles(int rows, int rows_per_tile, int num_experts) {
-  return (rows + rows_per_tile - 1) / rows_per_tile + std::min(num_experts, rows);
-}
-
 void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
                             const MoeRouting& routing) {
   if (routing.num_experts > kMaxExperts) fail_cuda("group_by_expert", "more than 256 experts", __FILE__, __LINE__);

@@ -6,9 +6,10 @@
 // fragments with ldmatrix. Two shared-memory stages: the next step's copies and weight loads are in flight
 // while the current one is multiplied. The epilogue adds the bias and, for the first projection, applies
 // SwiGLU to each (gate, up) column pair, which lands in one thread's accumulators.
-// Version 1: mma.sync (no wgmma/TMA yet).
+// Version 1: mma.sync (no wgmma/TMA yet). Version 2: blocks converted a 32-bit word at a time (moe_layout.h).
+// moe_prefill_wgmma.cu is the wgmma version.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
-#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/moe_wgmma.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -73,13 +74,14 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
     scale = ok ? b_scales[kb] : 0u;
   };
   auto store_b = [&](int stage, const uint4& block, uint32_t scale) {
-    const float factor = mxfp4_factor(scale);
-    uint32_t w[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = mxfp4_pair_bf16x2(byte_of(block, i), factor);
+    const uint32_t factor = mxfp4_scale_bf16x2(scale);
     uint4* dst = reinterpret_cast<uint4*>(&b_tile(stage)[b_row][b_half * 32]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      mxfp4_word_to_bf16(word_of(block, i), factor, w);
+      dst[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
   };
 
   float acc[2][8][4] = {};
@@ -156,12 +158,7 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
 
 template <bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  static bool configured = false;  // the attribute is per kernel and process
-  if (!configured) {
-    MOESERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(moe_prefill_kernel<kSwiglu>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-    configured = true;
-  }
+  allow_dynamic_shared_memory<moe_prefill_kernel<kSwiglu>>(kSharedBytes);
   const dim3 grid(moe_max_tiles(p.rows, kTileM, p.routing.num_experts), ceil_div(p.w.out_features, kTileN));
   moe_prefill_kernel<kSwiglu><<<grid, kThreads, kSharedBytes, stream>>>(p);
   MOESERVE_CUDA_CHECK_LAUNCH();
@@ -170,12 +167,7 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params) {
-  if (params.rows == 0) return;
-  if (params.w.out_features % 2 != 0) fail_cuda("moe_prefill", "out_features must be even", __FILE__, __LINE__);
-  if (params.swiglu)
-    launch_typed<true>(stream, params);
-  else
-    launch_typed<false>(stream, params);
+  launch_checked("moe_prefill", params, [&](auto swiglu) { launch_typed<decltype(swiglu)::value>(stream, params); });
 }
 
 }  // namespace moeserve::cuda

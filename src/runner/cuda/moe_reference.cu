@@ -52,6 +52,8 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params) {
+  check_moe_gemm_shape("moe_reference", params.rows, params.w.out_features, params.w.in_features,
+                       params.routing.num_experts);
   if (params.rows == 0) return;
   if (type == Precision::bf16)
     launch_typed<bf16>(stream, params);

@@ -17,7 +17,6 @@
 
 namespace moeserve::cuda {
 
-inline constexpr int kPrefillTileRows = 64;  // attention_prefill.cu's query tile
 // Query rows per sequence from which prefill attention (64-row tiles) beats the decode kernel's 16-row groups.
 inline constexpr int kPrefillAttentionRows = 16;
 inline constexpr int kNoPrefillTiles = 0;  // prefill_min_rows: every sequence through the decode groups

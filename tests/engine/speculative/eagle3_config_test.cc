@@ -133,6 +133,24 @@ TEST(Eagle3Config, BadInputNamesTheField) {
   expect_fails(j, 36, {"norm_output", "not supported"});
 }
 
+TEST(Eagle3Config, SizesAreBoundedAndIntegersChecked) {
+  json j = gpt_oss_draft();
+  j["hidden_size"] = 1000000000;
+  expect_fails(j, 36, {"draft/config.json: hidden_size = 1000000000 is out of range (1..65536)"});
+  j = gpt_oss_draft();
+  j["vocab_size"] = 4294967297ull;  // 2^32 + 1: not 1
+  expect_fails(j, 36, {"draft/config.json: vocab_size = 4294967297 is out of range"});
+  j = gpt_oss_draft();
+  j["num_attention_heads"] = 64.5;
+  expect_fails(j, 36, {"draft/config.json: num_attention_heads = 64.5 is not an integer"});
+  j = gpt_oss_draft();
+  j["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {1, "17", 33};
+  expect_fails(j, 36, {"\"eagle_aux_hidden_state_layer_ids[1]\" has the wrong type (\"17\")"});
+  j = gpt_oss_draft();
+  j["rope_theta"] = 1e300;
+  expect_fails(j, 36, {"rope_theta = 1e+300 is out of range"});
+}
+
 TEST(Eagle3Config, WrittenLayoutReadsBack) {
   Eagle3Config c = parse_eagle3_config(gpt_oss_draft(), "x", 36);
   Eagle3Config back = parse_eagle3_config(to_eagle3_config_json(c), "y", 36);

@@ -108,6 +108,20 @@ TEST(SpecEngine, OracleDraftReachesAcceptanceLengthKPlusOne) {
   }
 }
 
+TEST(SpecEngine, AcceptanceByPositionIsZeroWhereNothingWasAccepted) {
+  // Every position drafted has its rate, 0 when nothing was accepted there: [0, 0, 0], not [].
+  for (const DraftShape& shape : {chain(3), tree(3, 2, 6)}) {
+    SCOPED_TRACE(shape.num_draft_tokens);
+    auto runner = testing::target_runner();
+    EngineCore core(*runner, testing::spec_engine_config(testing::oracle_drafter(0.0)));
+    run_requests(core, {{0, greedy_request(12, shape)}});
+    const EngineMetrics m = core.metrics();
+    ASSERT_GT(m.spec_drafts, 0u);
+    EXPECT_EQ(m.spec_accepted_tokens, 0u);
+    EXPECT_EQ(m.spec_acceptance_rates(), std::vector<double>(3, 0.0));
+  }
+}
+
 TEST(SpecEngine, RandomDraftHasAcceptanceLengthAboutOne) {
   auto runner = testing::target_runner();
   EngineCore core(*runner, testing::spec_engine_config(std::make_shared<RandomDrafter>(512, 3)));

@@ -1,9 +1,14 @@
 // The attention kernels against cpu::attend_one_head, over a paged cache filled with random keys and values:
 // several sequences of different lengths at once, scattered blocks (given back, -1, before a sliding window),
 // sinks, GQA groups of 8 (GPT-OSS), 4, 2 (the tiny model) and 1, full and sliding layers, bf16 and fp8 e4m3 KV
-// (stored with K and V scales other than 1; the reference reads the dequantised values). The decode kernel
-// takes any query length (its groups hold 16 / heads-per-KV tokens), the prefill kernel chunks that straddle
-// its 64-row query tiles, a mixed step both over disjoint tokens; the fp32 path's kernel takes everything.
+// (stored with K and V scales other than 1; the reference reads the dequantised values). Every cached slot no
+// query may see (before the first token's window, past the context in the last block) holds NaN, so a kernel that
+// lets one into a product fails. The decode kernel takes any query length (its groups hold 16 / heads-per-KV
+// tokens), the prefill kernel chunks that straddle its 64-row query tiles, a mixed step both over disjoint
+// tokens; the fp32 path's kernel takes everything. The prefill kernel also takes the shapes at its own edges:
+// query counts at its warpgroup (64 / G tokens), block and tile boundaries, contexts at 16-key block and 128-key
+// tile boundaries, chunks starting mid-context and mid-block, windows shorter and longer than a key tile, more key
+// tiles than pipeline stages.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -21,6 +26,7 @@ struct AttentionCase {
   int heads, kv_heads;
   std::vector<int> contexts;  // keys each sequence has after the step
   std::vector<int> q_lens;    // query tokens of the step (the last q_len positions)
+  int window = 128;           // of the sliding layer
 };
 
 // Which launches run: decode groups for every sequence, prefill tiles for every sequence, both as a mixed step
@@ -50,7 +56,7 @@ double attention_error(const AttentionCase& ac, const Kernel& kernel, bool slidi
   options.layers = 2;  // group 0 sliding, group 1 full
   options.heads = ac.heads;
   options.kv_heads = ac.kv_heads;
-  options.window = 128;
+  options.window = ac.window;
   options.vocab = 1000;
   const ModelConfig c = tiny_model_config(options);
   const int D = c.head_dim, block_size = 16, S = static_cast<int>(ac.contexts.size());
@@ -84,12 +90,30 @@ double attention_error(const AttentionCase& ac, const Kernel& kernel, bool slidi
   const size_t half_block = block_elements / 2;  // K, then V
   const cuda::Precision precision = kernel.kv == KvDtype::f32 ? cuda::Precision::f32 : cuda::Precision::bf16;
   std::vector<float> cache = testing::random_floats(rng, num_blocks * block_elements);
+  // Slots of the tables' blocks that no query of the step sees: NaN (e4m3's NaN is 0x7f).
+  std::vector<size_t> unseen;
+  for (const bool sliding_group : {true, false})
+    for (int s = 0; s < S; ++s) {
+      const auto& table = (sliding_group ? sliding_tables : full_tables)[s];
+      const int first = sliding_group ? std::max(0, starts[s] - c.sliding_window + 1) : 0;
+      for (size_t b = 0; b < table.size(); ++b)
+        for (int row = 0; row < block_size && table[b] >= 0; ++row) {
+          const int position = static_cast<int>(b) * block_size + row;
+          if (position >= first && position < ac.contexts[s]) continue;
+          for (int which = 0; which < 2; ++which)
+            for (int kv_head = 0; kv_head < c.num_kv_heads; ++kv_head)
+              for (int d = 0; d < D; ++d)
+                unseen.push_back(table[b] * block_elements + ((which * c.num_kv_heads + kv_head) * block_size + row) * D + d);
+        }
+    }
   DeviceBuffer cache_d;
   if (kernel.kv == KvDtype::fp8_e4m3) {
-    const auto stored = testing::to_e4m3(cache, [&](size_t i) { return (i / half_block) % 2 == 0 ? kKScale : kVScale; });
+    auto stored = testing::to_e4m3(cache, [&](size_t i) { return (i / half_block) % 2 == 0 ? kKScale : kVScale; });
+    for (size_t i : unseen) stored[i] = 0x7f;
     cache = testing::from_e4m3(stored, [&](size_t i) { return (i / half_block) % 2 == 0 ? kKScale : kVScale; });
     cache_d = cuda::to_device(stored);
   } else {
+    for (size_t i : unseen) cache[i] = NAN;
     cache = testing::round_to(precision, cache);
     cache_d = testing::upload_as(precision, cache);
   }
@@ -163,11 +187,28 @@ const std::vector<AttentionCase>& cases() {
   return all;
 }
 
+// The prefill kernel's edges (names say which), full and sliding layers: a warpgroup holds 64 / G tokens, a block
+// two warpgroups, a query tile 64 tokens; keys come in 16-key blocks and 128-key tiles through 4 stages.
+const std::vector<AttentionCase>& prefill_edge_cases() {
+  static const std::vector<AttentionCase> all = {
+      {"gqa8 query tiles and warpgroups", 64, 8, {64, 65, 7, 9, 200, 500}, {64, 65, 7, 9, 127, 129}},
+      {"gqa8 block and key-tile edges", 64, 8, {16, 17, 15, 128, 129, 256, 257}, {16, 17, 15, 128, 20, 40, 33}},
+      {"gqa8 window 32", 64, 8, {300, 90, 1000, 33}, {100, 90, 64, 33}, 32},
+      {"gqa8 window 200", 64, 8, {700, 300, 201}, {200, 300, 201}, 200},
+      {"gqa8 more tiles than stages", 16, 2, {2100, 1000}, {600, 20}},
+      {"gqa4 mid-context", 16, 4, {777, 64, 40}, {100, 64, 33}},
+      {"gqa2 window 64", 4, 2, {400, 129}, {150, 129}, 64},
+      {"gqa1 second warpgroup idle", 4, 4, {130, 65, 300}, {130, 65, 70}},
+  };
+  return all;
+}
+
 class CudaAttention : public ::testing::Test {
  protected:
   void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
-  void expect_all_cases(const std::string& label, const Kernel& kernel, double bound) {
-    for (const auto& ac : cases())
+  void expect_all_cases(const std::string& label, const Kernel& kernel, double bound,
+                        const std::vector<AttentionCase>& all = cases()) {
+    for (const auto& ac : all)
       for (bool sliding : {false, true}) {
         const std::string what = "attention " + label + " " + kv_name(kernel.kv) + " " + ac.name +
                                  (sliding ? " sliding" : " full");
@@ -178,7 +219,8 @@ class CudaAttention : public ::testing::Test {
 };
 
 // Bounds: q, K and V are exact inputs (bf16, or fp8 values the reference dequantises too); the output is rounded
-// to bf16 (2^-9 relative) and the probabilities enter P.V as bf16 (2^-9 each; fp16 with fp8 KV, 2^-12), so 1e-2.
+// to bf16 (2^-9 relative) and the probabilities enter P.V as bf16 (2^-9 each; the decode kernel's fp8 path uses
+// fp16, 2^-12), so 1e-2.
 // fp32: the order of summation only.
 TEST_F(CudaAttention, DecodeKernelMatchesCpu) {
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("decode-kernel", {Path::decode, kv}, 1e-2);
@@ -190,6 +232,11 @@ TEST_F(CudaAttention, DecodeKernelF32MatchesCpu) {
 
 TEST_F(CudaAttention, PrefillKernelMatchesCpu) {
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_all_cases("prefill-kernel", {Path::prefill, kv}, 1e-2);
+}
+
+TEST_F(CudaAttention, PrefillKernelEdgeShapesMatchCpu) {
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    expect_all_cases("prefill-kernel", {Path::prefill, kv}, 1e-2, prefill_edge_cases());
 }
 
 // Long sequences through prefill tiles, short ones through decode groups, in one step: every token is written

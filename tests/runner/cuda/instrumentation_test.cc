@@ -94,7 +94,8 @@ TEST(CudaInstrumentation, ZipfRouterMakesSomeExpertsHot) {
     ratio[i] = hottest_over_mean(rows);
     std::printf("hottest expert / mean, router %s: %.2f\n", i == 0 ? "uniform" : "zipf:1", ratio[i]);
   }
-  EXPECT_LT(ratio[0], 2.5);  // 1,024 rows over 32 experts: 32 a expert on average
+  // Random router weights and biases already make the hottest of 32 experts a few times the mean (3.75 at 1,024
+  // rows on an H200); the Zipf offsets must make it clearly hotter.
   EXPECT_GT(ratio[1], 1.5 * ratio[0]);
 }
 

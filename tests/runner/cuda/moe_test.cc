@@ -1,7 +1,13 @@
-// MoE grouping and the expert GEMMs (reference, decode GEMV x1 / x2, prefill grouped GEMM) against
-// cpu::expert_linear and cpu::swiglu, on random MXFP4 experts and skewed random routing (so some experts get
-// many rows and span several tiles, others none): the first projection with SwiGLU fused, then the second fed
-// with the reference's activations, row by row through the grouping's slot_row map.
+// MoE grouping and every expert GEMM path (moe_plan.h: the reference, the GEMV x1 / x2, the wgmma decode kernel
+// at n16 / n32 / n64, the mma.sync and wgmma prefill kernels) against cpu::expert_linear and cpu::swiglu, on
+// fresh random MXFP4 experts and activations: the first projection with SwiGLU fused, then the second fed with the
+// reference's activations, row by row through the grouping's slot_row map. Routings: skewed random (some experts
+// span several tiles, others get none), and chosen expert row counts that hit each path's tile edges (0, 1,
+// tile - 1, tile, tile + 1, ... for tiles of 8 to 128), at odd widths and (CudaFullWidthMoe) at the gpt-oss-20b and
+// -120b expert shapes.
+// Bounds on ||out - ref|| / ||ref||: the first projection's output is rounded to bf16 (2^-9 at most per value,
+// ~1.1e-3 rms), bound 4e-3; the second reads the same bf16 inputs as the reference and exact weights, so only
+// fp32 summation order differs, bound 1e-4; fp32 precision (reference path) 1e-5.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,35 +16,31 @@
 #include "cuda_test_util.h"
 #include "runner/cpu/ops.h"
 #include "runner/cuda/moe_buffers.h"
+#include "util/error.h"
 
 namespace moeserve {
 namespace {
 
 using cuda::DeviceBuffer;
+using cuda::MoePath;
 using cuda::Precision;
 
-enum class Path { reference, decode_x1, decode_x2, prefill };
-const char* path_name(Path p) {
-  switch (p) {
-    case Path::reference: return "reference";
-    case Path::decode_x1: return "decode-x1";
-    case Path::decode_x2: return "decode-x2";
-    case Path::prefill: return "prefill";
-  }
-  return "";
-}
-int rows_per_tile(Path p) { return p == Path::prefill ? cuda::kMoePrefillTileRows : p == Path::decode_x2 ? 16 : 8; }
+constexpr float kAlpha = 1.702f, kLimit = 7.0f;
 
+// Random MXFP4 experts, made on the device (launch_fill_bytes / _scales, a fresh key per test) and copied back
+// for the CPU reference.
 struct HostExperts {
   std::vector<uint8_t> blocks, scales;
   ExpertMatrix matrix;
   DeviceBuffer blocks_d, scales_d, bias_d;
   HostExperts(std::mt19937& rng, int E, int out, int in, int exponent) {
     const size_t n_blocks = static_cast<size_t>(E) * out * in / 32;
-    blocks.resize(n_blocks * 16);
-    scales.resize(n_blocks);
-    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
-    for (auto& s : scales) s = static_cast<uint8_t>(127 + exponent - static_cast<int>(rng() % 2));
+    blocks_d = DeviceBuffer(n_blocks * 16);
+    scales_d = DeviceBuffer(n_blocks);
+    cuda::launch_fill_bytes(nullptr, blocks_d.as<uint8_t>(), static_cast<int64_t>(n_blocks) * 16, rng());
+    cuda::launch_fill_scales(nullptr, scales_d.as<uint8_t>(), static_cast<int64_t>(n_blocks), rng(), exponent);
+    blocks = cuda::to_host<uint8_t>(blocks_d.get(), n_blocks * 16);
+    scales = cuda::to_host<uint8_t>(scales_d.get(), n_blocks);
     matrix.format = ExpertFormat::mxfp4;
     matrix.num_experts = E;
     matrix.out_features = out;
@@ -46,8 +48,6 @@ struct HostExperts {
     matrix.blocks = blocks.data();
     matrix.scales = scales.data();
     matrix.bias = testing::random_floats(rng, static_cast<size_t>(E) * out, 0.0f, 0.5f);
-    blocks_d = cuda::to_device(blocks);
-    scales_d = cuda::to_device(scales);
     bias_d = cuda::to_device(matrix.bias);
   }
   cuda::ExpertWeightsView view() const {
@@ -60,155 +60,265 @@ int exponent_for(int fan_in, double target) {
   return static_cast<int>(std::lround(std::log2(target / (std::sqrt(static_cast<double>(fan_in)) * 2.93))));
 }
 
-struct MoeErrors {
-  double mlp1, mlp2;
+// The experts of T tokens, k distinct each: [T * k], token-major.
+struct Routing {
+  int T = 0, k = 0;
+  std::vector<int32_t> experts;
 };
 
-MoeErrors moe_errors(Precision precision, Path path, int E, int H, int I, int T, int k, std::mt19937& rng) {
-  ThreadPool pool(0);
-  const float alpha = 1.702f, limit = 7.0f;
-  HostExperts w1(rng, E, 2 * I, H, exponent_for(H, 5.0)), w2(rng, E, H, I, exponent_for(I, 0.2));
-  // Skewed routing: expert e drawn with weight 1 / (e + 1), k distinct per token.
+// Skewed: expert e drawn with weight 1 / (e + 1).
+Routing skewed_routing(std::mt19937& rng, int E, int T, int k) {
   std::vector<double> popularity(E);
   for (int e = 0; e < E; ++e) popularity[e] = 1.0 / (e + 1);
-  std::vector<int32_t> experts;
-  std::vector<int32_t> counts(E, 0);
+  Routing r{T, k, {}};
   for (int t = 0; t < T; ++t) {
     std::vector<double> p = popularity;
     for (int j = 0; j < k; ++j) {
       const int e = std::discrete_distribution<int>(p.begin(), p.end())(rng);
       p[e] = 0.0;
-      experts.push_back(e);
-      ++counts[e];
+      r.experts.push_back(e);
     }
   }
-  const auto x = testing::round_to(precision, testing::random_floats(rng, static_cast<size_t>(T) * H));
+  return r;
+}
 
-  // Reference, expert by expert over its (token, slot) pairs as CpuRunner::moe_layer does.
-  auto pairs_of = [&](int e) {
-    std::vector<int> pairs;
-    for (int i = 0; i < T * k; ++i)
-      if (experts[i] == e) pairs.push_back(i);
-    return pairs;
-  };
-  std::vector<float> act_ref(static_cast<size_t>(T) * k * I), y_ref(static_cast<size_t>(T) * k * H);
-  const auto act_in = [&] {
-    for (int e = 0; e < E; ++e) {
+// Exactly counts[e] rows for expert e (the last expert takes up to k - 1 more so that the pairs fill whole
+// tokens): the pairs, sorted by expert, go to tokens round-robin, so an expert's run lands on distinct tokens
+// while no count exceeds T. Tokens are then shuffled.
+Routing counted_routing(std::mt19937& rng, std::vector<int> counts, int k) {
+  int total = std::accumulate(counts.begin(), counts.end(), 0);
+  counts.back() += (k - total % k) % k;
+  total = std::accumulate(counts.begin(), counts.end(), 0);
+  Routing r{total / k, k, std::vector<int32_t>(total)};
+  MOESERVE_CHECK(*std::max_element(counts.begin(), counts.end()) <= r.T, "counted_routing: a count exceeds T");
+  std::vector<int> order(r.T);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  int i = 0;
+  for (int e = 0; e < static_cast<int>(counts.size()); ++e)
+    for (int c = 0; c < counts[e]; ++c, ++i) r.experts[order[i % r.T] * k + i / r.T] = e;
+  return r;
+}
+
+struct MoeErrors {
+  double mlp1, mlp2;
+};
+
+struct Shape {
+  const char* name;
+  int E, H, I;
+};
+
+// One routing on fresh experts and activations, with its CPU reference; run() checks a path against it.
+class MoeCase {
+ public:
+  MoeCase(Precision precision, const Shape& s, Routing routing, std::mt19937& rng)
+      : precision_(precision),
+        shape_(s),
+        routing_(std::move(routing)),
+        w1_(rng, s.E, 2 * s.I, s.H, exponent_for(s.H, 5.0)),
+        w2_(rng, s.E, s.H, s.I, exponent_for(s.I, 0.2)) {
+    const int H = s.H, I = s.I, T = routing_.T, k = routing_.k;
+    x_ = testing::round_to(precision, testing::random_floats(rng, static_cast<size_t>(T) * H));
+    // Reference, expert by expert over its (token, slot) pairs as CpuRunner::moe_layer does.
+    ThreadPool pool(0);
+    act_ref_.resize(static_cast<size_t>(T) * k * I);
+    y_ref_.resize(static_cast<size_t>(T) * k * H);
+    for (int e = 0; e < s.E; ++e) {
       const std::vector<int> pairs = pairs_of(e);
       if (pairs.empty()) continue;
       const int n = static_cast<int>(pairs.size());
       std::vector<float> gathered(static_cast<size_t>(n) * H), hidden(static_cast<size_t>(n) * 2 * I), act(n * I);
-      for (int j = 0; j < n; ++j) std::copy_n(x.data() + (pairs[j] / k) * H, H, gathered.data() + j * H);
-      cpu::expert_linear(pool, gathered.data(), n, w1.matrix, e, hidden.data());
-      cpu::swiglu(hidden.data(), n, I, alpha, limit, act.data(), nullptr);
-      for (int j = 0; j < n; ++j) std::copy_n(act.data() + j * I, I, act_ref.data() + pairs[j] * I);
+      for (int j = 0; j < n; ++j) std::copy_n(x_.data() + (pairs[j] / k) * H, H, gathered.data() + j * H);
+      cpu::expert_linear(pool, gathered.data(), n, w1_.matrix, e, hidden.data());
+      cpu::swiglu(hidden.data(), n, I, kAlpha, kLimit, act.data(), nullptr);
+      for (int j = 0; j < n; ++j) std::copy_n(act.data() + j * I, I, act_ref_.data() + pairs[j] * I);
     }
     // The second projection's input as the device holds it.
-    auto rounded = testing::round_to(precision, act_ref);
-    for (int e = 0; e < E; ++e) {
+    act_in_ = testing::round_to(precision, act_ref_);
+    for (int e = 0; e < s.E; ++e) {
       const std::vector<int> pairs = pairs_of(e);
       if (pairs.empty()) continue;
       const int n = static_cast<int>(pairs.size());
       std::vector<float> gathered(static_cast<size_t>(n) * I), out(static_cast<size_t>(n) * H);
-      for (int j = 0; j < n; ++j) std::copy_n(rounded.data() + pairs[j] * I, I, gathered.data() + j * I);
-      cpu::expert_linear(pool, gathered.data(), n, w2.matrix, e, out.data());
-      for (int j = 0; j < n; ++j) std::copy_n(out.data() + j * H, H, y_ref.data() + pairs[j] * H);
+      for (int j = 0; j < n; ++j) std::copy_n(act_in_.data() + pairs[j] * I, I, gathered.data() + j * I);
+      cpu::expert_linear(pool, gathered.data(), n, w2_.matrix, e, out.data());
+      for (int j = 0; j < n; ++j) std::copy_n(out.data() + j * H, H, y_ref_.data() + pairs[j] * H);
     }
-    return rounded;
-  }();
-
-  const int rows = T * k;
-  cuda::MoeBuffers buffers;
-  buffers.grow(T, k, E);
-  const cuda::MoeRouting routing = buffers.routing();
-  DeviceBuffer experts_d = cuda::to_device(experts), x_d = testing::upload_as(precision, x),
-               act_d(static_cast<size_t>(rows) * I * cuda::element_bytes(precision)),
-               y_d(static_cast<size_t>(rows) * H * 4);
-  MOESERVE_CUDA_CHECK(cudaMemcpy(routing.expert_counts, counts.data(), E * 4, cudaMemcpyHostToDevice));
-  cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, rows_per_tile(path), routing);
-
-  auto run = [&](const cuda::MoeGemmParams& p) {
-    switch (path) {
-      case Path::reference: return cuda::launch_moe_reference(nullptr, precision, p);
-      case Path::decode_x1: return cuda::launch_moe_decode(nullptr, p, 1);
-      case Path::decode_x2: return cuda::launch_moe_decode(nullptr, p, 2);
-      case Path::prefill: return cuda::launch_moe_prefill(nullptr, p);
-    }
-  };
-  cuda::MoeGemmParams mlp1;
-  mlp1.w = w1.view();
-  mlp1.x = x_d.get();
-  mlp1.x_row = routing.row_token;
-  mlp1.out = act_d.get();
-  mlp1.swiglu = true;
-  mlp1.swiglu_alpha = alpha;
-  mlp1.swiglu_limit = limit;
-  mlp1.routing = routing;
-  mlp1.rows = rows;
-  run(mlp1);
-  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto slot_row = cuda::to_host<int32_t>(routing.slot_row, rows);
-  const auto act_grouped = testing::download_as(precision, act_d.get(), static_cast<size_t>(rows) * I);
-  std::vector<float> act_out(act_ref.size());
-  std::vector<float> act_in_grouped(act_ref.size());
-  for (int i = 0; i < rows; ++i) {
-    std::copy_n(act_grouped.data() + static_cast<size_t>(slot_row[i]) * I, I, act_out.data() + static_cast<size_t>(i) * I);
-    std::copy_n(act_in.data() + static_cast<size_t>(i) * I, I, act_in_grouped.data() + static_cast<size_t>(slot_row[i]) * I);
+    x_d_ = testing::upload_as(precision, x_);
   }
 
-  DeviceBuffer act_in_d = testing::upload_as(precision, act_in_grouped);
-  cuda::MoeGemmParams mlp2 = mlp1;
-  mlp2.w = w2.view();
-  mlp2.x = act_in_d.get();
-  mlp2.x_row = nullptr;
-  mlp2.out = y_d.get();
-  mlp2.swiglu = false;
-  run(mlp2);
-  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto y_grouped = cuda::to_host<float>(y_d.get(), static_cast<size_t>(rows) * H);
-  std::vector<float> y_out(y_ref.size());
-  for (int i = 0; i < rows; ++i)
-    std::copy_n(y_grouped.data() + static_cast<size_t>(slot_row[i]) * H, H, y_out.data() + static_cast<size_t>(i) * H);
-  return {testing::relative_error(act_out, act_ref), testing::relative_error(y_out, y_ref)};
-}
+  MoeErrors run(MoePath path) const {
+    const int E = shape_.E, H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k, rows = T * k;
+    std::vector<int32_t> counts(E, 0);
+    for (int32_t e : routing_.experts) ++counts[e];
+    cuda::MoeBuffers buffers;
+    buffers.grow(T, k, E);
+    const cuda::MoeRouting routing = buffers.routing();
+    DeviceBuffer experts_d = cuda::to_device(routing_.experts),
+                 act_d(static_cast<size_t>(rows) * I * cuda::element_bytes(precision_)),
+                 y_d(static_cast<size_t>(rows) * H * 4);
+    MOESERVE_CUDA_CHECK(cudaMemcpy(routing.expert_counts, counts.data(), E * 4, cudaMemcpyHostToDevice));
+    cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, cuda::moe_rows_per_tile(path), routing);
 
-struct Shape {
-  const char* name;
-  int E, H, I, T, k;
+    cuda::MoeGemmParams mlp1;
+    mlp1.w = w1_.view();
+    mlp1.x = x_d_.get();
+    mlp1.x_row = routing.row_token;
+    mlp1.out = act_d.get();
+    mlp1.swiglu = true;
+    mlp1.swiglu_alpha = kAlpha;
+    mlp1.swiglu_limit = kLimit;
+    mlp1.routing = routing;
+    mlp1.rows = rows;
+    cuda::launch_moe_path(nullptr, path, precision_, mlp1);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto slot_row = cuda::to_host<int32_t>(routing.slot_row, rows);
+    const auto act_grouped = testing::download_as(precision_, act_d.get(), static_cast<size_t>(rows) * I);
+    std::vector<float> act_out(act_ref_.size()), act_in_grouped(act_ref_.size());
+    for (int i = 0; i < rows; ++i) {
+      std::copy_n(act_grouped.data() + static_cast<size_t>(slot_row[i]) * I, I, act_out.data() + static_cast<size_t>(i) * I);
+      std::copy_n(act_in_.data() + static_cast<size_t>(i) * I, I, act_in_grouped.data() + static_cast<size_t>(slot_row[i]) * I);
+    }
+
+    DeviceBuffer act_in_d = testing::upload_as(precision_, act_in_grouped);
+    cuda::MoeGemmParams mlp2 = mlp1;
+    mlp2.w = w2_.view();
+    mlp2.x = act_in_d.get();
+    mlp2.x_row = nullptr;
+    mlp2.out = y_d.get();
+    mlp2.swiglu = false;
+    cuda::launch_moe_path(nullptr, path, precision_, mlp2);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto y_grouped = cuda::to_host<float>(y_d.get(), static_cast<size_t>(rows) * H);
+    std::vector<float> y_out(y_ref_.size());
+    for (int i = 0; i < rows; ++i)
+      std::copy_n(y_grouped.data() + static_cast<size_t>(slot_row[i]) * H, H, y_out.data() + static_cast<size_t>(i) * H);
+    return {testing::relative_error(act_out, act_ref_), testing::relative_error(y_out, y_ref_)};
+  }
+
+  const Shape& shape() const { return shape_; }
+
+ private:
+  std::vector<int> pairs_of(int e) const {
+    std::vector<int> pairs;
+    for (int i = 0; i < routing_.T * routing_.k; ++i)
+      if (routing_.experts[i] == e) pairs.push_back(i);
+    return pairs;
+  }
+
+  Precision precision_;
+  Shape shape_;
+  Routing routing_;
+  HostExperts w1_, w2_;
+  std::vector<float> x_, act_ref_, act_in_, y_ref_;
+  DeviceBuffer x_d_;
 };
+
+// Every bf16 path: the tensor-core ones and the reference kernel in bf16.
+const std::vector<MoePath> kBf16Paths = {
+    MoePath::reference,        MoePath::decode_x1,   MoePath::decode_x2,    MoePath::decode_wgmma_n16,
+    MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::prefill_mma, MoePath::prefill_wgmma};
+
+// Expert row counts at the edges of every tile size in use (8, 16, 32, 64, 128): 0, 1, tile - 1, tile, tile + 1.
+std::vector<int> edge_counts(int E) {
+  std::vector<int> counts = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 0, 2};
+  counts.resize(E, 0);
+  return counts;
+}
 
 class CudaMoe : public ::testing::Test {
  protected:
   void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
   std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 5u};
 
-  void check(Precision precision, Path path, const Shape& s) {
-    const MoeErrors errors = moe_errors(precision, path, s.E, s.H, s.I, s.T, s.k, rng_);
-    // bf16: inputs rounded to bf16 (weights are exact); fp32: summation order only.
-    const double bound = precision == Precision::bf16 ? 1e-2 : 1e-5;
-    const std::string what = std::string("moe ") + path_name(path) + " " + testing::precision_name(precision) + " " + s.name;
-    testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, bound);
-    testing::expect_error_within(what + " mlp2", errors.mlp2, bound);
+  // Each path in `paths` against one case's reference.
+  void check(Precision precision, const std::vector<MoePath>& paths, const Shape& s, Routing routing,
+             const std::string& label) {
+    const MoeCase c(precision, s, std::move(routing), rng_);
+    const bool f32 = precision == Precision::f32;
+    for (MoePath path : paths) {
+      const MoeErrors errors = c.run(path);
+      const std::string what = std::string("moe ") + cuda::moe_path_name(path) + " " +
+                               testing::precision_name(precision) + " " + s.name + " " + label;
+      testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, f32 ? 1e-5 : 4e-3);
+      testing::expect_error_within(what + " mlp2", errors.mlp2, f32 ? 1e-5 : 1e-4);
+    }
+  }
+  void check_skewed(Precision precision, const std::vector<MoePath>& paths, const Shape& s, int T, int k) {
+    check(precision, paths, s, skewed_routing(rng_, s.E, T, k), "skewed T" + std::to_string(T));
   }
 };
 
-const Shape kRealWidth{"E32 H2880 I2880 T3", 32, 2880, 2880, 3, 4};
-const Shape kMedium{"E8 H576 I320 T70", 8, 576, 320, 70, 4};
-const Shape kOddTail{"E4 H96 I160 T9", 4, 96, 160, 9, 2};  // K not a multiple of 64 or 128, N not of 128
-const Shape kManyPairs{"E8 H96 I160 T300", 8, 96, 160, 300, 4};  // 1,200 pairs: scan and placement launched apart
+const Shape k120b{"E128 H2880 I2880", 128, 2880, 2880};
+const Shape k20b{"E32 H2880 I2880", 32, 2880, 2880};
+const Shape kMedium{"E8 H576 I320", 8, 576, 320};
+const Shape kOddTail{"E4 H96 I160", 4, 96, 160};  // K not a multiple of 64, N not of 128, 192 or 512
+const Shape kManyPairs{"E8 H96 I160", 8, 96, 160};
 
 TEST_F(CudaMoe, ReferenceKernelMatchesCpu) {
-  for (Precision precision : {Precision::f32, Precision::bf16})
-    for (const Shape& s : {kMedium, kOddTail, kManyPairs}) check(precision, Path::reference, s);
+  for (Precision precision : {Precision::f32, Precision::bf16}) {
+    check_skewed(precision, {MoePath::reference}, kMedium, 70, 4);
+    check_skewed(precision, {MoePath::reference}, kOddTail, 9, 2);
+    check_skewed(precision, {MoePath::reference}, kManyPairs, 300, 4);  // 1,200 pairs: scan and placement apart
+  }
 }
 
-TEST_F(CudaMoe, DecodeKernelMatchesCpu) {
-  for (Path path : {Path::decode_x1, Path::decode_x2})
-    for (const Shape& s : {kRealWidth, kMedium, kOddTail}) check(Precision::bf16, path, s);
+TEST_F(CudaMoe, EveryPathMatchesCpuOnSkewedRouting) {
+  check_skewed(Precision::bf16, kBf16Paths, kMedium, 70, 4);
+  check_skewed(Precision::bf16, kBf16Paths, kOddTail, 9, 2);
+  check_skewed(Precision::bf16, kBf16Paths, kManyPairs, 300, 4);
+  check_skewed(Precision::bf16, kBf16Paths, k20b, 3, 4);
 }
 
-TEST_F(CudaMoe, PrefillKernelMatchesCpu) {
-  for (const Shape& s : {kRealWidth, kMedium, kOddTail, kManyPairs}) check(Precision::bf16, Path::prefill, s);
+TEST_F(CudaMoe, EveryPathMatchesCpuAtTileEdges) {
+  // Odd widths: tails of K (96, 160) and of the weight tiles; top-2 so that T >= 129.
+  check(Precision::bf16, kBf16Paths, kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), "edge counts");
+}
+
+// The same edges at the real expert shapes (1.6 GB of 120b experts): a fixture of its own, outside the "CudaMoe*"
+// filter the compute-sanitizer stage of benchmarks/cuda/h200_check_and_bench.sh runs.
+class CudaFullWidthMoe : public CudaMoe {};
+
+TEST_F(CudaFullWidthMoe, EveryPathMatchesCpuAtTileEdges) {
+  for (const Shape& s : {k120b, k20b})
+    check(Precision::bf16, kBf16Paths, s, counted_routing(rng_, edge_counts(s.E), 4), "edge counts");
+}
+
+// A step with no rows launches nothing and writes nothing.
+TEST_F(CudaMoe, NoRowsWritesNothing) {
+  cuda::MoeBuffers buffers;
+  buffers.grow(0, 4, 8);
+  DeviceBuffer out(64 * 4);
+  MOESERVE_CUDA_CHECK(cudaMemset(out.get(), 0x5a, out.bytes()));
+  HostExperts w(rng_, 8, 64, 64, -3);
+  cuda::MoeGemmParams p;
+  p.w = w.view();
+  p.x = out.get();
+  p.out = out.get();
+  p.routing = buffers.routing();
+  p.rows = 0;
+  for (MoePath path : cuda::kMoePaths) cuda::launch_moe_path(nullptr, path, Precision::bf16, p);
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (uint8_t byte : cuda::to_host<uint8_t>(out.get(), out.bytes())) ASSERT_EQ(byte, 0x5a);
+}
+
+// Shapes the kernels cannot take are refused before anything is launched (no device needed).
+TEST(CudaMoeLaunch, RejectsShapesNamingTheKernel) {
+  cuda::MoeGemmParams p;
+  p.routing.num_experts = 4;
+  p.rows = 8;
+  p.w.out_features = 63;
+  p.w.in_features = 64;
+  for (MoePath path : cuda::kMoePaths) {
+    try {
+      cuda::launch_moe_path(nullptr, path, Precision::bf16, p);
+      ADD_FAILURE() << cuda::moe_path_name(path) << " launched with out_features 63";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out_features 63"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("moe_"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

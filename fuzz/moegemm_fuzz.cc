@@ -1,0 +1,102 @@
+// libFuzzer target for the MoE expert GEMMs' host side and their shared MXFP4 conversion: arbitrary bytes become
+//   - words and scale bytes for mxfp4_word_to_bf16 (runner/cuda/moe_layout.h, the code the wgmma kernels run,
+//     with prmt and the bf16 multiply emulated): every value must equal the e2m1 value times 2^(scale - 127);
+//   - shapes, token counts, tile sizes and SM counts for the plan (runner/cuda/moe_plan.h): each call either
+//     throws moeserve::Error or returns a plan that holds (grids within the SMs and covering every weight row,
+//     a path whose tile its kernel takes), never overflowing (UBSan) or crashing;
+//   - a path name for parse_moe_path.
+// Seeds: tests/fixtures/moegemm.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "model/mxfp4.h"
+#include "runner/cuda/moe_layout.h"
+#include "runner/cuda/moe_plan.h"
+#include "util/bfloat16.h"
+#include "util/error.h"
+
+namespace {
+
+using namespace moeserve;
+using namespace moeserve::cuda;
+
+struct Reader {
+  const uint8_t* data;
+  size_t size;
+  template <typename T>
+  T take() {
+    T value{};
+    const size_t n = size < sizeof(T) ? size : sizeof(T);
+    std::memcpy(&value, data, n);
+    data += n;
+    size -= n;
+    return value;
+  }
+};
+
+void check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+
+void dequantise(uint32_t word, uint8_t scale_byte) {
+  const uint32_t scale = scale_byte % 129;  // the upload's range (device_weights.cc)
+  uint32_t out[4];
+  mxfp4_word_to_bf16(word, mxfp4_scale_bf16x2(scale), out);
+  const float factor = e8m0_to_float(static_cast<uint8_t>(scale));
+  for (int value = 0; value < 8; ++value) {
+    const uint16_t expected = float_to_bf16(kFp4Values[(word >> (4 * value)) & 0xfu] * factor);
+    check(static_cast<uint16_t>(out[value / 2] >> (16 * (value % 2))) == expected);
+  }
+}
+
+void plan(Reader& in) {
+  const int64_t rows = in.take<int64_t>() >> in.take<uint8_t>() % 64;
+  const int64_t out_features = in.take<int32_t>(), in_features = in.take<int32_t>();
+  const int experts = in.take<int16_t>(), top_k = in.take<int8_t>(), sms = in.take<int16_t>();
+  const int64_t tokens = in.take<int32_t>();
+  try {
+    const MoePath path = choose_moe_path(in.take<uint8_t>() % 2 == 0, tokens, top_k, experts);
+    const int tile = moe_rows_per_tile(path);
+    check(tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128);
+    check(parse_moe_path(moe_path_name(path)) == path);
+  } catch (const Error&) {
+  }
+  try {
+    check_moe_gemm_shape("fuzz", rows, out_features, in_features, experts);
+  } catch (const Error&) {
+    return;
+  }
+  for (int tile : {16, 32, 64}) {
+    try {
+      const MoeGrid decode = moe_decode_wgmma_grid(rows, tile, out_features, in_features, experts, sms);
+      check(decode.blocks >= 0 && decode.blocks <= sms && (rows == 0) == (decode.blocks == 0));
+      check(int64_t{decode.weight_tiles} * kMoeDecodeWgmmaWeightRows >= out_features);
+    } catch (const Error&) {
+    }
+  }
+  try {
+    const MoeGrid prefill = moe_prefill_wgmma_grid(rows, out_features, in_features, experts, sms);
+    check(prefill.blocks >= 0 && prefill.blocks <= sms && (rows == 0) == (prefill.blocks == 0));
+    check(int64_t{prefill.weight_tiles} * kMoePrefillWgmmaTileN >= out_features);
+    check(moe_max_tiles(rows, kMoePrefillTileRows, experts) >= (rows + kMoePrefillTileRows - 1) / kMoePrefillTileRows);
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Reader in{data, size};
+  const uint8_t words = in.take<uint8_t>() % 16;
+  for (int i = 0; i < words && in.size >= 5; ++i) {
+    const uint32_t word = in.take<uint32_t>();
+    dequantise(word, in.take<uint8_t>());
+  }
+  plan(in);
+  try {
+    parse_moe_path(std::string(reinterpret_cast<const char*>(in.data), in.size));
+  } catch (const Error&) {
+  }
+  return 0;
+}

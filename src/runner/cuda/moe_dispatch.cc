@@ -1,0 +1,33 @@
+// One home for "run path P": the runner, the kernel tests and moe_bench all launch the MoE paths through here.
+#include <vector>
+
+#include "runner/cuda/cuda_check.h"
+#include "runner/cuda/kernels.h"
+
+namespace moeserve::cuda {
+
+void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const MoeGemmParams& params) {
+  switch (path) {
+    case MoePath::reference: return launch_moe_reference(stream, type, params);
+    case MoePath::decode_x1: return launch_moe_decode(stream, params, 1);
+    case MoePath::decode_x2: return launch_moe_decode(stream, params, 2);
+    case MoePath::decode_wgmma_n16:
+    case MoePath::decode_wgmma_n32:
+    case MoePath::decode_wgmma_n64: return launch_moe_decode_wgmma(stream, params, moe_rows_per_tile(path));
+    case MoePath::prefill_mma: return launch_moe_prefill(stream, params);
+    case MoePath::prefill_wgmma: return launch_moe_prefill_wgmma(stream, params);
+  }
+}
+
+int device_multiprocessors() {
+  // Filled on first use per device; a launch is enqueued from the thread that owns the runner.
+  thread_local std::vector<int> counts;
+  int device = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&device));
+  if (static_cast<int>(counts.size()) <= device) counts.resize(device + 1, 0);
+  if (counts[device] == 0)
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  return counts[device];
+}
+
+}  // namespace moeserve::cuda

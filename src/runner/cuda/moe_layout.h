@@ -1,0 +1,145 @@
+// The index algebra and the MXFP4 -> bf16 conversion shared by the wgmma expert GEMMs (moe_prefill_wgmma.cu,
+// moe_decode_wgmma.cu). Plain functions callable on the host and the device, so that the CPU tests
+// (tests/runner/moe_layout_test.cc) and the fuzz target check the same code the kernels run; on the host the two
+// instructions used (prmt, mul.rn.bf16x2) are emulated from their PTX ISA definitions.
+//
+// MXFP4 (src/model/mxfp4.h): a 16-byte block holds 32 e2m1 values along K, value 2j in the low nibble of byte
+// j; one E8M0 scale byte per block multiplies it by 2^(scale - 127).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MOESERVE_HD __host__ __device__ __forceinline__
+#else
+#define MOESERVE_HD inline
+#endif
+
+namespace moeserve::cuda {
+
+// ---- the two instructions -------------------------------------------------------------------------------------
+// prmt.b32 d, a, b, c (generic form): byte i of d is byte c[4i+2:4i] of {b, a}, or that byte's sign replicated
+// when c[4i+3] is set (PTX ISA 9.7.9.7).
+MOESERVE_HD uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  const uint64_t source = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t control = (c >> (4 * i)) & 0xfu;
+    uint32_t byte = static_cast<uint32_t>(source >> (8 * (control & 7u))) & 0xffu;
+    if ((control & 8u) != 0) byte = (byte & 0x80u) != 0 ? 0xffu : 0u;
+    d |= byte << (8 * i);
+  }
+  return d;
+#endif
+}
+
+#if !defined(__CUDA_ARCH__)
+// The product of two bf16 values rounded to nearest even, as mul.rn.bf16x2 does per half (subnormals kept). The
+// float product of two bf16 values is exact (16 significant bits at most) unless it leaves the float range.
+inline uint32_t bf16_multiply_host(uint32_t a, uint32_t b) {
+  const uint32_t a_bits = a << 16, b_bits = b << 16;
+  float fa, fb;
+  std::memcpy(&fa, &a_bits, 4);
+  std::memcpy(&fb, &b_bits, 4);
+  const float product = fa * fb;
+  uint32_t bits;
+  std::memcpy(&bits, &product, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+#endif
+
+// a * b per bf16 half, rounded to nearest even; .rn keeps the compiler from fusing it into anything.
+MOESERVE_HD uint32_t bf16x2_multiply(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return bf16_multiply_host(a & 0xffffu, b & 0xffffu) | bf16_multiply_host(a >> 16, b >> 16) << 16;
+#endif
+}
+
+// ---- MXFP4 -> bf16 -------------------------------------------------------------------------------------------
+// An e2m1 nibble s e1 e0 m placed at bf16 bits 15 (s), 8 (e1), 7 (e0), 6 (m) is its value times 2^-126 (code 001,
+// 0.5, lands on the bf16 subnormal 2^-127; the others are normal), the same trick mxfp4_factor plays in fp32. The
+// bf16's high byte is s << 7 | e1 and its low byte e0 << 7 | m << 6, so two prmt table look-ups build four of them
+// at once: the low bytes indexed by the nibble's two low bits, the high bytes by its three high bits.
+inline constexpr uint32_t kMxfp4LowBytes = 0xc0804000u;     // e0 m = 00, 01, 10, 11
+inline constexpr uint32_t kMxfp4HighBytes03 = 0x01010000u;  // s e1 e0 = 000 .. 011
+inline constexpr uint32_t kMxfp4HighBytes47 = 0x81818080u;  // s e1 e0 = 100 .. 111
+
+// 2^(scale - 1) in both bf16 halves: times the values above gives value * 2^(scale - 127), exactly (e2m1 values
+// have two significant bits and 2^-128, the smallest product, is a bf16 subnormal). Normal for scale bytes 0..128;
+// the weight upload rejects larger ones (device_weights.cc).
+MOESERVE_HD uint32_t mxfp4_scale_bf16x2(uint32_t scale) { return scale * 0x00800080u + 0x3f003f00u; }
+
+// Four bf16x2 words from the 8 nibbles of one 32-bit word of an MXFP4 block: out[i] holds the values of byte i
+// (low nibble in the low half). `half` 0 gives out[0..1] (bytes 0, 1), `half` 1 gives out[2..3] (bytes 2, 3).
+MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t word, uint32_t factor, int half, uint32_t& lo_byte_pair,
+                                        uint32_t& hi_byte_pair) {
+  const uint32_t low_index = (word & 0x33333333u) >> (16 * half);
+  const uint32_t high_index = ((word >> 1) & 0x77777777u) >> (16 * half);
+  const uint32_t low = byte_permute(kMxfp4LowBytes, kMxfp4LowBytes, low_index);
+  const uint32_t high = byte_permute(kMxfp4HighBytes03, kMxfp4HighBytes47, high_index);
+  lo_byte_pair = bf16x2_multiply(byte_permute(low, high, 0x5140u), factor);
+  hi_byte_pair = bf16x2_multiply(byte_permute(low, high, 0x7362u), factor);
+}
+
+MOESERVE_HD void mxfp4_word_to_bf16(uint32_t word, uint32_t factor, uint32_t (&out)[4]) {
+  mxfp4_word_half_to_bf16(word, factor, 0, out[0], out[1]);
+  mxfp4_word_half_to_bf16(word, factor, 1, out[2], out[3]);
+}
+
+// ---- shared-memory tiles for wgmma --------------------------------------------------------------------------------
+// A K-major bf16 tile of rows x 64 k in the 128-byte swizzle: row r at byte 128 r, its 16-byte chunk c (k 8c .. 8c+7)
+// at chunk c ^ (r % 8). wgmma applies the same XOR to address bits [4:6] with bits [7:9], so the tile must start
+// on a 1024-byte boundary (PTX ISA 9.7.15.5.1.2, Swizzle<3,4,3>).
+inline constexpr int kSwizzleRowBytes = 128;
+inline constexpr int kSwizzleAtomBytes = 1024;
+MOESERVE_HD uint32_t swizzled_chunk_offset(uint32_t row, uint32_t chunk) {
+  return row * kSwizzleRowBytes + ((chunk ^ (row & 7u)) << 4);
+}
+
+// The wgmma shared-memory matrix descriptor of such a tile (PTX ISA 9.7.15.5.1.2.2): start address >> 4 in bits
+// 0-13, leading byte offset (unused for swizzled K-major; 1 by convention) in 16-29, stride byte offset (the 1024
+// bytes between 8-row groups) >> 4 in 32-45, swizzle mode 1 (128 bytes) in 62-63, base offset 0 (aligned atoms).
+// Moving along K inside the 128-byte row is a start address 32 bytes on per k16 slab.
+MOESERVE_HD uint64_t sw128_descriptor(uint32_t shared_byte_address) {
+  return static_cast<uint64_t>((shared_byte_address & 0x3ffffu) >> 4) | static_cast<uint64_t>(1) << 16 |
+         static_cast<uint64_t>(kSwizzleAtomBytes >> 4) << 32 | static_cast<uint64_t>(1) << 62;
+}
+
+// ---- the decode-regime kernel's operands (moe_decode_wgmma.cu) ------------------------------------------------------
+// There the weights are wgmma's A operand, dequantised into registers. A thread (lane g = lane / 4, c = lane % 4) of
+// a warp holds, per k16 slab, the k pairs c and c + 4 (PTX ISA figure "WGMMA .m64nNk16 register fragment layout
+// for matrix A"; CuTe's ALayout_64x16). It reads one 32-bit word of an MXFP4 block, word c: pairs 4c .. 4c + 3 of
+// the block's 32 values. So the k order inside each block is permuted, the same for both operands: word byte t
+// of thread c feeds slab t / 2, pair c + 4 (t % 2). The activations (B operand, from shared memory) are copied pair
+// by pair into the matching positions. Block pair p (values 2p, 2p + 1) therefore sits at slab (p / 2) % 2, pair
+// 4 (p % 2) + p / 4 of its block's k16 slab pair.
+MOESERVE_HD uint32_t permuted_pair_slab(uint32_t pair) { return (pair >> 1) & 1u; }
+MOESERVE_HD uint32_t permuted_pair_index(uint32_t pair) { return 4u * (pair & 1u) + (pair >> 2); }
+
+// Byte offset, inside the activation tile of a 128-k step (two 64-k swizzled sub-tiles of tile_rows rows, block
+// b's k in sub-tile b / 2), of pair p (0..15) of MXFP4 block b (0..3) of token row n.
+MOESERVE_HD uint32_t activation_pair_offset(uint32_t tile_rows, uint32_t row, uint32_t block, uint32_t pair) {
+  const uint32_t slab = 2u * (block % 2u) + permuted_pair_slab(pair), index = permuted_pair_index(pair);
+  return (block / 2u) * tile_rows * kSwizzleRowBytes + swizzled_chunk_offset(row, 2u * slab + index / 4u) +
+         4u * (index % 4u);
+}
+
+// Weight rows are ordered in the A operand so that SwiGLU's gate and up rows (2j, 2j + 1) land in the same
+// thread: accumulator rows m and m + 8 of each 16-row warp slab (fragment rows g and g + 8). Position m (0..63)
+// of a 64-row block holds weight row 2 (8 (m / 16) + m % 8) + (m / 8) % 2; without SwiGLU, row m.
+MOESERVE_HD uint32_t block_weight_row(uint32_t m, bool swiglu) {
+  return swiglu ? 2u * (8u * (m / 16u) + m % 8u) + (m / 8u) % 2u : m;
+}
+
+}  // namespace moeserve::cuda

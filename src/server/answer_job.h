@@ -1,0 +1,59 @@
+// What the jobs that answer a request (assistant_job.h, completion_job.h) share: the server's side of them, the
+// engine request behind an answer, usage counts, ids and JSON replies.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/admission.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+struct JobContext {
+  Engine& engine;
+  const Tokenizer& tokenizer;
+  std::shared_ptr<Admission> admission;  // shared with the engine's callbacks, which free places
+  std::string served_model_name;
+  // Counts the answer's status for /metrics.
+  std::function<void(unsigned status)> count;
+};
+
+// The engine request behind one answer: its admission place is freed when it finishes (or when submit fails).
+// Cancellation may come before the id is known (from the answer's own first events, which can arrive before
+// submit() returns, or from a disconnect), so the id and the wish are tracked under one lock.
+class EngineJob {
+ public:
+  void submit(const JobContext& ctx, RequestSpec spec, EventCallback on_event);
+  void cancel(Engine& engine);
+
+ private:
+  std::mutex mutex_;
+  std::optional<uint64_t> id_;
+  bool cancel_wanted_ = false;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  nlohmann::json chat() const;
+  nlohmann::json completions() const;
+  nlohmann::json responses() const;
+};
+
+std::string random_id(const char* prefix);
+int64_t unix_now();
+// Compact JSON; invalid UTF-8 (from a token split inside a character) replaced, never an exception.
+std::string dump(const nlohmann::json& j);
+void respond_json(ResponseChannel& channel, unsigned status, const nlohmann::json& body,
+                  std::vector<std::pair<std::string, std::string>> headers = {});
+
+}  // namespace moeserve::server

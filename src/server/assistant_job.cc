@@ -1,0 +1,238 @@
+#include "server/assistant_job.h"
+
+#include "harmony/completion.h"
+#include "server/api_error.h"
+#include "server/assistant_stream.h"
+
+namespace moeserve::server {
+
+using nlohmann::json;
+
+namespace {
+
+// A chat completion or a Responses API response: Harmony in, Harmony out through AssistantStream.
+class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
+ public:
+  using Api = AssistantApi;
+
+  AssistantJob(JobContext ctx, std::shared_ptr<ResponseChannel> channel, Api api, bool stream, bool include_usage,
+               std::vector<std::string> stops, bool r1_reply)
+      : ctx_(std::move(ctx)),
+        channel_(std::move(channel)),
+        api_(api),
+        stream_(stream),
+        include_usage_(include_usage),
+        assistant_(r1_reply ? AssistantStream(ctx_.tokenizer, std::move(stops), AssistantStream::R1Reply{})
+                            : AssistantStream(ctx_.tokenizer, std::move(stops))),
+        id_(random_id(api == Api::chat ? "chatcmpl-" : "resp_")),
+        message_id_(random_id("msg_")),
+        reasoning_id_(random_id("rs_")),
+        created_(unix_now()) {}
+
+  void start(RequestSpec spec) {
+    usage_.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
+    auto self = shared_from_this();
+    channel_->on_disconnect([self] { self->job_.cancel(self->ctx_.engine); });
+    if (stream_) {
+      channel_->start_events();
+      if (api_ == Api::chat) {
+        send_chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+      } else {
+        send_response_event("response.created", {{"response", response_object("in_progress")}});
+      }
+    }
+    job_.submit(ctx_, std::move(spec), [self](const RequestEvent& e) { self->on_event(e); });
+  }
+
+ private:
+  void on_event(const RequestEvent& e) {
+    if (finished_) return;
+    for (TokenId t : e.tokens) {
+      ++usage_.completion_tokens;
+      last_token_ = t;
+      emit(assistant_.push(t));
+      if (assistant_.stop_string_hit()) {
+        job_.cancel(ctx_.engine);
+        finish("stop", {});
+        return;
+      }
+    }
+    if (e.finish == FinishReason::none) return;
+    emit(assistant_.finish());
+    if (e.finish == FinishReason::cancelled) {
+      // The client is gone (the channel drops what is sent), or the server is draining.
+      finished_ = true;
+      if (stream_)
+        channel_->finish_events();
+      else
+        respond_json(*channel_, 503, ApiError(503, "the request was cancelled: the server is shutting down", "server_error").to_json());
+      return;
+    }
+    if (e.finish == FinishReason::error) {
+      finish("error", e.error);
+      return;
+    }
+    const bool tool_call = last_token_ == harmony::assistant_stop_tokens().back() && !assistant_.tool_calls().empty();
+    finish(e.finish == FinishReason::length ? "length" : (tool_call ? "tool_calls" : "stop"), {});
+  }
+
+  void emit(const AssistantDelta& d) {
+    if (!stream_ || d.empty()) return;
+    if (api_ == Api::chat) {
+      if (!d.reasoning.empty()) send_chunk({{"reasoning_content", d.reasoning}}, nullptr);
+      if (!d.content.empty()) send_chunk({{"content", d.content}}, nullptr);
+      if (d.tool_index) {
+        const ToolCall& call = assistant_.tool_calls()[*d.tool_index];
+        json entry = {{"index", *d.tool_index}, {"function", {{"arguments", d.tool_arguments}}}};
+        if (d.tool_started) {
+          entry["id"] = call.id;
+          entry["type"] = "function";
+          entry["function"]["name"] = call.name;
+        }
+        send_chunk({{"tool_calls", json::array({entry})}}, nullptr);
+      }
+      return;
+    }
+    if (!d.reasoning.empty())
+      send_response_event("response.reasoning_text.delta",
+                          {{"item_id", reasoning_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", d.reasoning}});
+    if (!d.content.empty())
+      send_response_event("response.output_text.delta",
+                          {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", d.content}});
+    if (d.tool_index && !d.tool_arguments.empty())
+      send_response_event("response.function_call_arguments.delta",
+                          {{"item_id", assistant_.tool_calls()[*d.tool_index].id},
+                           {"output_index", *d.tool_index},
+                           {"delta", d.tool_arguments}});
+  }
+
+  void send_chunk(json delta, json finish_reason) {
+    json chunk = {{"id", id_},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created_},
+                  {"model", ctx_.served_model_name},
+                  {"choices", json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                                            {"finish_reason", std::move(finish_reason)}}})}};
+    channel_->event(dump(chunk));
+  }
+
+  void send_response_event(const char* type, json fields) {
+    fields["type"] = type;
+    fields["sequence_number"] = sequence_++;
+    channel_->event(dump(fields), type);
+  }
+
+  json chat_message() const {
+    json message = {{"role", "assistant"},
+                    {"content", assistant_.content().empty() && !assistant_.tool_calls().empty()
+                                    ? json(nullptr)
+                                    : json(assistant_.content())}};
+    if (!assistant_.reasoning().empty()) message["reasoning_content"] = assistant_.reasoning();
+    if (!assistant_.tool_calls().empty()) {
+      json calls = json::array();
+      for (const auto& c : assistant_.tool_calls())
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      message["tool_calls"] = calls;
+    }
+    return message;
+  }
+
+  json response_object(const std::string& status) const {
+    json output = json::array();
+    if (!assistant_.reasoning().empty())
+      output.push_back({{"type", "reasoning"},
+                        {"id", reasoning_id_},
+                        {"summary", json::array()},
+                        {"content", json::array({{{"type", "reasoning_text"}, {"text", assistant_.reasoning()}}})}});
+    if (!assistant_.content().empty() || (status != "in_progress" && assistant_.tool_calls().empty()))
+      output.push_back({{"type", "message"},
+                        {"id", message_id_},
+                        {"status", status == "in_progress" ? "in_progress" : "completed"},
+                        {"role", "assistant"},
+                        {"content", json::array({{{"type", "output_text"}, {"text", assistant_.content()},
+                                                  {"annotations", json::array()}}})}});
+    for (const auto& c : assistant_.tool_calls())
+      output.push_back({{"type", "function_call"}, {"id", c.id}, {"call_id", c.id}, {"name", c.name},
+                        {"arguments", c.arguments}, {"status", "completed"}});
+    json r = {{"id", id_},     {"object", "response"},  {"created_at", created_},
+              {"status", status}, {"model", ctx_.served_model_name}, {"output", output},
+              {"incomplete_details", nullptr}};
+    if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    if (status != "in_progress") {
+      Usage u = usage_;
+      u.reasoning_tokens = assistant_.reasoning_tokens();
+      r["usage"] = u.responses();
+    }
+    return r;
+  }
+
+  void finish(const std::string& reason, const std::string& error) {
+    finished_ = true;
+    if (reason == "error") {
+      ApiError failure(500, "generation failed: " + error, "server_error");
+      if (stream_) {
+        channel_->event(dump(failure.to_json()));
+        if (api_ == Api::chat) channel_->event("[DONE]");
+        channel_->finish_events();
+      } else {
+        respond_json(*channel_, 500, failure.to_json());
+      }
+      ctx_.count(500);
+      return;
+    }
+    Usage u = usage_;
+    u.reasoning_tokens = assistant_.reasoning_tokens();
+    if (api_ == Api::chat) {
+      if (stream_) {
+        send_chunk(json::object(), reason);
+        if (include_usage_)
+          channel_->event(dump({{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_},
+                                {"model", ctx_.served_model_name}, {"choices", json::array()},
+                                {"usage", u.chat()}}));
+        channel_->event("[DONE]");
+        channel_->finish_events();
+      } else {
+        respond_json(*channel_, 200,
+                     {{"id", id_}, {"object", "chat.completion"}, {"created", created_},
+                      {"model", ctx_.served_model_name},
+                      {"choices", json::array({{{"index", 0}, {"message", chat_message()}, {"logprobs", nullptr},
+                                                {"finish_reason", reason}}})},
+                      {"usage", u.chat()}});
+      }
+    } else {
+      const json response = response_object(reason == "length" ? "incomplete" : "completed");
+      if (stream_) {
+        send_response_event("response.completed", {{"response", response}});
+        channel_->finish_events();
+      } else {
+        respond_json(*channel_, 200, response);
+      }
+    }
+    ctx_.count(200);
+  }
+
+  JobContext ctx_;
+  std::shared_ptr<ResponseChannel> channel_;
+  Api api_;
+  bool stream_;
+  bool include_usage_;
+  AssistantStream assistant_;
+  EngineJob job_;
+  Usage usage_;
+  TokenId last_token_ = -1;
+  bool finished_ = false;
+  int64_t sequence_ = 0;
+  std::string id_, message_id_, reasoning_id_;
+  int64_t created_;
+};
+
+}  // namespace
+
+void start_assistant_job(JobContext ctx, std::shared_ptr<ResponseChannel> channel, AssistantApi api,
+                         AssistantRequest request) {
+  auto job = std::make_shared<AssistantJob>(std::move(ctx), std::move(channel), api, request.stream,
+                                            request.include_usage, std::move(request.stops), request.r1_reply);
+  job->start(std::move(request.spec));
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,56 @@
+// Request bodies of /v1/chat/completions, /v1/completions and /v1/responses turned into engine requests, without
+// an engine: the body parsed (depth-limited), every field checked (request_fields.h), unsupported parameters
+// refused, the conversation rendered as Harmony and tokenised, token ids and lengths checked against the model.
+// Any problem is an ApiError (400 naming the field, 404 for another model). The server runs this on its render
+// workers; the request fuzz target (fuzz/openai_request_fuzz.cc) drives it directly.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/request_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+// What the requests are checked against.
+struct RequestContext {
+  const Tokenizer& tokenizer;
+  std::string served_model_name;
+  int32_t vocab_size = 0;           // the model's: token ids of a prompt must be below it
+  int64_t max_sequence_tokens = 0;  // prompt plus output, as the engine can hold it
+  std::vector<TokenId> eos_token_ids;
+  RequestLimits limits;
+  // The sampling seed of a request (each prompt of a completions batch) that gives none: drawn per request
+  // from the server's --seed.
+  std::function<uint64_t()> draw_seed;
+  // A DeepSeek-R1 model (the DeepSeek-V3 family): chat in R1's template (r1_conversation.h), no Responses API.
+  bool r1_chat = false;
+};
+
+// A chat completion or a Responses API response: Harmony in, Harmony out (or R1's template and replies).
+struct AssistantRequest {
+  RequestSpec spec;
+  bool stream = false;
+  bool include_usage = false;
+  std::vector<std::string> stops;
+  bool r1_reply = false;  // the reply is read as DeepSeek-R1's: reasoning up to </think>, then content
+};
+
+AssistantRequest chat_request(std::string_view body, const RequestContext& ctx);
+AssistantRequest responses_request(std::string_view body, const RequestContext& ctx);
+
+// /v1/completions: one engine request per prompt, raw text out.
+struct CompletionRequest {
+  std::vector<RequestSpec> specs;
+  bool stream = false;
+  bool include_usage = false;
+  std::vector<std::string> stops;
+};
+
+CompletionRequest completion_request(std::string_view body, const RequestContext& ctx);
+
+}  // namespace moeserve::server

@@ -1,0 +1,138 @@
+// The first things a user meets, through the moeserve binary: make-tiny does not write over a directory unless
+// told to, and names original-layout shards as OpenAI does; --model naming a file, a KV cache that cannot hold one
+// sequence of --max-model-len and --device cuda without a GPU each fail at start saying what is wrong; acceptance by
+// position reads zeros when nothing was accepted.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "test_util.h"
+#include "util/files.h"
+
+namespace moeserve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+testing::CommandResult moeserve(const std::string& arguments) {
+  return testing::run_command(std::string(MOESERVE_BINARY) + " " + arguments);
+}
+
+TEST(MakeTinyCli, RefusesANonEmptyDirectoryUnlessForced) {
+  const std::string dir = testing::temp_dir("make-tiny-cli") + "/model";
+  const auto first = moeserve("make-tiny --out " + dir);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto again = moeserve("make-tiny --out " + dir + " --seed 2");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.output, HasSubstr("make-tiny --out " + dir + ": the directory is not empty"));
+  EXPECT_THAT(again.output, HasSubstr("pass --force"));
+  EXPECT_TRUE(file_exists(dir + "/model.safetensors"));  // untouched
+
+  // --force writes the new checkpoint and drops the old one's weights, so the loader sees only the new files.
+  const auto forced = moeserve("make-tiny --out " + dir + " --force --layout original --shards 2");
+  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_FALSE(file_exists(dir + "/model.safetensors"));
+  // OpenAI's original/ folder names its shards model--00001-of-00007.safetensors (gpt-oss-120b).
+  EXPECT_TRUE(file_exists(dir + "/model--00001-of-00002.safetensors"));
+  EXPECT_TRUE(file_exists(dir + "/model--00002-of-00002.safetensors"));
+  EXPECT_THAT(read_text_file(dir + "/model.safetensors.index.json"), HasSubstr("model--00002-of-00002.safetensors"));
+  const auto loads = moeserve("generate --model " + dir + " --tokens 200006,17360 --max-tokens 2 --temperature 0");
+  EXPECT_EQ(loads.exit_code, 0) << loads.output;
+
+  const std::string file = dir + "/config.json";
+  const auto onto_a_file = moeserve("make-tiny --out " + file);
+  EXPECT_EQ(onto_a_file.exit_code, 1);
+  EXPECT_THAT(onto_a_file.output, HasSubstr("a file of that name exists"));
+}
+
+TEST(ServeCli, AModelFileIsNotADirectory) {
+  const std::string config = testing::tiny_model() + "/config.json";
+  const auto result = moeserve("serve --model " + config);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.output, HasSubstr("--model " + config + " is a file, not a directory: give the model directory"));
+  EXPECT_THAT(result.output, Not(HasSubstr("does not exist")));
+}
+
+TEST(ServeCli, AKvCacheThatCannotHoldOneSequenceRefusesToStart) {
+  const std::string model = testing::tiny_model();
+  // The tiny model's context is 131072 tokens: 8197 blocks of 16 (its sliding layers keep only their window).
+  const auto small = moeserve("serve --model " + model + " --kv-cache-size 16MiB");
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_THAT(small.output, HasSubstr("the KV cache (512 blocks of 16 tokens, 16.0 MiB) cannot hold one sequence of "
+                                      "131072 tokens"));
+  EXPECT_THAT(small.output, HasSubstr("which needs 8197 blocks (256.2 MiB): give --kv-cache-size 257MiB or more, or "
+                                      "a smaller --max-model-len"));
+  // The same cache with a shorter --max-model-len runs (a bench, which ends by itself).
+  const std::string dir = testing::temp_dir("kv-max-model-len");
+  const auto bounded = moeserve("bench --model " + model +
+                                " --kv-cache-size 16MiB --max-model-len 4096 --dataset synthetic --synthetic-samples 2 "
+                                "--synthetic-input 8 --synthetic-output 4 --accuracy --scenario offline --no-progress "
+                                "--output-dir " +
+                                dir);
+  EXPECT_EQ(bounded.exit_code, 0) << bounded.output;
+}
+
+TEST(RunnerCli, DeviceCudaWithoutAGpuSaysThereIsNone) {
+  const auto result =
+      moeserve("generate --model " + testing::tiny_model() + " --device cuda --tokens 1,2 --max-tokens 1");
+  if (result.exit_code == 0) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(result.exit_code, 1);
+  // A build without CUDA says so; a CUDA build on a machine without a GPU or driver says there is no device, not
+  // that the (absent) driver is too old.
+  EXPECT_THAT(result.output, ::testing::AnyOf(HasSubstr("--device cuda: moeserve was built without CUDA"),
+                                              HasSubstr("--device cuda: no CUDA device found")));
+  EXPECT_THAT(result.output, Not(HasSubstr("insufficient")));
+}
+
+TEST(GenerateCli, AcceptanceByPositionIsZeroWhenNothingWasAccepted) {
+  // The test_random drafter proposes random tokens of the 201,088-token vocabulary: the target accepts none.
+  const auto result = moeserve("generate --model " + testing::tiny_model() +
+                               " --tokens 200006,17360,200008 --max-tokens 8 --temperature 0 --speculative-config "
+                               "'{\"method\":\"test_random\",\"num_speculative_tokens\":3}'");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("acceptance length 1.000"));
+  EXPECT_THAT(result.output, HasSubstr("acceptance by position [0, 0, 0]"));
+}
+
+// Every flag the README's command examples use exists: each `build/moeserve COMMAND ...` line of a code block, with
+// its continuation lines, against `moeserve COMMAND --help`.
+TEST(Readme, EveryFlagOfTheExamplesExists) {
+  std::istringstream readme(read_text_file(MOESERVE_SOURCE_DIR "/README.md"));
+  std::map<std::string, std::set<std::string>> flags;
+  const std::regex command_line(R"(^    build/moeserve ([a-z-]+)(.*))");
+  const std::regex flag(R"(--[a-z0-9][a-z0-9-]*)");
+  std::string command;
+  for (std::string line; std::getline(readme, line);) {
+    std::smatch m;
+    std::string rest;
+    if (std::regex_match(line, m, command_line)) {
+      command = m[1];
+      rest = m[2];
+    } else if (!command.empty() && line.rfind("        ", 0) == 0) {
+      rest = line;
+    } else {
+      command.clear();
+      continue;
+    }
+    for (std::sregex_iterator it(rest.begin(), rest.end(), flag), end; it != end; ++it)
+      flags[command].insert(it->str());
+  }
+  ASSERT_GE(flags.size(), 8u);
+  EXPECT_TRUE(flags["bench"].contains("--max-consecutive-failures"));  // continuation lines are read
+  for (const auto& [name, used] : flags) {
+    const auto help = moeserve(name + " --help");
+    ASSERT_EQ(help.exit_code, 0) << name;
+    for (const std::string& f : used)  // the whole flag, not a prefix of a longer one
+      EXPECT_TRUE(std::regex_search(help.output, std::regex(f + "(?![a-z0-9-])")))
+          << "README: moeserve " << name << " " << f;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve

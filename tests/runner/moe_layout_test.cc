@@ -1,0 +1,148 @@
+// The wgmma expert GEMMs' index algebra and MXFP4 conversion (runner/cuda/moe_layout.h), on the CPU: the same
+// functions the kernels run, with the two instructions emulated from the PTX ISA. The hardware side is modelled
+// from the PTX ISA too: wgmma reads a K-major 128-byte-swizzled operand at start + (n / 8) SBO + (n % 8) 128 +
+// 2 k, address bits [4:6] XOR bits [7:9] (9.7.15.5.1.2); A register r of lane (g, c) holds row g + 8 (r % 2),
+// k 2c + 8 (r / 2) + {0, 1} of its warp's 16 rows (CuTe's ALayout_64x16). The kernels themselves are checked
+// against cpu::expert_linear on a GPU (tests/runner/cuda/moe_test.cc).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <map>
+#include <random>
+#include <set>
+
+#include "model/mxfp4.h"
+#include "runner/cuda/moe_layout.h"
+#include "util/bfloat16.h"
+
+namespace moeserve::cuda {
+namespace {
+
+// Where wgmma reads element (row n, k) of a k16 slab whose descriptor is `descriptor`.
+uint32_t wgmma_address(uint64_t descriptor, uint32_t n, uint32_t k) {
+  EXPECT_EQ(descriptor >> 62, 1u) << "128-byte swizzle";
+  EXPECT_EQ((descriptor >> 49) & 7u, 0u) << "base offset";
+  const uint32_t start = static_cast<uint32_t>(descriptor & 0x3fffu) << 4;
+  const uint32_t stride = static_cast<uint32_t>((descriptor >> 32) & 0x3fffu) << 4;
+  const uint32_t address = start + (n / 8) * stride + (n % 8) * 128 + 2 * k;
+  return address ^ (((address >> 7) & 7u) << 4);
+}
+
+TEST(MoeLayout, BytePermuteFollowsThePtxDefinition) {
+  EXPECT_EQ(byte_permute(0x33221100u, 0x77665544u, 0x3210u), 0x33221100u);
+  EXPECT_EQ(byte_permute(0x33221100u, 0x77665544u, 0x7654u), 0x77665544u);
+  EXPECT_EQ(byte_permute(0x33221100u, 0x77665544u, 0x0415u), 0x00441155u);
+  // Selector bit 3 replicates the selected byte's sign bit.
+  EXPECT_EQ(byte_permute(0x7f80u, 0u, 0x4498u), 0x000000ffu);
+  EXPECT_EQ(byte_permute(0x7f80u, 0u, 0x4409u), 0x00008000u);
+}
+
+TEST(MoeLayout, Bf16MultiplyRoundsToNearestEvenAndKeepsSubnormals) {
+  // 1.5 * 1.5 = 2.25 exactly; 2^-127 (subnormal) * 2^-1 = 2^-128 (subnormal); 1 + 2^-7 squared rounds to even.
+  EXPECT_EQ(bf16x2_multiply(0x3fc0u, 0x3fc0u) & 0xffffu, 0x4010u);
+  EXPECT_EQ(bf16x2_multiply(0x0040u, 0x3f00u) & 0xffffu, 0x0020u);
+  EXPECT_EQ(bf16x2_multiply(0x3f81u, 0x3f81u) & 0xffffu, 0x3f82u);
+  EXPECT_EQ(bf16x2_multiply(0x3fc0u << 16, 0x4000u << 16) >> 16, 0x4040u);
+}
+
+// Every byte value at every position of a word, at every scale the upload accepts (0..128): each of the eight
+// bf16 values equals the e2m1 value times 2^(scale - 127) exactly, low nibble first.
+TEST(MoeLayout, Mxfp4WordsBecomeTheExactBf16Values) {
+  std::mt19937 rng(7);
+  for (uint32_t scale = 0; scale <= 128; ++scale) {
+    const float factor = e8m0_to_float(static_cast<uint8_t>(scale));
+    for (int position = 0; position < 4; ++position)
+      for (uint32_t byte = 0; byte < 256; ++byte) {
+        const uint32_t word = (static_cast<uint32_t>(rng()) & ~(0xffu << (8 * position))) | byte << (8 * position);
+        uint32_t out[4];
+        mxfp4_word_to_bf16(word, mxfp4_scale_bf16x2(scale), out);
+        for (int value = 0; value < 8; ++value) {
+          const uint32_t nibble = (word >> (4 * value)) & 0xfu;
+          const uint16_t expected = float_to_bf16(kFp4Values[nibble] * factor);
+          const uint16_t got = static_cast<uint16_t>(out[value / 2] >> (16 * (value % 2)));
+          ASSERT_EQ(got, expected) << "scale " << scale << " word " << std::hex << word << " value " << value;
+        }
+      }
+  }
+}
+
+// Both prefill operands are written in natural k order, chunk by chunk, into swizzled tiles: wgmma's read of
+// (row n, k) of slab k16 must find what the producer stored for (n, 16 k16 + k).
+TEST(MoeLayout, PrefillTilesReadBackThroughTheDescriptor) {
+  const uint32_t base = 3 * kSwizzleAtomBytes;
+  for (uint32_t rows : {64u, 192u}) {
+    std::map<uint32_t, std::pair<uint32_t, uint32_t>> stored;  // address -> (row, k)
+    for (uint32_t row = 0; row < rows; ++row)
+      for (uint32_t chunk = 0; chunk < 8; ++chunk)
+        for (uint32_t i = 0; i < 8; ++i)
+          ASSERT_TRUE(stored.emplace(base + swizzled_chunk_offset(row, chunk) + 2 * i, std::pair{row, 8 * chunk + i}).second);
+    for (uint32_t k16 = 0; k16 < 4; ++k16) {
+      const uint64_t descriptor = sw128_descriptor(base + 32 * k16);
+      for (uint32_t n = 0; n < rows; ++n)
+        for (uint32_t k = 0; k < 16; ++k) {
+          const auto it = stored.find(wgmma_address(descriptor, n, k));
+          ASSERT_NE(it, stored.end());
+          EXPECT_EQ(it->second, (std::pair{n, 16 * k16 + k})) << "rows " << rows << " k16 " << k16;
+        }
+    }
+  }
+}
+
+// The decode kernel's A registers (one word of an MXFP4 block per thread and row) and its B tile (activation
+// pairs placed by activation_pair_offset, two 64-k sub-tiles per 128-k step) must pair the same actual k at every
+// logical k, and cover each (row, k) of the step exactly once.
+TEST(MoeLayout, DecodeOperandsAgreeOnEveryK) {
+  const uint32_t base = kSwizzleAtomBytes;
+  for (uint32_t tile_rows : {16u, 32u, 64u}) {
+    std::map<uint32_t, uint32_t> stored;  // address -> actual k of the step, for token row n
+    const uint32_t n = tile_rows - 3;
+    for (uint32_t block = 0; block < 4; ++block)
+      for (uint32_t pair = 0; pair < 16; ++pair)
+        for (uint32_t e = 0; e < 2; ++e)
+          ASSERT_TRUE(stored.emplace(base + activation_pair_offset(tile_rows, n, block, pair) + 2 * e,
+                                     32 * block + 2 * pair + e).second);
+    std::set<std::pair<uint32_t, uint32_t>> covered;  // (row m, actual k)
+    for (uint32_t warp = 0; warp < 4; ++warp)
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        const uint32_t g = lane / 4, c = lane % 4;
+        for (uint32_t block = 0; block < 4; ++block)
+          for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t k16 = 2 * block + half;
+            // The kernel's descriptor for slab k16: sub-tile k16 / 4, 32 bytes a slab inside it.
+            const uint64_t descriptor = sw128_descriptor(base + (k16 / 4) * tile_rows * kSwizzleRowBytes + 32 * (k16 % 4));
+            for (uint32_t r = 0; r < 4; ++r)
+              for (uint32_t e = 0; e < 2; ++e) {
+                const uint32_t m = 16 * warp + g + 8 * (r % 2), logical_k = 2 * c + 8 * (r / 2) + e;
+                // Register r comes from byte 2 half + r / 2 of word c (mxfp4_word_half_to_bf16's two outputs).
+                const uint32_t byte = 4 * c + 2 * half + r / 2, weight_k = 32 * block + 2 * byte + e;
+                const auto it = stored.find(wgmma_address(descriptor, n, logical_k));
+                ASSERT_NE(it, stored.end());
+                EXPECT_EQ(it->second, weight_k) << "rows " << tile_rows << " warp " << warp << " lane " << lane
+                                                << " k16 " << k16 << " r " << r;
+                EXPECT_TRUE(covered.emplace(m, weight_k).second);
+              }
+          }
+      }
+    EXPECT_EQ(covered.size(), 64u * 128u);
+  }
+}
+
+TEST(MoeLayout, SwigluRowsPairInOneThread) {
+  std::set<uint32_t> rows;
+  for (uint32_t m = 0; m < 64; ++m) {
+    rows.insert(block_weight_row(m, true));
+    EXPECT_EQ(block_weight_row(m, false), m);
+  }
+  EXPECT_EQ(rows.size(), 64u);
+  EXPECT_EQ(*rows.rbegin(), 63u);
+  // Fragment rows g and g + 8 of warp slab w: gate 2j and up 2j + 1 of the same j.
+  for (uint32_t w = 0; w < 4; ++w)
+    for (uint32_t g = 0; g < 8; ++g) {
+      const uint32_t gate = block_weight_row(16 * w + g, true), up = block_weight_row(16 * w + g + 8, true);
+      EXPECT_EQ(gate % 2, 0u);
+      EXPECT_EQ(up, gate + 1);
+    }
+}
+
+}  // namespace
+}  // namespace moeserve::cuda

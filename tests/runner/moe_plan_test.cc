@@ -1,0 +1,120 @@
+// The MoE expert GEMMs' host-side plan (runner/cuda/moe_plan.h) on the CPU: path choice by rows per expert, the
+// grouping's tile bound against every way of spreading rows over experts, the persistent grids, and clear errors
+// for shapes the kernels cannot take.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "runner/cuda/moe_plan.h"
+#include "util/error.h"
+
+namespace moeserve::cuda {
+namespace {
+
+void expect_error(const std::function<void()>& call, const std::string& fragment) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one containing \"" << fragment << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoePlan, PathFollowsRowsPerExpert) {
+  // gpt-oss-120b: top-4 of 128, so rows per expert = tokens / 32.
+  EXPECT_EQ(choose_moe_path(false, 8192, 4, 128), MoePath::reference);
+  EXPECT_EQ(choose_moe_path(true, 1, 4, 128), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(true, 127, 4, 128), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(true, 128, 4, 128), MoePath::decode_x2);
+  EXPECT_EQ(choose_moe_path(true, 768, 4, 128), MoePath::decode_x2);
+  EXPECT_EQ(choose_moe_path(true, 769, 4, 128), MoePath::decode_wgmma_n32);
+  EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_wgmma_n32);
+  EXPECT_EQ(choose_moe_path(true, 1025, 4, 128), MoePath::decode_wgmma_n64);
+  EXPECT_EQ(choose_moe_path(true, 3072, 4, 128), MoePath::decode_wgmma_n64);
+  EXPECT_EQ(choose_moe_path(true, 3073, 4, 128), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma);
+  // gpt-oss-20b: top-4 of 32.
+  EXPECT_EQ(choose_moe_path(true, 31, 4, 32), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(true, 32, 4, 32), MoePath::decode_x2);
+  EXPECT_EQ(choose_moe_path(true, 1024, 4, 32), MoePath::prefill_wgmma);
+  expect_error([] { choose_moe_path(true, -1, 4, 128); }, "-1 tokens");
+}
+
+TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
+  for (int64_t tokens = 0; tokens <= 20000; tokens += 7) {
+    const MoePath path = choose_moe_path(true, tokens, 4, 128);
+    const double per_expert = tokens * 4.0 / 128;
+    // A decode_wgmma tile holds at least two thirds of the mean rows per expert (most experts take one or two
+    // tiles), and the GEMV is left before its 16-row tiles re-read an expert more than twice on average.
+    if (path == MoePath::decode_wgmma_n16 || path == MoePath::decode_wgmma_n32 || path == MoePath::decode_wgmma_n64)
+      EXPECT_GE(moe_rows_per_tile(path), per_expert / 1.5) << tokens;
+    if (path == MoePath::decode_x2) EXPECT_LE(per_expert, 2.0 * moe_rows_per_tile(path)) << tokens;
+  }
+  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma), kMoePrefillTileRows);
+  EXPECT_EQ(moe_rows_per_tile(MoePath::decode_x2), 16);
+}
+
+TEST(MoePlan, PathNamesRoundTrip) {
+  for (MoePath path : kMoePaths) EXPECT_EQ(parse_moe_path(moe_path_name(path)), path);
+  expect_error([] { parse_moe_path("decode-wgmma"); }, "known: reference, decode-x1");
+}
+
+// The tile list's capacity bound holds for every split of `rows` rows over `experts` experts (small cases,
+// exhaustively), and is reached by some split.
+TEST(MoePlan, MaxTilesBoundsEverySplit) {
+  for (int experts = 1; experts <= 4; ++experts)
+    for (int rows = 0; rows <= 12; ++rows)
+      for (int per_tile : {1, 2, 3, 8}) {
+        int worst = 0;
+        std::function<void(int, int, int)> split = [&](int expert, int left, int tiles) {
+          if (expert == experts - 1) {
+            worst = std::max(worst, tiles + (left + per_tile - 1) / per_tile);
+            return;
+          }
+          for (int c = 0; c <= left; ++c) split(expert + 1, left - c, tiles + (c + per_tile - 1) / per_tile);
+        };
+        split(0, rows, 0);
+        const int bound = moe_max_tiles(rows, per_tile, experts);
+        EXPECT_GE(bound, worst) << rows << " rows, " << experts << " experts, tiles of " << per_tile;
+        EXPECT_LE(bound, worst + experts) << rows << " rows, " << experts << " experts, tiles of " << per_tile;
+      }
+  expect_error([] { moe_max_tiles(int64_t{1} << 40, 1, 256); }, "rows make up to");
+  expect_error([] { moe_max_tiles(-1, 8, 4); }, "for -1 rows");
+}
+
+TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
+  // gpt-oss-120b prefill of 8,192 tokens: 32,768 rows, first projection 5,760 wide: 30 weight tiles of 192.
+  const MoeGrid prefill = moe_prefill_wgmma_grid(32768, 5760, 2880, 128, 132);
+  EXPECT_EQ(prefill.weight_tiles, 30);
+  EXPECT_EQ(prefill.blocks, 132);
+  // Decode at batch 1,024: 4,096 rows; second projection 2,880 wide: 6 slices of 512.
+  const MoeGrid decode = moe_decode_wgmma_grid(4096, 32, 2880, 2880, 128, 132);
+  EXPECT_EQ(decode.weight_tiles, 6);
+  EXPECT_EQ(decode.blocks, 132);
+  // A handful of rows: fewer items than SMs.
+  const MoeGrid small = moe_decode_wgmma_grid(3, 16, 96, 160, 4, 132);
+  EXPECT_EQ(small.weight_tiles, 1);
+  EXPECT_EQ(small.blocks, moe_max_tiles(3, 16, 4));
+  EXPECT_EQ(moe_prefill_wgmma_grid(0, 5760, 2880, 128, 132).blocks, 0);
+  expect_error([] { moe_decode_wgmma_grid(64, 16, 2880, 2880, 128, 0); }, "0 multiprocessors");
+  expect_error([] { moe_prefill_wgmma_grid(64, 0, 2880, 128, 132); }, "out_features 0");
+  // 2^30 rows of a 2^24-wide input on one SM: more 64-k steps than an int counts.
+  expect_error([] { moe_prefill_wgmma_grid(int64_t{1} << 30, 192, int64_t{1} << 24, 1, 1); }, "pipeline steps");
+}
+
+TEST(MoePlan, ShapeChecksNameTheKernelAndTheValue) {
+  check_moe_gemm_shape("k", 0, 5760, 2880, 128);
+  check_moe_gemm_shape("k", 1 << 20, 2, 32, 1);
+  expect_error([] { check_moe_gemm_shape("moe_x", -1, 64, 64, 4); }, "moe_x: -1 grouped rows");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 63, 64, 4); }, "moe_x: out_features 63");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 0, 64, 4); }, "out_features 0");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 64, 48, 4); }, "in_features 48");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 64, int64_t{1} << 25, 4); }, "in_features 33554432");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 64, 64, 0); }, "0 experts");
+  expect_error([] { check_moe_gemm_shape("moe_x", 8, 64, 64, 257); }, "257 experts");
+}
+
+}  // namespace
+}  // namespace moeserve::cuda

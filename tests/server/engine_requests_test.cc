@@ -1,0 +1,281 @@
+// Request bodies to engine requests without a server (server/engine_requests.h): the depth limit, checked
+// fields named by their path, token ids, the request limits, unsupported parameters, seeds. Every refusal must be
+// an ApiError (never another exception) with the status, message and parameter a client can act on.
+#include "server/engine_requests.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "server/server_harness.h"
+
+namespace moeserve::server {
+namespace {
+
+using nlohmann::json;
+
+struct Context {
+  std::atomic<uint64_t> draws{0};
+  RequestContext ctx{*testing::tokenizer(), "m", 201088, 4096, {200002}, RequestLimits{},
+                     [this] { return 1000 + draws++; }};
+};
+
+const json kUser = json::array({{{"role", "user"}, {"content", "Hi"}}});
+
+json chat(json extra = json::object()) {
+  json body = {{"model", "m"}, {"messages", kUser}};
+  body.update(extra);
+  return body;
+}
+json completion(json extra = json::object()) {
+  json body = {{"model", "m"}, {"prompt", "Hi"}};
+  body.update(extra);
+  return body;
+}
+json responses(json extra = json::object()) {
+  json body = {{"model", "m"}, {"input", "Hi"}};
+  body.update(extra);
+  return body;
+}
+
+enum class Api { chat, completions, responses };
+
+// The ApiError a body gets, or a failure when it is accepted or throws something else.
+ApiError refusal(Api api, const std::string& body) {
+  Context c;
+  try {
+    switch (api) {
+      case Api::chat: chat_request(body, c.ctx); break;
+      case Api::completions: completion_request(body, c.ctx); break;
+      case Api::responses: responses_request(body, c.ctx); break;
+    }
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body.substr(0, 300);
+  return ApiError(0, "");
+}
+
+void expect_refused(Api api, const json& body, const std::string& fragment, const std::string& param,
+                    unsigned status = 400) {
+  const ApiError e = refusal(api, body.dump());
+  EXPECT_EQ(e.status(), status) << body.dump().substr(0, 300);
+  EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  EXPECT_EQ(e.to_json()["error"]["param"], param.empty() ? json(nullptr) : json(param)) << e.what();
+}
+
+std::string nested(const std::string& open, const std::string& close, size_t levels, const std::string& inside = "") {
+  std::string s;
+  s.reserve(levels * (open.size() + close.size()) + inside.size());
+  for (size_t i = 0; i < levels; ++i) s += open;
+  s += inside;
+  for (size_t i = 0; i < levels; ++i) s += close;
+  return s;
+}
+
+TEST(EngineRequests, JsonNestedAMillionDeepIsRefusedAnywhere) {
+  const std::string deep_list = nested("[", "]", 1'000'000);
+  const std::string deep_object = nested("{\"a\":", "}", 1'000'000, "1");
+  for (const std::string& deep : {deep_list, deep_object}) {
+    for (const auto& [api, body] : std::vector<std::pair<Api, std::string>>{
+             {Api::chat, R"({"model":"m","messages":)" + deep + "}"},
+             {Api::chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":)" + deep + "}"},
+             {Api::responses, R"({"model":"m","input":)" + deep + "}"},
+             {Api::completions, R"({"model":"m","prompt":)" + deep + "}"}}) {
+      const ApiError e = refusal(api, body);
+      EXPECT_EQ(e.status(), 400u);
+      EXPECT_STREQ(e.what(), "request JSON nested deeper than 64 levels");
+    }
+  }
+}
+
+TEST(EngineRequests, DepthLimitIsSixtyFourLevelsIncludingToolSchemas) {
+  // The body is level 1, tools 2, the tool 3, function 4; then each schema level is two (the schema and its
+  // properties), from the parameters at 5; then the leaf.
+  auto with_schema = [](size_t levels, const std::string& leaf) {
+    return R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":)"
+           R"({"name":"f","parameters":)" +
+           nested(R"({"type":"object","properties":{"p":)", "}}", levels, leaf) + "}}]}";
+  };
+  Context c;
+  EXPECT_NO_THROW(chat_request(with_schema(29, "[{}]"), c.ctx));  // 4 + 58 + 2 = 64 levels
+  EXPECT_STREQ(refusal(Api::chat, with_schema(29, "[[{}]]")).what(), "request JSON nested deeper than 64 levels");
+}
+
+TEST(EngineRequests, WrongTypesNameTheFieldPath) {
+  const std::vector<std::tuple<Api, json, std::string, std::string>> cases = {
+      {Api::chat, chat({{"tools", {{{"type", 1}}}}}), "'tools[0].type' must be a string", "tools[0].type"},
+      {Api::chat, chat({{"tools", {nullptr}}}), "'tools[0].type' is required", "tools[0].type"},
+      {Api::chat, chat({{"tools", {json::array({1})}}}), "'tools[0]' must be an object", "tools[0]"},
+      {Api::chat, chat({{"tools", {{{"type", "code_interpreter"}}}}}), "only tools of type 'function'", "tools[0].type"},
+      {Api::chat, chat({{"tools", {{{"type", "function"}, {"function", {{"name", 7}}}}}}}),
+       "'tools[0].function.name' must be a string", "tools[0].function.name"},
+      {Api::chat, chat({{"tools", "all"}}), "'tools' must be a list", "tools"},
+      {Api::chat, chat({{"messages", {{{"role", nullptr}}}}}), "'messages[0].role' is required", "messages[0].role"},
+      {Api::chat, chat({{"messages", {{{"role", 5}}}}}), "'messages[0].role' must be a string", "messages[0].role"},
+      {Api::chat, chat({{"messages", {"hello"}}}), "'messages[0]' must be an object", "messages[0]"},
+      {Api::chat, chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", 3}}}}}}}}),
+       "'messages[0].content[0].text' must be a string", "messages[0].content[0].text"},
+      {Api::chat, chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}),
+       "only text parts are supported", "messages[0].content[0].type"},
+      {Api::chat,
+       chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"id", 5}, {"function", {{"name", "f"}}}}}}}}}}),
+       "'messages[0].tool_calls[0].id' must be a string", "messages[0].tool_calls[0].id"},
+      {Api::chat, chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"function", "f"}}}}}}}}),
+       "'messages[0].tool_calls[0].function' must be an object", "messages[0].tool_calls[0].function"},
+      {Api::chat, chat({{"reasoning", "high"}}), "'reasoning' must be an object", "reasoning"},
+      {Api::chat, chat({{"stream_options", true}}), "'stream_options' must be an object", "stream_options"},
+      {Api::chat, chat({{"stop", {1}}}), "'stop[0]' must be a string", "stop[0]"},
+      {Api::chat, chat({{"seed", 1.5}}), "'seed' must be an integer", "seed"},
+      {Api::chat, chat({{"model", nullptr}}), "'model' is required", "model"},
+      {Api::responses, responses({{"input", {{{"type", 1}}}}}), "'input[0].type' must be a string", "input[0].type"},
+      {Api::responses, responses({{"input", {7}}}), "'input[0]' must be an object", "input[0]"},
+      {Api::responses, responses({{"tools", {{{"type", 2}}}}}), "'tools[0].type' must be a string", "tools[0].type"},
+      {Api::responses, responses({{"input", {{{"type", "function_call"}, {"name", "f"}, {"call_id", 3}}}}}),
+       "'input[0].call_id' must be a string", "input[0].call_id"},
+      {Api::responses, responses({{"input", nullptr}}), "'input' is required", "input"},
+      {Api::completions, completion({{"prompt", {"a", 5}}}), "'prompt[1]' must be a string, a list of token ids",
+       "prompt[1]"},
+      {Api::completions, completion({{"stream", "yes"}}), "'stream' must be a boolean", "stream"},
+  };
+  for (const auto& [api, body, fragment, param] : cases) expect_refused(api, body, fragment, param);
+}
+
+TEST(EngineRequests, TokenIdsMustBeIntegersInsideTheVocabulary) {
+  const std::vector<json> bad = {json(uint64_t{1} << 32 | 5), json(uint64_t{1} << 63), json(INT64_MIN), json(-1),
+                                 json(201088), json(1.5), json("7"), json(nullptr)};
+  for (const json& id : bad) {
+    expect_refused(Api::completions, completion({{"prompt", {1, 2, id}}}), "a token id must be an integer from 0 to 201087",
+                   "prompt[2]");
+    expect_refused(Api::completions, completion({{"prompt", {{1}, {2, id}}}}), "the model's vocabulary", "prompt[1][1]");
+  }
+  Context c;
+  EXPECT_EQ(completion_request(completion({{"prompt", {0, 201087}}}).dump(), c.ctx).specs.at(0).prompt,
+            (std::vector<TokenId>{0, 201087}));
+}
+
+TEST(EngineRequests, LimitsOnToolsMessagesSchemasAndText) {
+  json tools = json::array();
+  for (int i = 0; i < 129; ++i) tools.push_back({{"type", "function"}, {"function", {{"name", "f" + std::to_string(i)}}}});
+  expect_refused(Api::chat, chat({{"tools", tools}}), "'tools' has 129 items; at most 128", "tools");
+  tools.erase(tools.end() - 1);
+  Context c;
+  EXPECT_NO_THROW(chat_request(chat({{"tools", tools}}).dump(), c.ctx));
+
+  json messages = json::array();
+  for (int i = 0; i < 4097; ++i) messages.push_back({{"role", "user"}, {"content", "x"}});
+  expect_refused(Api::chat, chat({{"messages", messages}}), "'messages' has 4097 items; at most 4096", "messages");
+  // Tool calls are turns too.
+  json calls = json::array();
+  for (int i = 0; i < 4096; ++i) calls.push_back({{"id", "c"}, {"function", {{"name", "f"}}}});
+  expect_refused(Api::chat, chat({{"messages", {{{"role", "assistant"}, {"tool_calls", calls}}}}}),
+                 "makes the conversation longer than 4096 messages", "messages[0].tool_calls[4095]");
+
+  const json big_schema = {{"type", "object"}, {"description", std::string(200 << 10, 'd')}};
+  expect_refused(Api::chat,
+                 chat({{"tools", {{{"type", "function"}, {"function", {{"name", "a"}, {"parameters", big_schema}}}},
+                                  {{"type", "function"}, {"function", {{"name", "b"}, {"parameters", big_schema}}}}}}}),
+                 "brings the tools' parameter schemas past 262144 bytes", "tools[1].function.parameters");
+
+  const std::string five_mib(5 << 20, 'x');
+  expect_refused(Api::chat, chat({{"messages", {{{"role", "user"}, {"content", five_mib}}, {{"role", "user"}, {"content", five_mib}}}}}),
+                 "takes the request's text past 8388608 bytes", "messages[1].content");
+  expect_refused(Api::completions, completion({{"prompt", {five_mib, five_mib}}}), "takes the request's text past",
+                 "prompt[1]");
+  expect_refused(Api::chat, chat({{"stop", std::string(257, 's')}}), "'stop' has 257 bytes; at most 256", "stop");
+  expect_refused(Api::chat, chat({{"stop", {"a", "b", "c", "d", "e"}}}), "at most 4 are allowed", "stop");
+}
+
+TEST(EngineRequests, UnsupportedParametersAre400UnlessNeutral) {
+  const std::vector<std::tuple<std::string, json, json>> parameters = {
+      {"response_format", {{"type", "json_object"}}, {{"type", "text"}}},
+      {"logit_bias", {{"50256", -100}}, json::object()},
+      {"presence_penalty", 0.5, 0},
+      {"frequency_penalty", -1, 0.0},
+      {"repetition_penalty", 1.2, 1},
+      {"best_of", 2, 1},
+      {"suffix", "end", ""},
+      {"store", true, false},
+      {"previous_response_id", "resp_1", nullptr},
+      {"functions", {{{"name", "f"}}}, json::array()},
+      {"min_tokens", 5, 0},
+      {"stop_token_ids", {13}, json::array()},
+      {"top_logprobs", 2, 0},
+  };
+  for (const auto& [name, asks, neutral] : parameters) {
+    for (const Api api : {Api::chat, Api::completions, Api::responses}) {
+      const json base = api == Api::chat ? chat() : api == Api::completions ? completion() : responses();
+      json refused = base, accepted = base, null = base;
+      refused[name] = asks;
+      accepted[name] = neutral;
+      null[name] = nullptr;
+      expect_refused(api, refused, "'" + name + "' is not supported", name);
+      Context c;
+      for (const json& body : {accepted, null}) {
+        switch (api) {
+          case Api::chat: EXPECT_NO_THROW(chat_request(body.dump(), c.ctx)) << body.dump(); break;
+          case Api::completions: EXPECT_NO_THROW(completion_request(body.dump(), c.ctx)) << body.dump(); break;
+          case Api::responses: EXPECT_NO_THROW(responses_request(body.dump(), c.ctx)) << body.dump(); break;
+        }
+      }
+    }
+  }
+  // min_tokens on completions holds when nothing can end the output early: ignore_eos and no stop strings.
+  {
+    Context c;
+    const json bench = completion({{"max_tokens", 64}, {"min_tokens", 64}, {"ignore_eos", true}});
+    EXPECT_TRUE(completion_request(bench.dump(), c.ctx).specs.at(0).stop_tokens.empty());
+  }
+  expect_refused(Api::completions, completion({{"max_tokens", 8}, {"min_tokens", 9}, {"ignore_eos", true}}),
+                 "above max_tokens", "min_tokens");
+  expect_refused(Api::completions, completion({{"min_tokens", 4}, {"ignore_eos", true}, {"stop", "x"}}),
+                 "'min_tokens' is not supported", "min_tokens");
+  // ignore_eos: vLLM's extension on completions; chat and Responses end at Harmony's stop tokens.
+  expect_refused(Api::chat, chat({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
+  expect_refused(Api::responses, responses({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
+  Context c;
+  EXPECT_TRUE(completion_request(completion({{"ignore_eos", true}}).dump(), c.ctx).specs.at(0).stop_tokens.empty());
+  expect_refused(Api::responses, responses({{"text", {{"format", {{"type", "json_schema"}}}}}}),
+                 "'text.format' is not supported", "text.format");
+  EXPECT_NO_THROW(responses_request(responses({{"text", {{"format", {{"type", "text"}}}}}}).dump(), c.ctx));
+}
+
+TEST(EngineRequests, UnseededRequestsDrawASeedAndGivenSeedsAreKept) {
+  Context c;
+  EXPECT_EQ(chat_request(chat().dump(), c.ctx).spec.sampling.seed, 1000u);
+  EXPECT_EQ(chat_request(chat().dump(), c.ctx).spec.sampling.seed, 1001u);
+  EXPECT_EQ(chat_request(chat({{"seed", 5}}).dump(), c.ctx).spec.sampling.seed, 5u);
+  EXPECT_EQ(chat_request(chat({{"seed", -1}}).dump(), c.ctx).spec.sampling.seed, UINT64_MAX);
+  // Each prompt of a batch is a request of its own: its own draw, or the given seed for all.
+  const CompletionRequest batch = completion_request(completion({{"prompt", {"a", "b"}}}).dump(), c.ctx);
+  EXPECT_NE(batch.specs.at(0).sampling.seed, batch.specs.at(1).sampling.seed);
+  const CompletionRequest seeded = completion_request(completion({{"prompt", {"a", "b"}}, {"seed", 9}}).dump(), c.ctx);
+  EXPECT_EQ(seeded.specs.at(0).sampling.seed, 9u);
+  EXPECT_EQ(seeded.specs.at(1).sampling.seed, 9u);
+}
+
+TEST(EngineRequests, ValidRequestsBecomeTheExpectedEngineRequests) {
+  Context c;
+  const AssistantRequest a = chat_request(
+      chat({{"stream", true}, {"stream_options", {{"include_usage", true}}}, {"stop", {"x", ""}}, {"max_tokens", 7},
+            {"temperature", 0.5}})
+          .dump(),
+      c.ctx);
+  EXPECT_TRUE(a.stream);
+  EXPECT_TRUE(a.include_usage);
+  EXPECT_EQ(a.stops, std::vector<std::string>{"x"});
+  EXPECT_EQ(a.spec.max_tokens, 7);
+  EXPECT_FLOAT_EQ(a.spec.sampling.temperature, 0.5f);
+  EXPECT_EQ(testing::tokenizer()->decode(a.spec.prompt).substr(0, 9), "<|start|>");
+  const CompletionRequest r = completion_request(completion({{"prompt", {"Hello", {1, 2}}}}).dump(), c.ctx);
+  ASSERT_EQ(r.specs.size(), 2u);
+  EXPECT_EQ(r.specs[0].prompt, testing::encode("Hello"));
+  EXPECT_EQ(r.specs[1].prompt, (std::vector<TokenId>{1, 2}));
+  EXPECT_EQ(r.specs[0].max_tokens, 16);  // OpenAI's default for completions
+  EXPECT_EQ(r.specs[0].stop_tokens, std::vector<TokenId>{200002});
+  expect_refused(Api::completions, completion({{"max_tokens", 5000}}), "leaves room for", "max_tokens");
+  expect_refused(Api::chat, chat({{"model", "other"}}), "does not exist", "model", 404);
+}
+
+}  // namespace
+}  // namespace moeserve::server

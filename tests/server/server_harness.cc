@@ -1,0 +1,101 @@
+#include "server/server_harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "runner/cpu/cpu_runner.h"
+#include "test_util.h"
+
+namespace moeserve::testing {
+
+using nlohmann::json;
+
+std::shared_ptr<const Tokenizer> tokenizer() {
+  static std::shared_ptr<const Tokenizer> t = Tokenizer::o200k_harmony();
+  return t;
+}
+
+std::shared_ptr<const Checkpoint> tiny_checkpoint() {
+  static auto c = std::shared_ptr<const Checkpoint>(Checkpoint::open(tiny_model()));
+  return c;
+}
+
+std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(tiny_checkpoint(), 2); }
+
+std::vector<int32_t> encode(const std::string& text) { return tokenizer()->encode(text, AllowedSpecial::all()); }
+
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config)
+    : ServerHarness(std::move(runner), testing::tokenizer(), std::move(options), std::move(config)) {}
+
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                             server::ServerOptions options, EngineConfig config) {
+  if (config.num_kv_blocks == 0 && config.kv_cache_bytes == 0) config.num_kv_blocks = 4096;
+  engine = std::make_shared<Engine>(std::move(runner), config);
+  options.http.port = 0;
+  options.served_model_name = "tiny";
+  server = std::make_unique<server::OpenAiServer>(engine, std::move(tokenizer), options);
+  server->start();
+  port = server->port();
+}
+
+void expect_error(const HttpResult& r, unsigned status, const std::string& fragment, const std::string& param) {
+  EXPECT_EQ(r.status, status) << r.body;
+  json body = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(body.is_object() && body.contains("error")) << r.body;
+  EXPECT_NE(body["error"]["message"].get<std::string>().find(fragment), std::string::npos) << r.body;
+  EXPECT_TRUE(body["error"].contains("type"));
+  if (!param.empty()) {
+    EXPECT_EQ(body["error"]["param"], param) << r.body;
+  }
+}
+
+ServeProcess::ServeProcess(const std::vector<std::string>& arguments)
+    : log_path_(temp_dir("serve") + "/serve.log") {
+  std::vector<std::string> argv = {MOESERVE_BINARY, "serve", "--port", "0"};
+  argv.insert(argv.end(), arguments.begin(), arguments.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    if (freopen(log_path_.c_str(), "w", stderr) == nullptr) _exit(126);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(MOESERVE_BINARY, args.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 1200 && port_ == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string text = log();
+    const auto at = text.find("on http://127.0.0.1:");
+    if (at != std::string::npos) port_ = static_cast<uint16_t>(std::stoi(text.substr(at + 20)));
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      exited_ = true;
+      break;
+    }
+  }
+}
+
+ServeProcess::~ServeProcess() {
+  if (pid_ > 0 && !exited_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string ServeProcess::log() const {
+  std::ifstream in(log_path_);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+int ServeProcess::terminate_and_wait() {
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  exited_ = true;
+  return status;
+}
+
+}  // namespace moeserve::testing
