@@ -9,3 +9,5 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOESERVE_SANITIZE=O
 cmake --build build-asan --target engine_stress_test engine_kv_blocks_test
 build-asan/tests/engine/engine_stress_test
 build-asan/tests/engine/engine_kv_blocks_test
+# Every libFuzzer target briefly (clang, ASan and UBSan; scripts/fuzz.sh runs them for longer by hand).
+FUZZ_SECONDS=${FUZZ_SECONDS:-10} scripts/fuzz.sh

@@ -69,7 +69,8 @@ struct SyntheticBatch {
   int32_t blocks = 0;
 };
 void make_batch(SyntheticBatch& b, const ModelConfig& c, const std::vector<std::pair<int, int>>& shapes) {
-  const int groups = kv_groups_of(c).num_groups(), block_size = 16;
+  const KvGroups kv = kv_groups_of(c);
+  const int groups = kv.num_groups(), block_size = 16;
   std::mt19937 rng(7);
   b.sampling.temperature = 1.0f;
   b.batch.return_logits = false;
@@ -82,10 +83,12 @@ void make_batch(SyntheticBatch& b, const ModelConfig& c, const std::vector<std::
     step.tokens = b.ids.back();
     step.start_position = context;
     for (int g = 0; g < groups; ++g) {
-      b.tables.emplace_back((context + tokens + block_size - 1) / block_size);
-      std::iota(b.tables.back().begin(), b.tables.back().end(), b.blocks);
-      b.blocks += static_cast<int32_t>(b.tables.back().size());
-      step.block_tables.emplace_back(b.tables.back());
+      // A sliding group holds only the blocks its window still sees (-1 before them), as the engine's tables do.
+      std::vector<int32_t>& table = b.tables.emplace_back((context + tokens + block_size - 1) / block_size, -1);
+      const bool sliding = kv.kind_of_group[g] == AttentionKind::sliding;
+      const int first = sliding ? std::max(0, context - c.sliding_window + 1) / block_size : 0;
+      for (size_t i = first; i < table.size(); ++i) table[i] = b.blocks++;
+      step.block_tables.emplace_back(table);
     }
     step.num_logits = 1;
     step.sampling = &b.sampling;
