@@ -214,7 +214,9 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
   }
 
   TokenizerFileContents finish_merges_list();
-  std::vector<std::pair<TokenId, std::string>> added_tokens() const;
+  // added_tokens' (id, content) pairs; fails naming the entry when one lacks either, or when its id is beyond
+  // last_id (`bound` says what last_id is, for the message).
+  std::vector<std::pair<TokenId, std::string>> added_tokens(uint64_t last_id, std::string_view bound) const;
   void check_vocab_specials(const std::vector<std::pair<TokenId, std::string>>& added) const;
 
   // Ids of a merges-list vocabulary are bounded before anything is sized by them.
@@ -234,7 +236,8 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
   size_t merges_ = 0;
 };
 
-std::vector<std::pair<TokenId, std::string>> TokenizerJsonReader::added_tokens() const {
+std::vector<std::pair<TokenId, std::string>> TokenizerJsonReader::added_tokens(uint64_t last_id,
+                                                                              std::string_view bound) const {
   std::vector<std::pair<TokenId, std::string>> added;
   for (int i = 0;; ++i) {
     const std::string prefix = fmt::format("added_tokens/{}/", i);
@@ -242,9 +245,11 @@ std::vector<std::pair<TokenId, std::string>> TokenizerJsonReader::added_tokens()
     const auto content = leaves_.find(prefix + "content");
     if (id == leaves_.end() && content == leaves_.end()) break;
     MOESERVE_CHECK(id != leaves_.end() && content != leaves_.end() && id->second.is_number_unsigned() &&
-                       content->second.is_string() && id->second.get<uint64_t>() < kMaxVocabulary,
+                       content->second.is_string(),
                    "{}: added_tokens[{}] needs an id and a content", path_, i);
-    added.emplace_back(static_cast<TokenId>(id->second.get<uint64_t>()), content->second.get<std::string>());
+    const uint64_t value = id->second.get<uint64_t>();
+    MOESERVE_CHECK(value <= last_id, "{}: added_tokens[{}] has id {}, beyond {} {}", path_, i, value, bound, last_id);
+    added.emplace_back(static_cast<TokenId>(value), content->second.get<std::string>());
   }
   return added;
 }
@@ -299,7 +304,7 @@ TokenizerFileContents TokenizerJsonReader::finish_merges_list() {
   for (int i = 0; leaves_.contains(fmt::format("added_tokens/{}/id", i)); ++i)
     for (const char* flag : {"lstrip", "rstrip", "single_word"})
       absent_or(fmt::format("added_tokens/{}/{}", i, flag), false);
-  contents.special_names = added_tokens();
+  contents.special_names = added_tokens(kMaxVocabulary - 1, "the largest vocabulary id moeserve reads,");
   check_vocab_specials(contents.special_names);
   for (size_t i = 0; i < contents.special_names.size(); ++i)
     if (const auto flag = leaves_.find(fmt::format("added_tokens/{}/special", i)); flag != leaves_.end() && flag->second == true)
@@ -333,11 +338,7 @@ TokenizerFileContents TokenizerJsonReader::finish() {
   require("pre_tokenizer/pretokenizers/1/use_regex", false);
   MOESERVE_CHECK(!leaves_.contains("pre_tokenizer/pretokenizers/2/type"), "{}: unexpected third pre-tokenizer",
                  path_);
-  contents.special_names = added_tokens();
-  for (size_t i = 0; i < contents.special_names.size(); ++i)
-    MOESERVE_CHECK(contents.special_names[i].first <= o200k::kLastSpecial,
-                   "{}: added_tokens[{}] has id {}, beyond o200k_harmony's last id {}", path_, i,
-                   contents.special_names[i].first, o200k::kLastSpecial);
+  contents.special_names = added_tokens(o200k::kLastSpecial, "o200k_harmony's last id");
   check_vocab_specials(contents.special_names);
   contents.mergeable = std::move(tokens_);
   return contents;

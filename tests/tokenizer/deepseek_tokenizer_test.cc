@@ -156,7 +156,7 @@ TEST(MergesListTokenizer, MalformedFilesAreErrors) {
   unnormal.replace(unnormal.find("\"normalizer\":null"), 17, R"("normalizer":{"type":"NFC"})");
   EXPECT_THAT([&] { load(unnormal); }, ThrowsMessage<Error>(HasSubstr("only an empty normalizer Sequence")));
   EXPECT_THAT([&] { load(small_merges_json({"ab"}, {"a b"}, {{"<x>", 1 << 23}})); },
-              ThrowsMessage<Error>(HasSubstr("added_tokens[0] needs an id and a content")));
+              ThrowsMessage<Error>(HasSubstr("added_tokens[0] has id 8388608, beyond the largest vocabulary id")));
   // A vocab without every single byte cannot encode arbitrary text.
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(small_merges_json({"ab"}, {"a b"}, empty));
   j["model"]["vocab"].erase(byte_level_encode("\x07"));
