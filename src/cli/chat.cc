@@ -13,7 +13,7 @@
 #include "harmony/completion.h"
 #include "harmony/parser.h"
 #include "harmony/render.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cpu/deepseek_v3_runner.h"
 #include "util/error.h"

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "engine/scheduler.h"
-#include "engine/speculative/eagle3_drafter.h"
-#include "engine/speculative/mtp_drafter.h"
 #include "engine/speculative/test_drafters.h"
+#include "runner/cpu/eagle3_drafter.h"
+#include "runner/cpu/mtp_drafter.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "util/error.h"
 #include "util/parse.h"

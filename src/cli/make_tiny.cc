@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "model/deepseek_v3/make_tiny.h"
-#include "model/make_tiny.h"
-#include "model/make_tiny_eagle3.h"
+#include "model/gpt_oss/make_tiny.h"
+#include "model/eagle3/make_tiny.h"
 #include "tokenizer/o200k.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"

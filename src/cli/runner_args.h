@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "model/checkpoint.h"
 #include "model/deepseek_v3/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/runner.h"
 
 namespace moeserve::cli {

@@ -15,8 +15,8 @@
 #include "bench/sut_http.h"
 #include "engine/engine.h"
 #include "eval/chat_format.h"
-#include "engine/sampling_params.h"
 #include "harmony/message.h"
+#include "sampling/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::eval {

@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "engine/generate.h"
-#include "engine/speculative/eagle3_tree.h"
-#include "engine/speculative/mtp_drafter.h"
 #include "runner/cpu/deepseek_v3_runner.h"
+#include "runner/cpu/mtp_drafter.h"
+#include "runner/eagle3_tree.h"
 #include "runner/oracle_fixture.h"
 #include "test_util.h"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/oracle_fixture.h"
 #include "test_util.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"

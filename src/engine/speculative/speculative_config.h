@@ -28,7 +28,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
 
 namespace moeserve::speculative {
 

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "model/checkpoint_writer.h"
+#include "model/deepseek_v3/shapes.h"
 #include "model/fp8_blocks.h"
 #include "model/safetensors.h"
 #include "model/tiny_random.h"
@@ -228,23 +229,9 @@ std::string deepseek_tokenizer_dir() {
 
 Config tiny_config(const TinyOptions& o) {
   Config c;
-  const bool r1 = o.shape == "deepseek-r1";
-  MOESERVE_CHECK(r1 || o.shape.empty(), "unknown --shape \"{}\" for --family deepseek-v3 (deepseek-r1)", o.shape);
+  const bool r1 = !o.shape.empty();
   if (r1) {
-    // deepseek-ai/DeepSeek-R1's config.json.
-    c.hidden_size = 7168;
-    c.intermediate_size = 18432;
-    c.moe_intermediate_size = 2048;
-    c.num_heads = 128;
-    c.q_lora_rank = 1536;
-    c.kv_lora_rank = 512;
-    c.qk_nope_head_dim = 128;
-    c.qk_rope_head_dim = 64;
-    c.v_head_dim = 128;
-    c.n_routed_experts = 256;
-    c.num_experts_per_tok = 8;
-    c.n_group = 8;
-    c.topk_group = 4;
+    apply_known_shape(o.shape, c);
   } else {
     c.hidden_size = 64;
     c.intermediate_size = 320;

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/ops.h"
 #include "runner/cpu/step_tokens.h"
 #include "runner/runner.h"

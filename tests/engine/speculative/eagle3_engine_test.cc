@@ -4,10 +4,10 @@
 
 #include <random>
 
-#include "eagle3_fixture.h"
 #include "engine/engine_harness.h"
-#include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/spec_engine_harness.h"
+#include "model/eagle3_fixture.h"
+#include "runner/cpu/eagle3_drafter.h"
 
 namespace moeserve::speculative {
 namespace {

@@ -7,11 +7,11 @@
 
 #include "deepseek_test_util.h"
 #include "engine/engine_harness.h"
-#include "engine/speculative/eagle3_tree.h"
-#include "engine/speculative/mtp_drafter.h"
 #include "engine/speculative/spec_engine_harness.h"
 #include "engine/speculative/spec_sampling_check.h"
 #include "runner/cpu/deepseek_v3_runner.h"
+#include "runner/cpu/mtp_drafter.h"
+#include "runner/eagle3_tree.h"
 
 namespace moeserve::speculative {
 namespace {

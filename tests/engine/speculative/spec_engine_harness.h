@@ -11,7 +11,7 @@
 #include "engine/engine_harness.h"
 #include "engine/generate.h"
 #include "engine/speculative/test_drafters.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_harness.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 
 namespace moeserve::speculative::testing {
 
