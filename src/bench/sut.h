@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::bench {
 

@@ -181,6 +181,9 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
   if (opened.checkpoint) {
     description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
     description["weights"] = describe_loaded_weights(*opened.checkpoint);
+  } else if (opened.deepseek) {
+    description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
+    description["weights"] = opened.deepseek->weight_formats();
   } else {
     description["checkpoint"] = {{"synthetic", a.runner.synthetic}, {"router", a.runner.synthetic_router}};
   }

@@ -6,8 +6,9 @@
 #include <cmath>
 
 #include "engine/scheduler.h"
-#include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/test_drafters.h"
+#include "runner/cpu/eagle3_drafter.h"
+#include "runner/cpu/mtp_drafter.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "util/error.h"
 #include "util/parse.h"
@@ -43,7 +44,8 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
   command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
   command->add_option("--speculative-config", args.speculative_config,
                       "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
-                      "\"num_speculative_tokens\":3}'; trees: \"speculative_eagle_topk\", "
+                      "\"num_speculative_tokens\":3}' (DeepSeek-V3/R1: '{\"method\":\"mtp\","
+                      "\"num_speculative_tokens\":3}', its MTP layer); trees: \"speculative_eagle_topk\", "
                       "\"speculative_num_draft_tokens\" (tokens verified per step, root included)");
 }
 
@@ -91,10 +93,30 @@ std::shared_ptr<speculative::Drafter> make_cuda_drafter(const speculative::Specu
   return make_cuda_eagle3_drafter(head, speculative::Eagle3Target::of(opened.checkpoint), options);
 }
 
+// A DeepSeek-V3 model drafts with its MTP layer (method mtp, or SGLang's eagle), with a latent pool of as many
+// blocks as the target's: a drafter block holds block_size positions of one layer.
+std::shared_ptr<speculative::Drafter> make_mtp_drafter(const speculative::SpeculativeConfig& spec,
+                                                       const OpenedRunner& opened, const EngineConfig& engine) {
+  MOESERVE_CHECK(spec.method == "mtp" || spec.method == "eagle",
+                 "--speculative-config method {}: a DeepSeek-V3 model drafts with its MTP layer (method mtp, or "
+                 "eagle as SGLang names it)",
+                 spec.method);
+  MOESERVE_CHECK(spec.model.empty(), "--speculative-config: the DeepSeek-V3 model drafts with its own MTP layer; leave "
+                 "out \"model\" (\"{}\")", spec.model);
+  speculative::MtpDrafterOptions options;
+  options.block_size = engine.block_size;
+  options.num_blocks = kv_blocks_for(*opened.runner, engine);
+  options.threads = opened.threads;
+  return std::make_shared<speculative::MtpDrafter>(opened.deepseek, options);
+}
+
 std::shared_ptr<speculative::Drafter> make_drafter(const speculative::SpeculativeConfig& spec, const OpenedRunner& opened,
                                                    const EngineConfig& engine) {
   const ModelRunner& runner = *opened.runner;
   if (spec.method == "test_random") return std::make_shared<speculative::RandomDrafter>(runner.config().vocab_size);
+  if (opened.deepseek) return make_mtp_drafter(spec, opened, engine);
+  MOESERVE_CHECK(spec.method == "eagle3", "--speculative-config method {} needs a DeepSeek-V3 model (its MTP layer); "
+                 "gpt-oss drafts with an EAGLE-3 head (method eagle3)", spec.method);
   if (runner.name() == "cuda") return make_cuda_drafter(spec, opened, engine);
   MOESERVE_CHECK(spec.model != "synthetic",
                  "--speculative-config \"model\": \"synthetic\" (random head weights) needs the CUDA runner "

@@ -2,7 +2,8 @@
 //   Offline: score outputs that exist, as MLPerf's eval_mlperf_accuracy.py (GPT-OSS) or eval_accuracy.py
 //     (DeepSeek-R1) does: --accuracy-log mlperf_log_accuracy.json (or --outputs, decoded text) against
 //     --reference (dataset and ground_truth per qsl_idx); prints the reference's report ending in 'exact_match'.
-//   End to end: --dataset NAME=PATH questions, rendered with Harmony and answered --repeats times each by the
+//   End to end: --dataset NAME=PATH questions, rendered in the model's chat format (Harmony, or DeepSeek-R1's
+//     template) and answered --repeats times each by the
 //     in-process engine on --model (CPU or CUDA runner) or by a server at --endpoint; prints Pass@1 per dataset
 //     with its 95% confidence interval.
 #include <fmt/core.h>
@@ -89,13 +90,13 @@ int run_offline(const EvalArgs& args) {
   std::vector<std::string> warnings;
   std::vector<ModelOutput> outputs;
   if (!args.accuracy_log.empty()) {
-    MOESERVE_CHECK(rules == Rules::gpt_oss,
-                   "eval: DeepSeek-R1 logs are decoded with DeepSeek's tokenizer, which moeserve does not have; "
-                   "give the decoded text with --outputs");
     const std::vector<AccuracyLogEntry> log = read_accuracy_log(args.accuracy_log);
     // An empty log is a run that answered nothing (or a wrong file), not an accuracy of 0.
     MOESERVE_CHECK(!log.empty(), "eval: the accuracy log {} has no entries: nothing to score", args.accuracy_log);
-    outputs = outputs_from_log(log, reference.size(), gpt_oss_detokenizer(args.tokenizer), rules, warnings);
+    outputs = outputs_from_log(log, reference.size(),
+                               rules == Rules::deepseek_r1 ? deepseek_r1_detokenizer(args.tokenizer)
+                                                           : gpt_oss_detokenizer(args.tokenizer),
+                               rules, warnings);
   } else {
     outputs = load_outputs(args.outputs);
     MOESERVE_CHECK(!outputs.empty(), "eval: {} has no outputs: nothing to score", args.outputs);
@@ -130,8 +131,8 @@ std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
   }
   OpenedRunner opened = open_runner(args.runner);
   std::shared_ptr<const Tokenizer> tokenizer =
-      args.tokenizer.empty() && opened.checkpoint ? Tokenizer::from_model_dir(args.runner.model)
-                                                  : open_gpt_oss_tokenizer(args.tokenizer);
+      args.tokenizer.empty() && (opened.checkpoint || opened.deepseek) ? Tokenizer::from_model_dir(args.runner.model)
+                                                                       : open_gpt_oss_tokenizer(args.tokenizer);
   EngineConfig engine_settings = engine_config(args.engine, opened);
   return std::make_unique<EngineCompletionSource>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), tokenizer,
                                                   engine_settings);

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "runner/cpu/cpu_runner.h"
+#include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "util/error.h"
 
@@ -49,6 +50,13 @@ OpenedRunner open_runner(const RunnerArgs& args) {
                  "--model {} is a file, not a directory: give the model directory (the one holding config.json and "
                  "the *.safetensors files)",
                  args.model);
+  if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
+    MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
+                   "(--device cpu)", args.model);
+    opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
+    opened.runner = std::make_unique<DeepseekV3CpuRunner>(opened.deepseek, args.threads);
+    return opened;
+  }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));
   if (args.device == "cuda")
     opened.runner = make_cuda_runner(opened.checkpoint, cuda);

@@ -8,6 +8,7 @@
 #include "cli/engine_args.h"
 #include "cli/runner_args.h"
 #include "engine/engine.h"
+#include "eval/chat_format.h"
 #include "eval/specbench.h"
 #include "harmony/message.h"
 #include "util/error.h"
@@ -28,13 +29,15 @@ void register_specbench(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "specbench", "SPEED-Bench acceptance length: multi-turn Harmony conversations at temperature 0 with speculation");
+      "specbench",
+      "SPEED-Bench acceptance length: multi-turn conversations in the model's chat format at temperature 0 with "
+      "speculation");
   add_runner_options(cmd, args->runner);
   add_engine_options(cmd, args->engine);
   cmd->add_option("--dataset", args->dataset,
                   "prepared SPEED-Bench parquet (question_id, category, turns) or JSON lines of that shape (MT-Bench)")
       ->required();
-  cmd->add_option("--reasoning", args->reasoning, "reasoning effort of the Harmony system message")
+  cmd->add_option("--reasoning", args->reasoning, "reasoning effort of the Harmony system message (gpt-oss)")
       ->check(CLI::IsMember({"low", "medium", "high"}))
       ->capture_default_str();
   cmd->add_option("--max-tokens", args->max_tokens, "tokens per turn at most")->capture_default_str();
@@ -56,7 +59,8 @@ void register_specbench(CLI::App& app) {
     Engine engine(std::shared_ptr<ModelRunner>(std::move(opened.runner)), settings);
     const eval::SpecBenchResult result =
         eval::run_specbench(items, *tokenizer, harmony::parse_reasoning_effort(args->reasoning),
-                            eval::engine_turn_generator(engine, args->max_tokens, args->concurrency));
+                            eval::engine_turn_generator(engine, args->max_tokens, args->concurrency,
+                                                        eval::EvalChatFormat(*tokenizer).stop_tokens()));
     fmt::print("{}", result.table());
     size_t failed = 0;
     for (const auto& r : result.requests) failed += !r.error.empty();

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "engine/sampler.h"
 #include "engine/speculative/draft_round.h"
 #include "engine/speculative/verifier.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace moeserve {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.h"
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve {
 

@@ -6,15 +6,16 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "harmony/completion.h"
-#include "harmony/render.h"
 #include "util/error.h"
 
 namespace moeserve::eval {
 
 EngineCompletionSource::EngineCompletionSource(std::shared_ptr<ModelRunner> runner,
                                                std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config)
-    : tokenizer_(std::move(tokenizer)), runner_name_(runner->name()), engine_(std::move(runner), config) {}
+    : tokenizer_(std::move(tokenizer)),
+      format_(*tokenizer_),
+      runner_name_(runner->name()),
+      engine_(std::move(runner), config) {}
 
 std::string EngineCompletionSource::describe() const {
   return fmt::format("in-process engine on the {} runner ({})", runner_name_, engine_.capacity_summary());
@@ -40,10 +41,10 @@ std::vector<Completion> EngineCompletionSource::complete(const std::vector<Compl
     };
     try {
       RequestSpec spec;
-      spec.prompt = harmony::render_conversation_for_completion(*tokenizer_, requests[i].conversation);
+      spec.prompt = format_.render(requests[i].conversation);
       spec.sampling = requests[i].sampling;
       spec.max_tokens = requests[i].max_tokens;
-      spec.stop_tokens = harmony::assistant_stop_tokens();
+      spec.stop_tokens = format_.stop_tokens();
       engine_.submit(std::move(spec), on_event);
     } catch (const Error& e) {  // a request that cannot run (say, too long for the context): that sample fails
       std::lock_guard lock(mutex);
@@ -55,7 +56,7 @@ std::vector<Completion> EngineCompletionSource::complete(const std::vector<Compl
   done.wait(lock, [&] { return finished == requests.size(); });
   for (size_t i = 0; i < requests.size(); ++i) {
     completions[i].tokens = static_cast<int64_t>(tokens[i].size());
-    completions[i].text = tokenizer_->decode(tokens[i]);
+    completions[i].text = format_.scored_text(tokens[i]);
   }
   return completions;
 }
@@ -89,7 +90,7 @@ class CompletionCollector : public bench::SampleObserver {
 }  // namespace
 
 HttpCompletionSource::HttpCompletionSource(bench::HttpSutOptions options, std::shared_ptr<const Tokenizer> tokenizer)
-    : options_(std::move(options)), tokenizer_(std::move(tokenizer)) {}
+    : options_(std::move(options)), tokenizer_(std::move(tokenizer)), format_(*tokenizer_) {}
 
 std::string HttpCompletionSource::describe() const {
   return fmt::format("endpoint {} ({} API)", options_.endpoint, options_.api == bench::HttpApi::openai ? "OpenAI" : "SGLang");
@@ -99,7 +100,7 @@ std::vector<Completion> HttpCompletionSource::complete(const std::vector<Complet
   std::vector<std::vector<int32_t>> prompts;
   std::vector<bench::SampleRequest> samples;
   for (const CompletionRequest& r : requests) {
-    prompts.push_back(harmony::render_conversation_for_completion(*tokenizer_, r.conversation));
+    prompts.push_back(format_.render(r.conversation));
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     bench::SampleRequest sample;
@@ -119,7 +120,7 @@ std::vector<Completion> HttpCompletionSource::complete(const std::vector<Complet
   std::vector<bench::SampleOutput> outputs = collector.wait();
   sut.stop();
   std::vector<Completion> completions(requests.size());
-  const auto stops = harmony::assistant_stop_tokens();
+  const std::vector<TokenId>& stops = format_.stop_tokens();
   for (size_t i = 0; i < outputs.size(); ++i) {
     Completion& c = completions[i];
     const bench::SampleOutput& o = outputs[i];
@@ -131,7 +132,7 @@ std::vector<Completion> HttpCompletionSource::complete(const std::vector<Complet
     } else {
       c.stopped = !o.tokens.empty() && std::find(stops.begin(), stops.end(), o.tokens.back()) != stops.end();
       try {
-        c.text = tokenizer_->decode(o.tokens);
+        c.text = format_.scored_text(o.tokens);
       } catch (const Error& e) {
         c.error = fmt::format("the reply cannot be decoded: {}", e.what());
       }

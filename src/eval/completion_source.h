@@ -1,8 +1,10 @@
 // Where `moeserve eval` gets completions: an abstract source of model replies to Harmony conversations, so that
-// the evaluation does not care whether the model runs in this process or behind an endpoint.
+// the evaluation does not care whether the model runs in this process or behind an endpoint. The conversation is
+// rendered in the model's chat format (chat_format.h: Harmony, or DeepSeek-R1's template).
 //
-// A completion's text is the reply as MLPerf's scorer reads it: the generated tokens decoded with special tokens
-// kept by name ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...").
+// A completion's text is the reply as MLPerf's scorer reads it: for gpt-oss the generated tokens decoded with
+// special tokens kept by name ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final..."),
+// for DeepSeek-R1 with them skipped.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,9 @@
 
 #include "bench/sut_http.h"
 #include "engine/engine.h"
-#include "engine/sampling_params.h"
+#include "eval/chat_format.h"
 #include "harmony/message.h"
+#include "sampling/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::eval {
@@ -27,7 +30,7 @@ struct CompletionRequest {
 struct Completion {
   std::string text;
   int64_t tokens = 0;
-  bool stopped = false;  // ended on <|return|> or <|call|> (else it was cut at max_tokens, or failed)
+  bool stopped = false;  // ended on a stop token of the format (else it was cut at max_tokens, or failed)
   std::string error;     // set when the request failed
 };
 
@@ -49,6 +52,7 @@ class EngineCompletionSource : public CompletionSource {
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;
+  EvalChatFormat format_;
   std::string runner_name_;
   Engine engine_;
 };
@@ -66,6 +70,7 @@ class HttpCompletionSource : public CompletionSource {
  private:
   bench::HttpSutOptions options_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  EvalChatFormat format_;
 };
 
 }  // namespace moeserve::eval

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.h"
 #include "model/config.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve {
 

@@ -16,13 +16,14 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   using Api = AssistantApi;
 
   AssistantJob(JobContext ctx, std::shared_ptr<ResponseChannel> channel, Api api, bool stream, bool include_usage,
-               std::vector<std::string> stops)
+               std::vector<std::string> stops, bool r1_reply)
       : ctx_(std::move(ctx)),
         channel_(std::move(channel)),
         api_(api),
         stream_(stream),
         include_usage_(include_usage),
-        assistant_(ctx_.tokenizer, std::move(stops)),
+        assistant_(r1_reply ? AssistantStream(ctx_.tokenizer, std::move(stops), AssistantStream::R1Reply{})
+                            : AssistantStream(ctx_.tokenizer, std::move(stops))),
         id_(random_id(api == Api::chat ? "chatcmpl-" : "resp_")),
         message_id_(random_id("msg_")),
         reasoning_id_(random_id("rs_")),
@@ -230,7 +231,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
 void start_assistant_job(JobContext ctx, std::shared_ptr<ResponseChannel> channel, AssistantApi api,
                          AssistantRequest request) {
   auto job = std::make_shared<AssistantJob>(std::move(ctx), std::move(channel), api, request.stream,
-                                            request.include_usage, std::move(request.stops));
+                                            request.include_usage, std::move(request.stops), request.r1_reply);
   job->start(std::move(request.spec));
 }
 

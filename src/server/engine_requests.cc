@@ -4,7 +4,9 @@
 
 #include "harmony/completion.h"
 #include "harmony/render.h"
+#include "chat/r1_chat.h"
 #include "server/conversation.h"
+#include "server/r1_conversation.h"
 #include "server/unsupported_parameters.h"
 #include "util/error.h"
 
@@ -50,18 +52,23 @@ int max_new_tokens(const Field& body, const RequestContext& ctx, const Field& pr
 
 bool include_usage(const Field& body) { return body["stream_options"]["include_usage"].optional_bool().value_or(false); }
 
-std::vector<TokenId> render(const ConversationRequest& conversation, const RequestContext& ctx) {
+template <typename Render>
+std::vector<TokenId> render(const Render& render_prompt) {
   try {
-    return harmony::render_conversation_for_completion(ctx.tokenizer, conversation.conversation);
+    return render_prompt();
   } catch (const Error& e) {
     throw bad_request(fmt::format("the conversation cannot be rendered: {}", e.what()));
   }
 }
 
-AssistantRequest assistant_request(const Field& body, const Field& input, const ConversationRequest& conversation,
+std::vector<TokenId> render(const ConversationRequest& conversation, const RequestContext& ctx) {
+  return render([&] { return harmony::render_conversation_for_completion(ctx.tokenizer, conversation.conversation); });
+}
+
+AssistantRequest assistant_request(const Field& body, const Field& input, std::vector<TokenId> prompt,
                                    const RequestContext& ctx, std::initializer_list<const char*> max_token_fields) {
   AssistantRequest out;
-  out.spec.prompt = render(conversation, ctx);
+  out.spec.prompt = std::move(prompt);
   out.spec.sampling = sampling_params(body, ctx.draw_seed());
   out.spec.max_tokens = max_new_tokens(body, ctx, input, out.spec.prompt.size(), max_token_fields, INT32_MAX);
   out.spec.stop_tokens = harmony::assistant_stop_tokens();
@@ -127,8 +134,20 @@ AssistantRequest chat_request(std::string_view body_text, const RequestContext& 
   const Field body(parsed);
   check_common(body, ctx, Endpoint::chat);
   if (body["logprobs"].optional_bool().value_or(false)) body["logprobs"].fail("is not supported");
+  if (ctx.r1_chat) {
+    // DeepSeek-R1: its template, stopping at end of sentence (generation_config.json's eos_token_id).
+    const std::vector<chat::ChatTurn> turns = r1_chat_turns(body, ctx.limits);
+    AssistantRequest out = assistant_request(body, body["messages"],
+                                             render([&] { return chat::render_r1_prompt(ctx.tokenizer, turns); }), ctx,
+                                             {"max_completion_tokens", "max_tokens"});
+    out.spec.stop_tokens = ctx.eos_token_ids;
+    out.r1_reply = true;
+    out.include_usage = include_usage(body);
+    out.stops = stop_strings(body, ctx.limits);
+    return out;
+  }
   AssistantRequest out =
-      assistant_request(body, body["messages"], chat_conversation(body, ctx.limits), ctx,
+      assistant_request(body, body["messages"], render(chat_conversation(body, ctx.limits), ctx), ctx,
                         {"max_completion_tokens", "max_tokens"});
   out.include_usage = include_usage(body);
   out.stops = stop_strings(body, ctx.limits);
@@ -139,7 +158,10 @@ AssistantRequest responses_request(std::string_view body_text, const RequestCont
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::responses);
-  return assistant_request(body, body["input"], responses_conversation(body, ctx.limits), ctx, {"max_output_tokens"});
+  if (ctx.r1_chat)
+    throw bad_request("the Responses API is served for gpt-oss models; DeepSeek-R1 answers /v1/chat/completions");
+  return assistant_request(body, body["input"], render(responses_conversation(body, ctx.limits), ctx), ctx,
+                           {"max_output_tokens"});
 }
 
 CompletionRequest completion_request(std::string_view body_text, const RequestContext& ctx) {

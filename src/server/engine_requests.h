@@ -27,14 +27,17 @@ struct RequestContext {
   // The sampling seed of a request (each prompt of a completions batch) that gives none: drawn per request
   // from the server's --seed.
   std::function<uint64_t()> draw_seed;
+  // A DeepSeek-R1 model (the DeepSeek-V3 family): chat in R1's template (r1_conversation.h), no Responses API.
+  bool r1_chat = false;
 };
 
-// A chat completion or a Responses API response: Harmony in, Harmony out.
+// A chat completion or a Responses API response: Harmony in, Harmony out (or R1's template and replies).
 struct AssistantRequest {
   RequestSpec spec;
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stops;
+  bool r1_reply = false;  // the reply is read as DeepSeek-R1's: reasoning up to </think>, then content
 };
 
 AssistantRequest chat_request(std::string_view body, const RequestContext& ctx);

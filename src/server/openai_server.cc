@@ -131,7 +131,8 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
                                        engine_->max_sequence_tokens(),
                                        engine_->model_config().eos_token_ids,
                                        options_.limits,
-                                       [this] { return seeds_.next(); }};
+                                       [this] { return seeds_.next(); },
+                                       engine_->model_config().family == ModelFamily::deepseek_v3};
   const JobContext job_context{*engine_, *tokenizer_, admission_, options_.served_model_name,
                                [this, path](unsigned status) { count(path, status); }};
   auto reply_error = [&](const ApiError& e) {

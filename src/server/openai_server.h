@@ -12,7 +12,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/seed_source.h"
+#include "sampling/seed_source.h"
 #include "server/admission.h"
 #include "server/http_server.h"
 #include "server/prometheus.h"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "sampling/sampling_params.h"
 #include "server/api_error.h"
 
 namespace moeserve::server {

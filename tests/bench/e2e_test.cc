@@ -16,7 +16,7 @@
 #include "bench_test_util.h"
 #include "engine/generate.h"
 #include "eval/accuracy_log.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"

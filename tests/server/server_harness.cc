@@ -28,12 +28,16 @@ std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(
 
 std::vector<int32_t> encode(const std::string& text) { return tokenizer()->encode(text, AllowedSpecial::all()); }
 
-ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config) {
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config)
+    : ServerHarness(std::move(runner), testing::tokenizer(), std::move(options), std::move(config)) {}
+
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                             server::ServerOptions options, EngineConfig config) {
   if (config.num_kv_blocks == 0 && config.kv_cache_bytes == 0) config.num_kv_blocks = 4096;
   engine = std::make_shared<Engine>(std::move(runner), config);
   options.http.port = 0;
   options.served_model_name = "tiny";
-  server = std::make_unique<server::OpenAiServer>(engine, tokenizer(), options);
+  server = std::make_unique<server::OpenAiServer>(engine, std::move(tokenizer), options);
   server->start();
   port = server->port();
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +31,9 @@ struct ServerHarness {
 
   explicit ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options = {},
                          EngineConfig config = {});
+  // Another model's tokenizer (DeepSeek-R1's).
+  ServerHarness(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                server::ServerOptions options = {}, EngineConfig config = {});
   ~ServerHarness() { server->shutdown(); }
 };
 

@@ -7,7 +7,7 @@
 
 #include "engine/generate.h"
 #include "harmony/completion.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"

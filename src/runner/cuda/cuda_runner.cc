@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cuda/graph_capture.h"
 #include "util/error.h"
 
@@ -408,13 +408,11 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
 
 std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape, uint64_t seed,
                                                         const CudaRunnerOptions& options) {
-  MOESERVE_CHECK(shape == "gpt-oss-20b" || shape == "gpt-oss-120b", "--synthetic \"{}\" (gpt-oss-20b or gpt-oss-120b)",
-                 shape);
+  TinyModelOptions tiny;
+  tiny.shape = shape;  // a published shape (model/gpt_oss/shapes.h), checked before any device is touched
+  ModelConfig config = tiny_model_config(tiny);
   const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
-  TinyModelOptions tiny;
-  tiny.shape = shape;
-  ModelConfig config = tiny_model_config(tiny);
   auto weights = cuda::DeviceWeights::synthetic(config, seed, precision, parse_synthetic_router(options.synthetic_router));
   return std::make_unique<cuda::CudaRunner>(std::move(config), std::move(weights), precision, options);
 }

@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/sampling_params.h"
 #include "runner/cuda/moe_plan.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::cuda {
 
