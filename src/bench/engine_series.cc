@@ -31,11 +31,10 @@ void EngineSeries::add(const EngineReading& r) {
 nlohmann::json EngineSeries::to_json(TimePoint origin) const {
   nlohmann::json t = nlohmann::json::array(), running = nlohmann::json::array(), waiting = nlohmann::json::array(),
                  kv = nlohmann::json::array(), preemptions = nlohmann::json::array(), prefix = nlohmann::json::array(),
-                 step_ms = nlohmann::json::array(), tokens_per_s = nlohmann::json::array();
+                 step_ms = nlohmann::json::array(), generated = nlohmann::json::array();
   for (size_t i = 1; i < readings_.size(); ++i) {
     const EngineReading& a = readings_[i - 1];
     const EngineReading& b = readings_[i];
-    const double dt = std::chrono::duration<double>(b.time - a.time).count();
     t.push_back(std::chrono::duration<double>(b.time - origin).count());
     running.push_back(b.running);
     waiting.push_back(b.waiting);
@@ -45,7 +44,7 @@ nlohmann::json EngineSeries::to_json(TimePoint origin) const {
     prefix.push_back(queried ? static_cast<double>(b.prefix_hit_tokens - a.prefix_hit_tokens) / queried : 0.0);
     const uint64_t steps = b.steps - a.steps;
     step_ms.push_back(steps ? (b.busy_seconds - a.busy_seconds) / static_cast<double>(steps) * 1e3 : 0.0);
-    tokens_per_s.push_back(dt > 0 ? static_cast<double>(b.generated_tokens - a.generated_tokens) / dt : 0.0);
+    generated.push_back(b.generated_tokens - a.generated_tokens);
   }
   if (t.empty()) return nullptr;
   return {{"period_ms", period_.count()},
@@ -56,7 +55,7 @@ nlohmann::json EngineSeries::to_json(TimePoint origin) const {
           {"preemptions", preemptions},
           {"prefix_hit_rate", prefix},
           {"mean_step_ms", step_ms},
-          {"generated_tokens_per_second", tokens_per_s}};
+          {"generated_tokens", generated}};
 }
 
 void EngineSampler::start() {

@@ -45,7 +45,8 @@ class EngineSeries {
   std::chrono::milliseconds period() const { return period_; }
 
   // Per reading, seconds since `origin` and the values; counters become rates over the interval since the
-  // previous reading: preemptions in it, prefix-hit share of the tokens looked up in it, mean step time in it.
+  // previous reading: preemptions and generated tokens in it, prefix-hit share of the tokens looked up in it, mean
+  // step time in it.
   nlohmann::json to_json(TimePoint origin) const;
 
  private:

@@ -92,7 +92,8 @@ std::string metrics_table(const nlohmann::json& j) {
   std::string s = "<h2>Result</h2><table>";
   s += row("System under test", j.value("sut_name", ""));
   s += row("Samples failed", fmt::format("{} of {}", j.value("samples_failed", 0), j.value("samples_issued", 0)));
-  s += row("Schedule", fmt::format("{} queries: {}", j.value("scheduled_queries", 0), j.value("schedule_note", "")));
+  if (j.value("scheduled_queries", 0) > 0)
+    s += row("Schedule", fmt::format("{} queries: {}", j.value("scheduled_queries", 0), j.value("schedule_note", "")));
   if (j.contains("result")) {
     const nlohmann::json& r = j["result"];
     for (const char* key : {"tokens_per_second", "samples_per_second", "completed_tokens_per_second",
@@ -331,6 +332,7 @@ std::pair<std::string, std::string> setting_display(const std::string& key, cons
   const std::string ns = "_ns";
   if (key.size() > ns.size() && key.ends_with(ns) && value.is_number())
     return {key.substr(0, key.size() - ns.size()) + " (ms)", fmt::format("{:g}", value.get<double>() / 1e6)};
+  if (value.is_number_float()) return {key, fmt::format("{:g}", value.get<double>())};
   return {key, value.is_string() ? value.get<std::string>() : value.dump()};
 }
 

@@ -15,17 +15,11 @@ constexpr double kRight = 16;
 constexpr double kTop = 28;
 constexpr double kBottom = 44;
 
-// 1, 2, 5 or 10 times the power of ten at or below `range`: the nice number closest to it (round) or at or above
-// it (not round).
-double nice_number(double range, bool round) {
-  const double exponent = std::floor(std::log10(range));
-  const double fraction = range / std::pow(10, exponent);
-  double nice = 10;
-  if (round) {
-    nice = fraction < 1.5 ? 1 : fraction < 3 ? 2 : fraction < 7 ? 5 : 10;
-  } else {
-    nice = fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 5 ? 5 : 10;
-  }
+// The number of the form 1, 2, 5 or 10 times a power of ten closest to `x`.
+double nice_number(double x) {
+  const double exponent = std::floor(std::log10(x));
+  const double fraction = x / std::pow(10, exponent);
+  const double nice = fraction < 1.5 ? 1 : fraction < 3 ? 2 : fraction < 7 ? 5 : 10;
   return nice * std::pow(10, exponent);
 }
 
@@ -48,7 +42,7 @@ struct Frame {
 Frame frame(double x_lo, double x_hi, double y_lo, double y_hi) {
   if (!(x_hi > x_lo)) x_hi = x_lo + 1;
   if (!(y_hi > y_lo)) y_hi = y_lo + 1;
-  return {nice_ticks(x_lo, x_hi, 7), nice_ticks(y_lo, y_hi)};
+  return {nice_ticks(x_lo, x_hi, 6), nice_ticks(y_lo, y_hi)};
 }
 
 std::string open_svg(const ChartSpec& spec) {
@@ -125,8 +119,7 @@ void widen(double v, double& lo, double& hi) {
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   if (!(hi > lo)) hi = lo + 1;
-  const double range = nice_number(hi - lo, false);
-  const double step = nice_number(range / std::max(1, target - 1), true);
+  const double step = nice_number((hi - lo) / std::max(1, target - 1));
   const double first = std::floor(lo / step + 1e-9) * step;
   const double last = std::ceil(hi / step - 1e-9) * step;
   std::vector<double> ticks;
@@ -165,7 +158,7 @@ std::string svg_histogram(const std::vector<double>& values, const ChartSpec& sp
   for (const Marker& m : spec.x_markers) widen(m.at, lo, hi);
   if (!(hi > lo)) hi = lo + 1;
   // Bins of equal width over the axis's round span, so that bin edges fall on fractions of the ticks.
-  const std::vector<double> xt = nice_ticks(lo, hi, 7);
+  const std::vector<double> xt = nice_ticks(lo, hi, 6);
   const double x0 = xt.front(), x1 = xt.back();
   std::vector<int> counts(static_cast<size_t>(bins), 0);
   for (double v : values)

@@ -31,8 +31,8 @@ struct Series {
   bool dots = false;
 };
 
-// Round axis ticks covering [lo, hi]: steps of 1, 2 or 5 times a power of ten, about `target` of them, the first
-// at or below lo and the last at or above hi (Heckbert's "nice numbers").
+// Round axis ticks covering [lo, hi]: a step of 1, 2 or 5 times a power of ten, the one closest to (hi - lo) /
+// (target - 1), from the last multiple at or below lo to the first at or above hi (Heckbert's "nice numbers").
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 
 // A histogram of `values` in about `bins` bins, with the spec's x markers (limits, percentiles).
