@@ -65,10 +65,11 @@ FindPeakResult find_peak(const ProbeFn& run, const FindPeakOptions& o) {
       return r;
     }
     r.lowest_failing_qps = std::min(r.lowest_failing_qps.value_or(candidate), candidate);
-    candidate *= kConfirmBackoff;
+    candidate *=
+        p.over_bound > 1 ? std::clamp(1 / p.over_bound, kConfirmBackoffMost, kConfirmBackoff) : kConfirmBackoff;
   }
   r.outcome = fmt::format("no confirming run was VALID ({} tried, down to {:.4g} qps)", o.max_confirms,
-                          candidate / kConfirmBackoff);
+                          r.probes.back().target_qps);
   return r;
 }
 
@@ -102,6 +103,10 @@ ProbeResult probe_result(const RunResult& run, bool confirm) {
     p.p99_ttft_s = static_cast<double>(run.summary->first_token.at_target) / 1e9;
     p.p99_tpot_ms = static_cast<double>(run.summary->tpot.at_target) / 1e6;
     p.tokens_per_second = run.summary->completed_tokens_per_second();
+    const EffectiveSettings& e = run.settings;
+    if (e.requested.use_token_latencies)
+      p.over_bound = std::max(p.p99_ttft_s * 1e9 / static_cast<double>(e.requested.server_ttft_latency),
+                              p.p99_tpot_ms * 1e6 / static_cast<double>(e.requested.server_tpot_latency));
   }
   if (confirm) {
     p.valid = run_valid(run);
@@ -146,8 +151,9 @@ nlohmann::json find_peak_json(const FindPeakResult& result, const FindPeakOption
       {"method",
        fmt::format("bracketing from {:g} qps by factors of {:g}, then bisection to within {:g} qps, on short probes "
                    "judged on the p99 bounds and failed samples (stopped once certainly INVALID); then a confirming "
-                   "run at full settings, lowered by {:g}x and repeated (at most {}) while INVALID",
-                   o.start_qps, 1 + o.step, o.tolerance_qps, kConfirmBackoff, o.max_confirms)},
+                   "run at full settings, lowered (by {:g}x, or bound / p99 down to {:g}x) and repeated (at most {}) "
+                   "while INVALID",
+                   o.start_qps, 1 + o.step, o.tolerance_qps, kConfirmBackoff, kConfirmBackoffMost, o.max_confirms)},
       {"start_qps", o.start_qps},
       {"step", o.step},
       {"tolerance_qps", o.tolerance_qps},

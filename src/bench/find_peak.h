@@ -5,7 +5,9 @@
 //      it while they fail, until one passing and one failing qps are known;
 //   2. bisection between them until they are within the tolerance (LoadGen: 10^-decimals_of_precision qps);
 //   3. one confirming run at full settings (min duration, min queries, early stopping) at the highest passing qps;
-//      if it is INVALID the qps is lowered by kConfirmBackoff and confirmed again, at most max_confirms times.
+//      if it is INVALID the qps is lowered and confirmed again, at most max_confirms times: by kConfirmBackoff, or
+//      by as much as the confirmation's p99 was over its bound (p99 / bound, at most kConfirmBackoffMost), since a
+//      long run on a loaded machine can be far slower than its short probes were.
 // A probe is short (its own min duration, no equal-issue padding), stops as soon as it can only be INVALID
 // (BenchConfig::abort_when_invalid), and is judged on what a short run can judge: the p99 TTFT and TPOT bounds and
 // failed samples (LoadGen's FindPeakPerformance judges probes on PerfConstraintsMet too). The search itself sees
@@ -30,6 +32,7 @@ struct ProbeResult {
   double p99_ttft_s = 0;
   double p99_tpot_ms = 0;
   double tokens_per_second = 0;  // completed output tokens per second
+  double over_bound = 0;         // the larger of p99 TTFT / its bound and p99 TPOT / its bound (0: not measured)
   double seconds = 0;            // wall time of the run
   std::vector<std::string> reasons;
   bool stopped = false;  // interrupted: the search ends here
@@ -43,8 +46,10 @@ struct FindPeakOptions {
   int max_confirms = 3;
 };
 
-// A failed confirmation lowers the qps by this factor before confirming again.
+// A failed confirmation lowers the qps by this factor before confirming again, or by bound / p99 when that is
+// lower, but not below kConfirmBackoffMost.
 constexpr double kConfirmBackoff = 0.9;
+constexpr double kConfirmBackoffMost = 0.5;
 
 struct FindPeakResult {
   std::vector<ProbeResult> probes;           // in the order run, the confirmations last

@@ -252,7 +252,8 @@ Dataset load_bench_dataset(const BenchArgs& a, const SyntheticSpec& synthetic) {
 }
 
 // --find-peak: short probes (their LoadGen logs under OUTPUT_DIR/find_peak/), then the confirming run into
-// OUTPUT_DIR itself, which becomes `result`; returns the search for the result JSON.
+// OUTPUT_DIR itself, which becomes `result` (the last probe does when no probe passed); returns the search for the
+// result JSON.
 nlohmann::json search_peak(const BenchArgs& a, SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& full,
                            EnergyMeter* energy, RunResult& result) {
   const auto n = static_cast<uint64_t>(dataset.samples.size());
@@ -271,7 +272,7 @@ nlohmann::json search_peak(const BenchArgs& a, SystemUnderTest& sut, const Datas
     for (const std::string& reason : p.reasons) why += (why.empty() ? ": " : "; ") + reason;
     fmt::print(stderr, "find-peak: {:.4g} qps {} | p99 TTFT {:.3f} s, p99 TPOT {:.2f} ms, {:.1f} tokens/s{}\n", qps,
                p.valid ? "VALID" : "INVALID", p.p99_ttft_s, p.p99_tpot_ms, p.tokens_per_second, why);
-    if (confirm) result = std::move(r);
+    result = std::move(r);  // the last run is the result: the last confirmation, else the last probe
     return p;
   };
   const FindPeakResult found = find_peak(probe, options);

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
@@ -167,6 +168,29 @@ TEST(BenchCli, ProgressPrintsPlainLinesOffATerminal) {
   EXPECT_TRUE(contains(r.output, "| 0 errors | ")) << r.output;
   EXPECT_TRUE(contains(r.output, "ETA 0s")) << r.output;
   EXPECT_FALSE(contains(r.output, "\r")) << r.output;
+}
+
+TEST(BenchCli, FindPeakProbesRecordsEveryProbeAndConfirms) {
+  FakeStreamingServer server(FakeServerOptions{});
+  const std::string dir = moeserve::testing::temp_dir("bench-cli-find-peak");
+  // The fake server answers at once: every probe passes, so three probes bracket upwards and the search confirms
+  // at the last; 16 queries cannot meet early stopping, so each confirmation fails and backs off.
+  const auto r = moeserve::testing::run_command(
+      fmt::format("{} bench --endpoint {} --dataset {} --no-progress --output-dir {}/out --scenario server "
+                  "--target-qps 20 --find-peak --find-peak-max-probes 3 --find-peak-probe-duration 0.2 "
+                  "--min-duration 0.2 --min-query-count 4",
+                  MOESERVE_BINARY, server.url(), write_prompts(dir, 4), dir));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* line : {"find-peak: probe at 20 qps", "find-peak: 40 qps VALID", "find-peak: probe at 80 qps",
+                           "find-peak: confirming run at 80 qps (full settings)", "confirming run at 72 qps",
+                           "find-peak: no confirming run was VALID (3 tried, down to 64.8 qps)"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
+  const nlohmann::json result = nlohmann::json::parse(read_text_file(dir + "/out/moeserve_result.json"));
+  ASSERT_TRUE(result.contains("find_peak"));
+  EXPECT_EQ(result["find_peak"]["probes"].size(), 6u);
+  EXPECT_EQ(result["find_peak"]["probes"][0]["kind"], "bracket");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/out/find_peak/probe_01_qps_20/mlperf_log_summary.txt"));
+  EXPECT_TRUE(contains(read_text_file(dir + "/out/moeserve_report.html"), "<table id=\"find-peak-probes\">"));
 }
 
 TEST(BenchCli, CompareTwoRunsGivesTheRatiosAndAPage) {

@@ -66,6 +66,24 @@ TEST(FindPeak, AFailedConfirmationBacksOffAndConfirmsAgain) {
   EXPECT_NEAR(*r.lowest_failing_qps, r.probes[r.probes.size() - 2].target_qps, 1e-9);
 }
 
+TEST(FindPeak, AConfirmationFarOverItsBoundBacksOffAsFar) {
+  // Confirming runs see twice the probes' load: VALID only up to 10 (1 - 40 / 80) = 5 qps.
+  ThresholdSystem system{.confirm_factor = 2};
+  auto with_ratio = [&](double qps, bool confirm) {
+    ProbeResult p = system(qps, confirm);
+    p.over_bound = p.p99_tpot_ms / 80;
+    return p;
+  };
+  const FindPeakResult r = find_peak(with_ratio, {.start_qps = 1, .step = 1, .tolerance_qps = 0.1});
+  ASSERT_TRUE(r.peak_qps.has_value()) << r.outcome;
+  const ProbeResult& first = r.probes[r.probes.size() - 2];
+  ASSERT_EQ(first.kind, "confirm");
+  EXPECT_FALSE(first.valid);
+  // ~7.45 qps confirmed at p99 ~157 ms, 1.96x over: lowered by 1 / 1.96 in one step, where 0.9 would take five.
+  EXPECT_NEAR(*r.peak_qps, first.target_qps / first.over_bound, 1e-9);
+  EXPECT_LE(*r.peak_qps, 5);
+}
+
 TEST(FindPeak, NothingValidAndInterruptedAreSaid) {
   auto never = [](double, bool) { return ProbeResult{}; };
   const FindPeakResult none = find_peak(never, {.start_qps = 1, .max_probes = 5});
@@ -144,11 +162,17 @@ TEST(FindPeak, ThroughTheDriverAgainstASystemWhoseLatencyGrowsWithLoad) {
   EXPECT_TRUE(r.probes.back().valid);
   EXPECT_EQ(r.probes.back().kind, "confirm");
   EXPECT_LT(*r.peak_qps, 2000);  // under the system's capacity
-  // The stated tolerance: the lowest INVALID qps is within tolerance_qps of the peak, or, when confirmations
-  // backed off, within one back-off step of it.
+  // The stated tolerance: with the first confirmation VALID, the lowest INVALID qps is within tolerance_qps of
+  // the peak; else the peak is the last failed confirmation's qps lowered by one back-off step (0.5x to 0.9x).
   EXPECT_GT(*r.lowest_failing_qps, *r.peak_qps);
-  EXPECT_LE(*r.lowest_failing_qps - *r.peak_qps,
-            std::max(options.tolerance_qps, *r.peak_qps * (1 / kConfirmBackoff - 1) + 1e-9));
+  const ProbeResult& before = r.probes[r.probes.size() - 2];
+  if (before.kind != "confirm") {
+    EXPECT_LE(*r.lowest_failing_qps - *r.peak_qps, options.tolerance_qps);
+  } else {
+    EXPECT_FALSE(before.valid);
+    EXPECT_GE(*r.peak_qps, before.target_qps * kConfirmBackoffMost - 1e-9);
+    EXPECT_LE(*r.peak_qps, before.target_qps * kConfirmBackoff + 1e-9);
+  }
   // Probes past the capacity stopped as soon as they were certainly INVALID.
   bool stopped_early = false;
   for (const ProbeResult& p : r.probes)
