@@ -12,7 +12,7 @@ build/moeserve make-tiny --out build/tiny-model --force
 # result like VALID; 2 and 130 are not (moeserve bench --help lists the exit codes).
 status=0
 build/moeserve bench --model build/tiny-model --scenario server --dataset synthetic --synthetic-samples 64 \
-  --synthetic-input normal:128:32 --synthetic-output normal:16:4 --performance-sample-count 64 \
+  --synthetic-input normal:64:16 --synthetic-output normal:16:4 --performance-sample-count 64 \
   --find-peak --target-qps 2 --find-peak-step 0.5 --find-peak-probe-duration 10 \
   --min-duration 20 --min-query-count 512 --output-dir build/bench-tiny || status=$?
 [ "$status" -le 1 ]

@@ -79,8 +79,8 @@ std::vector<ComparedMetric> compared_metrics(const std::vector<ComparedRun>& run
     std::function<std::optional<double>(const nlohmann::json&)> get;
   };
   const std::vector<Spec> specs = {
-      {"output tokens/s", "tokens/s", true, tokens_per_second},
-      {"samples/s", "samples/s", true, samples_per_second},
+      {"throughput", "output tokens/s", true, tokens_per_second},
+      {"sample rate", "samples/s", true, samples_per_second},
       {"p50 TTFT", "ms", false,
        [](const auto& j) {
          return scaled(number_at(j, {"result", "ttft_ns", "p50"}), 1e-6);

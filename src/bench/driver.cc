@@ -304,27 +304,6 @@ class RunState : public SampleObserver {
   double latency_sum_s_ = 0;
 };
 
-// Why a schedule holds as many queries as it does: LoadGen's rules made visible ("min_query_count 100, padded to
-// whole sets of 64 samples (equal issue), then more to fill min_duration 20 s at 6 qps").
-std::string schedule_note(const EffectiveSettings& e, const QuerySchedule& schedule, uint64_t loaded) {
-  const bool equal_issue = e.requested.sample_concatenate_permutation;
-  if (e.mode == TestMode::accuracy_only) return "accuracy: every sample once";
-  if (e.scenario == Scenario::offline)
-    return fmt::format("one query of {} samples: max(min_query_count, 1.1 x min_duration x expected qps){}",
-                       schedule.samples_per_query,
-                       equal_issue ? fmt::format(", padded to whole copies of the {}-sample set", loaded) : "");
-  std::string note = fmt::format("min_query_count {}", e.min_query_count);
-  uint64_t padded = e.min_query_count;
-  if (equal_issue && loaded > 0 && padded % loaded != 0) {
-    padded += loaded - padded % loaded;
-    note += fmt::format(", padded to {} (whole sets of {} samples: equal issue)", padded, loaded);
-  }
-  if (schedule.queries.size() > padded)
-    note += fmt::format(", {} to fill min_duration {:g} s at {:g} qps", schedule.queries.size(),
-                        static_cast<double>(e.min_duration_ms) / 1000, e.target_qps);
-  return note;
-}
-
 // IssueQueries for one loadable set: issue on the schedule, wait, and gather LoadGen's PerformanceResult.
 class SetRunner {
  public:

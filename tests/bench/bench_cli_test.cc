@@ -210,7 +210,7 @@ TEST(BenchCli, CompareTwoRunsGivesTheRatiosAndAPage) {
       fmt::format("{} bench compare {}/fast {}/slow/moeserve_result.json --output {}/compare.html", MOESERVE_BINARY,
                   dir, dir, dir));
   ASSERT_EQ(compared.exit_code, 0) << compared.output;
-  EXPECT_TRUE(contains(compared.output, "output tokens/s (tokens/s)")) << compared.output;
+  EXPECT_TRUE(contains(compared.output, "throughput (output tokens/s)")) << compared.output;
   EXPECT_TRUE(contains(compared.output, "(x0.")) << compared.output;  // the slow server's throughput ratio
   EXPECT_TRUE(contains(compared.output, "[2] " + dir + "/slow/moeserve_result.json")) << compared.output;
   EXPECT_TRUE(contains(read_text_file(dir + "/compare.html"), "<table id=\"compare\">"));
