@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything moeserve needs on a fresh Debian 12 machine, then configures and builds it into build/.
+# (chromium: the bench report's test renders the page headless, as a reader's browser would.)
 # Safe to run again: it installs only what is missing and rebuilds incrementally.
 #   BUILD_DIR=...   build directory (default build)
 #   BUILD_TYPE=...  CMake build type (default Release)
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libboost-dev
           libboost-system-dev libssl-dev libthrift-dev libsnappy-dev libzstd-dev googletest libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev python3)
+          libbenchmark-dev zlib1g-dev python3 chromium)
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 

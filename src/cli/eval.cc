@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "bench/progress.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/exit_codes.h"
@@ -172,10 +173,15 @@ int run_end_to_end(const EvalArgs& args) {
   options.rules = parse_rules(args.rules);
   fmt::print(stderr, "generating {} samples ({} questions x {}) with the {}\n", questions.size() * args.repeats,
              questions.size(), args.repeats, source->describe());
+  bench::WorkProgress progress("eval: generating", questions.size() * args.repeats);
+  options.progress = &progress;
+  bench::ProgressLine line([&] { return progress.status(); }, bench::progress_mode(false));
   const EvalRunResult result = run_evaluation(questions, *source, runner.get(), options);
+  line.finish();
   // Nothing was generated at all: a setup error (the server is down, the model cannot run), not a score of 0.
-  MOESERVE_CHECK(result.failed_samples < result.samples.size(), "eval: all {} samples failed to generate; the first: {}",
-                 result.samples.size(), result.samples.front().completion.error);
+  MOESERVE_CHECK(result.failed_samples < result.samples.size(),
+                 "eval: all {} samples failed to generate; the first: {}", result.samples.size(),
+                 result.samples.front().completion.error);
   fmt::print("{}", eval_table_text(result));
   if (!args.samples_out.empty()) {
     std::ofstream out(args.samples_out);
@@ -226,7 +232,8 @@ void register_eval(CLI::App& app) {
   generate->add_option("--served-model", args->served_model, "the endpoint's model name (default: its first)");
   generate->add_option("--api-key", args->api_key,
                        "sent to --endpoint as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")->capture_default_str();
+  generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")
+      ->capture_default_str();
   generate->add_option("--limit", args->limit, "first N questions of each dataset (0: all)")->capture_default_str();
   generate->add_option("--reasoning", args->reasoning, "reasoning effort")
       ->check(CLI::IsMember({"low", "medium", "high"}))

@@ -1,15 +1,17 @@
 // moeserve specbench: SPEED-Bench's acceptance-length measurement (eval/specbench.h) on the in-process engine
 // with the speculation given by --speculative-config; prints a table per category and writes the numbers as JSON.
+#include "eval/specbench.h"
+
 #include <fmt/core.h>
 
 #include <memory>
 
+#include "bench/progress.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/runner_args.h"
 #include "engine/engine.h"
 #include "eval/chat_format.h"
-#include "eval/specbench.h"
 #include "harmony/message.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -57,10 +59,15 @@ void register_specbench(CLI::App& app) {
     MOESERVE_CHECK(settings.speculative.enabled(),
                    "specbench measures speculation: give --speculative-config (e.g. num_speculative_tokens 7)");
     Engine engine(std::shared_ptr<ModelRunner>(std::move(opened.runner)), settings);
+    size_t turns = 0;
+    for (const eval::SpecBenchItem& item : items) turns += item.turns.size();
+    bench::WorkProgress progress("specbench: turns", turns);
+    bench::ProgressLine line([&] { return progress.status(); }, bench::progress_mode(false));
     const eval::SpecBenchResult result =
         eval::run_specbench(items, *tokenizer, harmony::parse_reasoning_effort(args->reasoning),
                             eval::engine_turn_generator(engine, args->max_tokens, args->concurrency,
-                                                        eval::EvalChatFormat(*tokenizer).stop_tokens()));
+                                                        eval::EvalChatFormat(*tokenizer).stop_tokens(), &progress));
+    line.finish();
     fmt::print("{}", result.table());
     size_t failed = 0;
     for (const auto& r : result.requests) failed += !r.error.empty();

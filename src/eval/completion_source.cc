@@ -21,7 +21,8 @@ std::string EngineCompletionSource::describe() const {
   return fmt::format("in-process engine on the {} runner ({})", runner_name_, engine_.capacity_summary());
 }
 
-std::vector<Completion> EngineCompletionSource::complete(const std::vector<CompletionRequest>& requests) {
+std::vector<Completion> EngineCompletionSource::complete(const std::vector<CompletionRequest>& requests,
+                                                         bench::WorkProgress* progress) {
   std::vector<Completion> completions(requests.size());
   std::vector<std::vector<int32_t>> tokens(requests.size());
   std::mutex mutex;
@@ -36,6 +37,7 @@ std::vector<Completion> EngineCompletionSource::complete(const std::vector<Compl
       if (event.finish == FinishReason::error || event.finish == FinishReason::cancelled) {
         completions[i].error = event.error.empty() ? finish_reason_name(event.finish) : event.error;
       }
+      if (progress) progress->finished(static_cast<int64_t>(tokens[i].size()), !completions[i].error.empty());
       ++finished;
       done.notify_all();
     };
@@ -49,6 +51,7 @@ std::vector<Completion> EngineCompletionSource::complete(const std::vector<Compl
     } catch (const Error& e) {  // a request that cannot run (say, too long for the context): that sample fails
       std::lock_guard lock(mutex);
       completions[i].error = e.what();
+      if (progress) progress->finished(0, true);
       ++finished;
     }
   }
@@ -66,10 +69,11 @@ namespace {
 // Collects the HTTP SUT's reports until every sample has completed.
 class CompletionCollector : public bench::SampleObserver {
  public:
-  explicit CompletionCollector(size_t samples) : outputs_(samples) {}
+  CompletionCollector(size_t samples, bench::WorkProgress* progress) : outputs_(samples), progress_(progress) {}
   void on_first_token(uint64_t, std::optional<int32_t>, bench::TimePoint) override {}
   void on_complete(uint64_t id, bench::SampleOutput output, bench::TimePoint) override {
     std::lock_guard lock(mutex_);
+    if (progress_) progress_->finished(output.token_count, !output.error.empty());
     outputs_.at(id) = std::move(output);
     ++completed_;
     done_.notify_all();
@@ -84,6 +88,7 @@ class CompletionCollector : public bench::SampleObserver {
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<bench::SampleOutput> outputs_;
+  bench::WorkProgress* progress_;
   size_t completed_ = 0;
 };
 
@@ -93,10 +98,12 @@ HttpCompletionSource::HttpCompletionSource(bench::HttpSutOptions options, std::s
     : options_(std::move(options)), tokenizer_(std::move(tokenizer)), format_(*tokenizer_) {}
 
 std::string HttpCompletionSource::describe() const {
-  return fmt::format("endpoint {} ({} API)", options_.endpoint, options_.api == bench::HttpApi::openai ? "OpenAI" : "SGLang");
+  return fmt::format("endpoint {} ({} API)", options_.endpoint,
+                     options_.api == bench::HttpApi::openai ? "OpenAI" : "SGLang");
 }
 
-std::vector<Completion> HttpCompletionSource::complete(const std::vector<CompletionRequest>& requests) {
+std::vector<Completion> HttpCompletionSource::complete(const std::vector<CompletionRequest>& requests,
+                                                       bench::WorkProgress* progress) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<bench::SampleRequest> samples;
   for (const CompletionRequest& r : requests) {
@@ -113,7 +120,7 @@ std::vector<Completion> HttpCompletionSource::complete(const std::vector<Complet
     samples.push_back(sample);
   }
   bench::HttpSut sut(options_);
-  CompletionCollector collector(samples.size());
+  CompletionCollector collector(samples.size(), progress);
   sut.start(collector);
   sut.issue(samples);
   sut.flush();

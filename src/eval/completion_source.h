@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/progress.h"
 #include "bench/sut_http.h"
 #include "engine/engine.h"
 #include "eval/chat_format.h"
@@ -38,8 +39,10 @@ class CompletionSource {
  public:
   virtual ~CompletionSource() = default;
   virtual std::string describe() const = 0;
-  // All requests, in any order or concurrently; replies in request order.
-  virtual std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) = 0;
+  // All requests, in any order or concurrently; replies in request order. Each finished request is counted in
+  // `progress` (may be null) as it finishes.
+  virtual std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                           bench::WorkProgress* progress) = 0;
 };
 
 // The in-process engine (engine.h) on a runner: every request submitted at once, so the scheduler batches them.
@@ -48,7 +51,8 @@ class EngineCompletionSource : public CompletionSource {
   EngineCompletionSource(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
                          EngineConfig config);
   std::string describe() const override;
-  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                   bench::WorkProgress* progress) override;
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -65,7 +69,8 @@ class HttpCompletionSource : public CompletionSource {
  public:
   HttpCompletionSource(bench::HttpSutOptions options, std::shared_ptr<const Tokenizer> tokenizer);
   std::string describe() const override;
-  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                   bench::WorkProgress* progress) override;
 
  private:
   bench::HttpSutOptions options_;

@@ -51,8 +51,8 @@ std::vector<SpecBenchItem> load_jsonl(const std::string& path) {
     for (const char* field : {"question_id", "category", "turns"})
       MOESERVE_CHECK(row.contains(field), "{}: missing \"{}\"", where, field);
     const auto& id = row["question_id"];
-    MOESERVE_CHECK(id.is_string() || id.is_number_integer(), "{}: \"question_id\" is {}, not text or an integer",
-                   where, id.dump());
+    MOESERVE_CHECK(id.is_string() || id.is_number_integer(), "{}: \"question_id\" is {}, not text or an integer", where,
+                   id.dump());
     MOESERVE_CHECK(row["category"].is_string(), "{}: \"category\" is not text", where);
     MOESERVE_CHECK(row["turns"].is_array(), "{}: \"turns\" is not a list", where);
     SpecBenchItem item{id.is_string() ? id.get<std::string>() : id.dump(), row["category"].get<std::string>(), {}};
@@ -81,8 +81,9 @@ std::vector<SpecBenchItem> load_specbench_items(const std::string& path) {
   return items;
 }
 
-TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens) {
-  return [&engine, max_tokens, concurrency, stop_tokens](const std::vector<std::vector<int32_t>>& prompts) {
+TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens,
+                                    bench::WorkProgress* progress) {
+  return [&engine, max_tokens, concurrency, stop_tokens, progress](const std::vector<std::vector<int32_t>>& prompts) {
     std::vector<TurnOutput> outputs(prompts.size());
     std::mutex mutex;
     std::condition_variable changed;
@@ -112,6 +113,7 @@ TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurre
           if (event.finish == FinishReason::none) return;
           if (event.finish == FinishReason::error || event.finish == FinishReason::cancelled)
             out.error = event.error.empty() ? finish_reason_name(event.finish) : event.error;
+          if (progress) progress->finished(static_cast<int64_t>(out.tokens.size()), !out.error.empty());
           --in_flight;
           changed.notify_all();
         });
@@ -119,6 +121,7 @@ TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurre
       } catch (const Error& e) {
         lock.lock();
         outputs[i].error = e.what();
+        if (progress) progress->finished(0, true);
         --in_flight;
       }
     }
@@ -210,8 +213,11 @@ nlohmann::json SpecBenchResult::to_json() const {
   j["requests"] = nlohmann::json::array();
   for (const SpecBenchRequestResult& r : requests) {
     const std::optional<double> al = r.acceptance_length();
-    nlohmann::json row = {{"question_id", r.question_id}, {"category", r.category},   {"turns", r.turns},
-                          {"steps", r.steps},             {"tokens", r.tokens},
+    nlohmann::json row = {{"question_id", r.question_id},
+                          {"category", r.category},
+                          {"turns", r.turns},
+                          {"steps", r.steps},
+                          {"tokens", r.tokens},
                           {"acceptance_length", al ? nlohmann::json(*al) : nullptr}};
     if (!r.error.empty()) row["error"] = r.error;
     j["requests"].push_back(std::move(row));

@@ -9,15 +9,15 @@
 // overall AL = the mean over all requests.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/progress.h"
 #include "engine/engine.h"
 #include "harmony/message.h"
 #include "tokenizer/tokenizer.h"
@@ -45,8 +45,10 @@ struct TurnOutput {
 using TurnGenerator = std::function<std::vector<TurnOutput>(const std::vector<std::vector<int32_t>>& prompts)>;
 
 // Greedy generation on an in-process engine with its configured speculation, up to `concurrency` requests in
-// flight (0: all), stopping at one of stop_tokens (the chat format's end of an assistant turn).
-TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens);
+// flight (0: all), stopping at one of stop_tokens (the chat format's end of an assistant turn); each finished turn
+// is counted in `progress` (may be null).
+TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens,
+                                    bench::WorkProgress* progress = nullptr);
 
 struct SpecBenchRequestResult {
   std::string question_id;
