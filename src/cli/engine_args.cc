@@ -37,37 +37,34 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
                       fmt::format("sequences running at once (default {} on a GPU, {} on the CPU)", kGpuMaxNumSeqs,
                                   SchedulerConfig{}.max_num_seqs))
       ->check(CLI::Range(1, 1 << 20));
-  auto* batched = command->add_option("--max-num-batched-tokens", args.max_batched_tokens,
-                                      fmt::format("tokens per engine step (default {} on a GPU, {} on the CPU)",
-                                                  kGpuMaxBatchedTokens, SchedulerConfig{}.max_batched_tokens));
-  batched->check(CLI::Range(1, 1 << 24));
+  command
+      ->add_option("--max-num-batched-tokens", args.max_batched_tokens,
+                   fmt::format("tokens per engine step (default {} on a GPU, {} on the CPU)", kGpuMaxBatchedTokens,
+                               SchedulerConfig{}.max_batched_tokens))
+      ->check(CLI::Range(1, 1 << 24));
   add_deprecated_option<int>(command, "--max-batched-tokens", "--max-num-batched-tokens",
                              [&args](const int& tokens) { args.max_batched_tokens = tokens; })
-      ->check(CLI::Range(1, 1 << 24))
-      ->excludes(batched);
+      ->check(CLI::Range(1, 1 << 24));
   command->add_option("--scheduler", args.scheduler, "fcfs, or slo (TTFT/TPOT-aware)")
       ->check(CLI::IsMember({"fcfs", "slo"}))
       ->capture_default_str();
   // Milliseconds, as MLPerf's ttft_latency / tpot_latency and vLLM's benchmarks give them (the engine keeps
   // seconds); the names say the unit, since the old flags took seconds.
   auto& s = c.scheduler;
-  auto* ttft = command->add_option_function<double>(
+  command->add_option_function<double>(
       "--ttft-target-ms", [&s](const double& ms) { s.ttft_target_seconds = ms / 1000; },
       fmt::format("slo scheduler: p99 TTFT target, ms (default {:g})", s.ttft_target_seconds * 1000));
-  auto* tpot = command->add_option_function<double>(
+  command->add_option_function<double>(
       "--tpot-target-ms", [&s](const double& ms) { s.tpot_target_seconds = ms / 1000; },
       fmt::format("slo scheduler: p99 TPOT target, ms (default {:g})", s.tpot_target_seconds * 1000));
   add_deprecated_option<double>(command, "--ttft-target", "--ttft-target-ms (milliseconds; this one took seconds)",
-                                [&s](const double& seconds) { s.ttft_target_seconds = seconds; })
-      ->excludes(ttft);
+                                [&s](const double& seconds) { s.ttft_target_seconds = seconds; });
   add_deprecated_option<double>(command, "--tpot-target", "--tpot-target-ms (milliseconds; this one took seconds)",
-                                [&s](const double& seconds) { s.tpot_target_seconds = seconds; })
-      ->excludes(tpot);
-  auto* enable = command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.prefix_caching,
-                                   "reuse KV across requests that share a prefix (default: on)");
+                                [&s](const double& seconds) { s.tpot_target_seconds = seconds; });
+  command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.prefix_caching,
+                    "reuse KV across requests that share a prefix (default: on)");
   add_deprecated_flag(command, "--no-prefix-caching", "--no-enable-prefix-caching",
-                      [&args] { args.prefix_caching = false; })
-      ->excludes(enable);
+                      [&args] { args.prefix_caching = false; });
   command->add_option("--speculative-config", args.speculative_config,
                       "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
                       "\"num_speculative_tokens\":3}'; trees: \"speculative_eagle_topk\", "

@@ -36,7 +36,7 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
                                      [&args](const std::string& precision) { args.precision = precision; })
       ->check(CLI::IsMember({"bf16", "f32"}));
   command->add_option("--kv-cache-dtype", args.kv_cache_dtype,
-                      "CUDA KV cache: auto (the precision's type), bf16, or fp8_e4m3 (fp8; half the bytes, per-layer "
+                      "CUDA KV cache: auto (the --dtype's type), bf16, or fp8_e4m3 (fp8; half the bytes, per-layer "
                       "scales from the checkpoint or 1.0)")
       ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();

@@ -182,10 +182,6 @@ TEST(VllmFlags, OldNamesStillWorkAndSaySoOnce) {
   EXPECT_EQ(occurrences(result.output, "warning: --no-prefix-caching is deprecated: use --no-enable-prefix-caching"), 1u);
   EXPECT_EQ(occurrences(result.output, "warning: --precision is deprecated: use --dtype"), 1u);
   EXPECT_EQ(occurrences(result.output, "warning: --ttft-target is deprecated: use --ttft-target-ms"), 1u);
-  // The old and the new name of one setting together are a usage error.
-  const auto both = moeserve("bench " + testing::tiny_model() + " --max-batched-tokens 32 --max-num-batched-tokens 64 "
-                             "--dataset synthetic");
-  EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 TEST(VllmFlags, DtypeTakesVllmsNames) {

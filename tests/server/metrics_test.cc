@@ -11,6 +11,7 @@
 #include "engine/speculative/test_drafters.h"
 #include "server/http_client.h"
 #include "server/scripted_runner.h"
+#include "server/stats_logger.h"
 #include "server/server_harness.h"
 #include "test_util.h"
 
@@ -115,6 +116,32 @@ TEST(Metrics, UnknownRoutesShareOneLabel) {
   EXPECT_EQ(sample(text, "moeserve_http_requests_total{route=\"/v1/models/{model}\",status=\"404\"}"), 1);
   EXPECT_EQ(text.find("/nope"), std::string::npos);
   EXPECT_EQ(text.find("favicon"), std::string::npos);
+}
+
+TEST(StatsLine, VllmsLineOverTheInterval) {
+  EngineMetrics before, now;
+  EXPECT_FALSE(server::stats_line(before, now, 10).has_value());  // idle, and nothing runs: no line
+  before.prompt_tokens_computed = 1000;
+  before.generated_tokens = 40;
+  before.prefix_queried_tokens = 500;
+  before.prefix_hit_tokens = 100;
+  now = before;
+  now.prompt_tokens_computed += 100;
+  now.generated_tokens += 20;
+  now.prefix_queried_tokens += 200;
+  now.prefix_hit_tokens += 50;
+  now.running = 3;
+  now.waiting = 1;
+  now.kv_blocks_total = 8;
+  now.kv_blocks_in_use = 2;
+  EXPECT_EQ(server::stats_line(before, now, 2),
+            "Avg prompt throughput: 50.0 tokens/s, Avg generation throughput: 10.0 tokens/s, Running: 3 reqs, "
+            "Waiting: 1 reqs, GPU KV cache usage: 25.0%, Prefix cache hit rate: 25.0%");
+  now.spec_drafts = 10;
+  now.spec_accepted_tokens = 15;
+  EXPECT_EQ(server::stats_line(before, now, 2).value_or("").substr(169), ", Mean acceptance length: 2.50");
+  // Requests still running over an idle interval (all waiting for blocks, say) still log.
+  EXPECT_TRUE(server::stats_line(now, now, 2).has_value());
 }
 
 }  // namespace
