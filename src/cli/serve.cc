@@ -122,8 +122,11 @@ void register_serve(CLI::App& app) {
     options.http.allowed_origins = parse_origins(args->allowed_origins);
     options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(args->drain_seconds * 1000));
     const std::string& model = args->runner.model;
-    if (options.served_model_name == "moeserve" && !model.empty())
-      options.served_model_name = std::filesystem::path(model).filename().string();
+    if (options.served_model_name == "moeserve" && !model.empty()) {
+      std::filesystem::path dir(model);
+      if (dir.filename().empty()) dir = dir.parent_path();  // "models/gpt-oss-120b/"
+      options.served_model_name = dir.filename().string();
+    }
     check_model_directory(model);
     const std::string tokenizer_source = !args->tokenizer.empty() ? args->tokenizer : model;
     std::shared_ptr<const Tokenizer> tokenizer =

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio.hpp>
+#include <filesystem>
 #include <thread>
 
 #include "server/http_client.h"
@@ -60,6 +61,14 @@ TEST(ServeLogs, SettingsLineAccessLinesAndStatsLine) {
                            " reqs, GPU KV cache usage: ", "%, Prefix cache hit rate: "})
     EXPECT_THAT(line, HasSubstr(part));
   EXPECT_THAT(line, Not(HasSubstr("acceptance")));  // not speculating
+}
+
+TEST(ServeLogs, TheServedNameIsTheDirectorysEvenWithATrailingSlash) {
+  testing::ServeProcess serve({testing::tiny_model() + "/", "--threads", "1", "--disable-log-stats"});
+  ASSERT_NE(serve.port(), 0) << serve.log();
+  const std::string name = std::filesystem::path(testing::tiny_model()).filename().string();
+  auto models = testing::http_request(serve.port(), "GET", "/v1/models/" + name);
+  EXPECT_EQ(models.status, 200u) << models.body;
 }
 
 TEST(ServeLogs, NoAccessLinesUnlessAskedAndNoStatsWhenDisabled) {
