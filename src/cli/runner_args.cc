@@ -20,7 +20,8 @@ std::string precision_of_dtype(const std::string& dtype) {
 }  // namespace
 
 void add_runner_options(CLI::App* command, RunnerArgs& args) {
-  auto* model = command->add_option("--model", args.model, "model directory (or give it first, as in 'vllm serve DIR')");
+  auto* model =
+      command->add_option("--model", args.model, "model directory (or give it first, as in 'vllm serve DIR')");
   command->add_option("model", args.model, "model directory: config.json, the *.safetensors files, tokenizer.json")
       ->excludes(model);
   command->add_option("--synthetic", args.synthetic, "random weights of a real shape, made on the GPU (--device cuda)")

@@ -84,7 +84,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", s.http.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", s.http.port, "port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
-  cmd->add_option("--served-model-name", s.served_model_name, "the model name clients use (default: the directory name)");
+  cmd->add_option("--served-model-name", s.served_model_name,
+                  "the model name clients use (default: the directory name)");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json or .tiktoken file, or a directory holding one (default: the model directory's)");
   cmd->add_option("--responses-store-size", s.responses_store_size,
@@ -129,10 +130,10 @@ void register_serve(CLI::App& app) {
     }
     check_model_directory(model);
     const std::string tokenizer_source = !args->tokenizer.empty() ? args->tokenizer : model;
-    std::shared_ptr<const Tokenizer> tokenizer =
-        tokenizer_source.empty() ? Tokenizer::o200k_harmony()
-        : std::filesystem::is_directory(tokenizer_source) ? Tokenizer::from_model_dir(tokenizer_source)
-                                                          : Tokenizer::from_file(tokenizer_source);
+    std::shared_ptr<const Tokenizer> tokenizer = tokenizer_source.empty() ? Tokenizer::o200k_harmony()
+                                                 : std::filesystem::is_directory(tokenizer_source)
+                                                     ? Tokenizer::from_model_dir(tokenizer_source)
+                                                     : Tokenizer::from_file(tokenizer_source);
     server::OpenAiServer server(tokenizer, options);
     server.start();
     log_info("serving '{}' on http://{}:{}; loading the model (requests get 503 until it is ready)",
@@ -141,7 +142,8 @@ void register_serve(CLI::App& app) {
     log_info("loading {} on the {} runner", model.empty() ? "synthetic " + args->runner.synthetic : model,
              args->runner.device);
     auto opened = open_runner(args->runner);
-    log_info("weights loaded in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+    log_info("weights loaded in {:.1f} s",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
     EngineConfig engine_settings = engine_config(args->engine, opened);
     auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
     log_info("{}", engine->capacity_summary());
@@ -150,10 +152,11 @@ void register_serve(CLI::App& app) {
     std::optional<server::StatsLogger> stats;
     if (!args->disable_log_stats)
       stats.emplace(engine, std::chrono::milliseconds(static_cast<int64_t>(args->log_stats_interval * 1000)));
-    log_info("ready in {:.1f} s on http://{}:{} (Ctrl-C or SIGTERM to stop); requests without a seed draw from "
-             "--seed {}",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), options.http.host,
-             server.port(), server.seed());
+    log_info(
+        "ready in {:.1f} s on http://{}:{} (Ctrl-C or SIGTERM to stop); requests without a seed draw from "
+        "--seed {}",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), options.http.host,
+        server.port(), server.seed());
     server.serve_until_signal();
     log_info("stopped");
   });

@@ -29,7 +29,8 @@ class Family {
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h.upper_bounds().size(); ++i) {
       cumulative += h.counts()[i];
-      sample(std::string(name) + "_bucket", fmt::format("le=\"{}\"", h.upper_bounds()[i]), static_cast<double>(cumulative));
+      sample(std::string(name) + "_bucket", fmt::format("le=\"{}\"", h.upper_bounds()[i]),
+             static_cast<double>(cumulative));
     }
     sample(std::string(name) + "_bucket", "le=\"+Inf\"", static_cast<double>(h.count()));
     sample(std::string(name) + "_sum", {}, h.sum());
@@ -59,8 +60,10 @@ const char* vllm_finish_reason(FinishReason reason) {
 
 void render_vllm(std::string& out, const EngineMetrics& m, const std::string& model_name) {
   Family f(out, "vllm:", fmt::format("model_name=\"{}\"", label_value(model_name)));
-  f.scalar("num_requests_running", "gauge", "Number of requests in model execution batches.", static_cast<double>(m.running));
-  f.scalar("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", static_cast<double>(m.waiting));
+  f.scalar("num_requests_running", "gauge", "Number of requests in model execution batches.",
+           static_cast<double>(m.running));
+  f.scalar("num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+           static_cast<double>(m.waiting));
   f.scalar("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage());
   f.scalar("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
            static_cast<double>(m.prefix_queried_tokens));
@@ -83,18 +86,23 @@ void render_vllm(std::string& out, const EngineMetrics& m, const std::string& mo
   f.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft);
   f.histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.inter_token_latency);
   // The name vLLM used for inter-token latency before it was renamed; still read by older dashboards.
-  f.histogram("time_per_output_token_seconds", "Histogram of time per output token in seconds (deprecated name of "
-              "inter_token_latency_seconds).", m.inter_token_latency);
-  f.histogram("request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", m.tpot);
+  f.histogram("time_per_output_token_seconds",
+              "Histogram of time per output token in seconds (deprecated name of "
+              "inter_token_latency_seconds).",
+              m.inter_token_latency);
+  f.histogram("request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+              m.tpot);
   f.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e_latency);
   f.histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time);
-  f.histogram("request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", m.inference_time);
+  f.histogram("request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+              m.inference_time);
   f.histogram("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", m.prefill_time);
   f.histogram("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", m.decode_time);
   f.scalar("cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.", 1,
            fmt::format("block_size=\"{}\",enable_prefix_caching=\"{}\",num_gpu_blocks=\"{}\"", m.block_size,
                        m.prefix_caching ? "True" : "False", m.kv_blocks_total));
-  f.scalar("spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", static_cast<double>(m.spec_drafts));
+  f.scalar("spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
+           static_cast<double>(m.spec_drafts));
   f.scalar("spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
            static_cast<double>(m.spec_draft_tokens));
   f.scalar("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
@@ -121,9 +129,11 @@ void render_moeserve(std::string& out, const EngineMetrics& m, const HttpCounts&
            static_cast<double>(m.prefix_hit_tokens));
   f.scalar("prompt_tokens_total", "counter", "Prompt tokens computed.", static_cast<double>(m.prompt_tokens_computed));
   f.scalar("generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(m.generated_tokens));
-  f.scalar("num_preemptions_total", "counter", "Requests preempted (recomputed later).", static_cast<double>(m.preemptions));
+  f.scalar("num_preemptions_total", "counter", "Requests preempted (recomputed later).",
+           static_cast<double>(m.preemptions));
   // Speculative decoding, named as vLLM's spec_decode counters (acceptance length = 1 + accepted / drafts).
-  f.scalar("spec_decode_num_drafts_total", "counter", "Verify steps that carried a draft.", static_cast<double>(m.spec_drafts));
+  f.scalar("spec_decode_num_drafts_total", "counter", "Verify steps that carried a draft.",
+           static_cast<double>(m.spec_drafts));
   f.scalar("spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed and verified.",
            static_cast<double>(m.spec_draft_tokens));
   f.scalar("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
@@ -134,7 +144,8 @@ void render_moeserve(std::string& out, const EngineMetrics& m, const HttpCounts&
     f.sample("spec_decode_num_accepted_tokens_per_pos_total", fmt::format("position=\"{}\"", i),
              static_cast<double>(m.spec_accepted_per_position[i]));
   f.scalar("spec_decode_mean_acceptance_length", "gauge",
-           "Tokens emitted per verify step since start (1 + accepted / drafts; 0 before any).", m.spec_acceptance_length());
+           "Tokens emitted per verify step since start (1 + accepted / drafts; 0 before any).",
+           m.spec_acceptance_length());
   f.header("request_success_total", "counter", "Finished requests by finish reason.");
   for (const auto& [reason, count] : m.finished)
     f.sample("request_success_total", fmt::format("finished_reason=\"{}\"", finish_reason_name(reason)),

@@ -34,8 +34,12 @@ json ResponseItems::item_json(const Item& item) const {
               {"role", "assistant"},
               {"content", streaming ? json::array() : json::array({part_json(item, item.text)})}};
     case Kind::function_call:
-      return {{"type", "function_call"}, {"id", item.id},       {"call_id", item.call_id}, {"name", item.name},
-              {"arguments", streaming ? "" : item.text},         {"status", item.status}};
+      return {{"type", "function_call"},
+              {"id", item.id},
+              {"call_id", item.call_id},
+              {"name", item.name},
+              {"arguments", streaming ? "" : item.text},
+              {"status", item.status}};
   }
   return {};
 }
@@ -51,7 +55,9 @@ void ResponseItems::open(Kind kind, const ToolCall* call) {
   const size_t index = items_.size() - 1;
   send("response.output_item.added", {{"output_index", index}, {"item", item_json(items_.back())}});
   if (kind != Kind::function_call)
-    send("response.content_part.added", {{"item_id", items_.back().id}, {"output_index", index}, {"content_index", 0},
+    send("response.content_part.added", {{"item_id", items_.back().id},
+                                         {"output_index", index},
+                                         {"content_index", 0},
                                          {"part", part_json(items_.back(), "")}});
 }
 
@@ -65,8 +71,11 @@ void ResponseItems::append(const std::string& text) {
            {{"item_id", item.id}, {"output_index", index}, {"content_index", 0}, {"delta", text}});
       break;
     case Kind::message:
-      send("response.output_text.delta", {{"item_id", item.id}, {"output_index", index}, {"content_index", 0},
-                                          {"delta", text}, {"logprobs", json::array()}});
+      send("response.output_text.delta", {{"item_id", item.id},
+                                          {"output_index", index},
+                                          {"content_index", 0},
+                                          {"delta", text},
+                                          {"logprobs", json::array()}});
       break;
     case Kind::function_call:
       send("response.function_call_arguments.delta", {{"item_id", item.id}, {"output_index", index}, {"delta", text}});
@@ -83,8 +92,11 @@ void ResponseItems::close(const std::string& status) {
            {{"item_id", item.id}, {"output_index", index}, {"content_index", 0}, {"text", item.text}});
       break;
     case Kind::message:
-      send("response.output_text.done", {{"item_id", item.id}, {"output_index", index}, {"content_index", 0},
-                                         {"text", item.text}, {"logprobs", json::array()}});
+      send("response.output_text.done", {{"item_id", item.id},
+                                         {"output_index", index},
+                                         {"content_index", 0},
+                                         {"text", item.text},
+                                         {"logprobs", json::array()}});
       break;
     case Kind::function_call:
       send("response.function_call_arguments.done",
@@ -92,8 +104,8 @@ void ResponseItems::close(const std::string& status) {
       break;
   }
   if (item.kind != Kind::function_call)
-    send("response.content_part.done", {{"item_id", item.id}, {"output_index", index}, {"content_index", 0},
-                                        {"part", part_json(item, item.text)}});
+    send("response.content_part.done",
+         {{"item_id", item.id}, {"output_index", index}, {"content_index", 0}, {"part", part_json(item, item.text)}});
   item.status = status;
   send("response.output_item.done", {{"output_index", index}, {"item", item_json(item)}});
 }

@@ -46,7 +46,9 @@ class ResponseItems {
   void open(Kind kind, const ToolCall* call = nullptr);
   void append(const std::string& text);
   void close(const std::string& status);
-  bool is_open(Kind kind) const { return !items_.empty() && items_.back().status == "in_progress" && items_.back().kind == kind; }
+  bool is_open(Kind kind) const {
+    return !items_.empty() && items_.back().status == "in_progress" && items_.back().kind == kind;
+  }
   nlohmann::json item_json(const Item& item) const;
   nlohmann::json part_json(const Item& item, const std::string& text) const;
   void send(const char* type, nlohmann::json fields) const;

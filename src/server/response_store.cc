@@ -36,7 +36,7 @@ ResponsesTurn responses_turn(std::string_view body_text, ResponseStore& store, i
   turn.store = fields["store"].optional_bool().value_or(true);
   // This request's input as a list of items: a string is one user message.
   const Field input = fields["input"];
-  json items = input.is_string() ? json::array({{{"type", "message"}, {"role", "user"}, {"content", input.json()}}})
+  json items = input.is_string()  ? json::array({{{"type", "message"}, {"role", "user"}, {"content", input.json()}}})
                : input.is_array() ? input.json()
                                   : json::array();
   if (const auto previous = fields["previous_response_id"].optional_string()) {

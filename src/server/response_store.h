@@ -41,7 +41,7 @@ class ResponseStore {
 // goes before this request's input (as OpenAI does, the earlier instructions do not carry over); store and
 // previous_response_id are taken out. A 400 for an unknown id (or any id when the store holds none), naming it.
 struct ResponsesTurn {
-  std::string body;            // for responses_request()
+  std::string body;             // for responses_request()
   nlohmann::json conversation;  // the input items of this turn, earlier turns included
   bool store = true;
 };

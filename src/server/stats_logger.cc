@@ -16,8 +16,8 @@ std::optional<std::string> stats_line(const EngineMetrics& before, const EngineM
   std::string line = fmt::format(
       "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} tokens/s, Running: {} reqs, "
       "Waiting: {} reqs, GPU KV cache usage: {:.1f}%, Prefix cache hit rate: {:.1f}%",
-      static_cast<double>(prompt) * per_second, static_cast<double>(generated) * per_second, now.running,
-      now.waiting, 100 * now.kv_usage(), queried ? 100.0 * static_cast<double>(hits) / queried : 0.0);
+      static_cast<double>(prompt) * per_second, static_cast<double>(generated) * per_second, now.running, now.waiting,
+      100 * now.kv_usage(), queried ? 100.0 * static_cast<double>(hits) / queried : 0.0);
   const uint64_t drafts = now.spec_drafts - before.spec_drafts;
   if (drafts > 0)
     line += fmt::format(", Mean acceptance length: {:.2f}",
@@ -44,7 +44,8 @@ void StatsLogger::run() {
   while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
     const EngineMetrics now = engine_->metrics();
     const auto at = std::chrono::steady_clock::now();
-    if (const auto line = stats_line(before, now, std::chrono::duration<double>(at - since).count())) log_info("{}", *line);
+    if (const auto line = stats_line(before, now, std::chrono::duration<double>(at - since).count()))
+      log_info("{}", *line);
     before = now;
     since = at;
   }

@@ -11,9 +11,9 @@ namespace {
 void check_optional_model(const Field& body, const RequestContext& ctx) {
   const auto model = body["model"].optional_string();
   if (model && *model != ctx.served_model_name)
-    throw ApiError(404, fmt::format("The model '{}' does not exist (this server serves '{}')", *model,
-                                    ctx.served_model_name),
-                   "invalid_request_error", "model", "model_not_found");
+    throw ApiError(
+        404, fmt::format("The model '{}' does not exist (this server serves '{}')", *model, ctx.served_model_name),
+        "invalid_request_error", "model", "model_not_found");
 }
 
 }  // namespace
@@ -43,7 +43,9 @@ json tokenize_response(std::string_view body_text, const RequestContext& ctx) {
     TextBudget text(ctx.limits.text_bytes);
     tokens = ctx.tokenizer.encode(text.take(body["prompt"], body["prompt"].string()), AllowedSpecial::all());
   }
-  json out = {{"count", tokens.size()}, {"max_model_len", ctx.max_sequence_tokens}, {"tokens", tokens},
+  json out = {{"count", tokens.size()},
+              {"max_model_len", ctx.max_sequence_tokens},
+              {"tokens", tokens},
               {"token_strs", nullptr}};
   if (token_strs) {
     // Each token's own text (bytes that are not UTF-8 on their own become U+FFFD); vLLM's are the tokenizer's

@@ -11,8 +11,8 @@
 #include "engine/speculative/test_drafters.h"
 #include "server/http_client.h"
 #include "server/scripted_runner.h"
-#include "server/stats_logger.h"
 #include "server/server_harness.h"
+#include "server/stats_logger.h"
 #include "test_util.h"
 
 namespace moeserve {

@@ -40,8 +40,8 @@ TEST(ServeLogs, APortInUseFailsBeforeTheModelLoads) {
 }
 
 TEST(ServeLogs, SettingsLineAccessLinesAndStatsLine) {
-  testing::ServeProcess serve({testing::tiny_model(), "--served-model-name", "tiny", "--threads", "1", "--enable-log-requests",
-                               "--log-stats-interval", "0.2", "--max-num-seqs", "7"});
+  testing::ServeProcess serve({testing::tiny_model(), "--served-model-name", "tiny", "--threads", "1",
+                               "--enable-log-requests", "--log-stats-interval", "0.2", "--max-num-seqs", "7"});
   ASSERT_NE(serve.port(), 0) << serve.log();
   auto r = post_json(serve.port(), "/v1/completions", {{"model", "tiny"}, {"prompt", {1, 2, 3}}, {"max_tokens", 4}});
   ASSERT_EQ(r.status, 200u) << r.body;
@@ -72,7 +72,8 @@ TEST(ServeLogs, TheServedNameIsTheDirectorysEvenWithATrailingSlash) {
 }
 
 TEST(ServeLogs, NoAccessLinesUnlessAskedAndNoStatsWhenDisabled) {
-  testing::ServeProcess serve({testing::tiny_model(), "--served-model-name", "tiny", "--threads", "1", "--disable-log-stats"});
+  testing::ServeProcess serve(
+      {testing::tiny_model(), "--served-model-name", "tiny", "--threads", "1", "--disable-log-stats"});
   ASSERT_NE(serve.port(), 0) << serve.log();
   auto r = post_json(serve.port(), "/v1/completions", {{"model", "tiny"}, {"prompt", {1, 2, 3}}, {"max_tokens", 4}});
   ASSERT_EQ(r.status, 200u) << r.body;

@@ -31,16 +31,26 @@ std::vector<std::string> types_of(const std::vector<json>& events) {
 
 TEST(ResponsesStream, SendsEveryEventOpenAiSendsInOrder) {
   ServerHarness h(std::make_shared<testing::ScriptedRunner>(harmony_reply));
-  const auto events = events_of(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}, {"stream", true}}));
+  const auto events =
+      events_of(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}, {"stream", true}}));
   std::vector<std::string> types = types_of(events);
   // Deltas come one per token: keep one of each run.
   types.erase(std::unique(types.begin(), types.end()), types.end());
-  const std::vector<std::string> expected = {
-      "response.created",           "response.in_progress",        "response.output_item.added",
-      "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.done",
-      "response.content_part.done", "response.output_item.done",    "response.output_item.added",
-      "response.content_part.added", "response.output_text.delta",   "response.output_text.done",
-      "response.content_part.done", "response.output_item.done",    "response.completed"};
+  const std::vector<std::string> expected = {"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.completed"};
   EXPECT_EQ(types, expected);
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i]["sequence_number"], i);
   const json& done = events.back()["response"];
@@ -82,7 +92,8 @@ TEST(ResponsesStream, CutOffByMaxOutputTokensEndsIncomplete) {
 
 TEST(ResponsesStream, FunctionCallsStreamAsTheirOwnItems) {
   ServerHarness h(std::make_shared<testing::ScriptedRunner>(harmony_reply));
-  const json tool = {{"type", "function"}, {"name", "get_weather"},
+  const json tool = {{"type", "function"},
+                     {"name", "get_weather"},
                      {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}};
   const auto events = events_of(post_json(
       h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Weather?"}, {"tools", {tool}}, {"stream", true}}));
@@ -142,20 +153,22 @@ TEST(ResponsesStore, PreviousResponseIdContinuesAStoredConversation) {
   auto first = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}});
   ASSERT_EQ(first.status, 200u) << first.body;
   const std::string id = json::parse(first.body)["id"];
-  auto second = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Go on."}, {"previous_response_id", id}});
+  auto second =
+      post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Go on."}, {"previous_response_id", id}});
   ASSERT_EQ(second.status, 200u) << second.body;
   EXPECT_EQ(json::parse(second.body)["output"].back()["content"][0]["text"], "As I said: hello.");
   // The stored conversation holds both turns: a third request sees the first answer still.
   const std::string second_id = json::parse(second.body)["id"];
-  auto third = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "More?"}, {"previous_response_id", second_id},
-                                                     {"stream", true}});
+  auto third =
+      post_json(h.port, "/v1/responses",
+                {{"model", "tiny"}, {"input", "More?"}, {"previous_response_id", second_id}, {"stream", true}});
   EXPECT_NE(third.body.find("As I said: hello."), std::string::npos) << third.body;
   auto got = testing::http_request(h.port, "GET", "/v1/responses/" + id);
   ASSERT_EQ(got.status, 200u);
   EXPECT_EQ(json::parse(got.body), json::parse(first.body));
-  testing::expect_error(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"},
-                                                             {"previous_response_id", "resp_nope"}}),
-                        400, "no stored response has that id", "previous_response_id");
+  testing::expect_error(
+      post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"}, {"previous_response_id", "resp_nope"}}),
+      400, "no stored response has that id", "previous_response_id");
   EXPECT_EQ(testing::http_request(h.port, "GET", "/v1/responses/resp_nope").status, 404u);
   // store: false keeps nothing.
   auto unstored = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}, {"store", false}});
