@@ -1,5 +1,6 @@
 // The options that choose and open a model runner, shared by the subcommands that run a model:
-// --model DIR or --synthetic SHAPE, --device cpu|cuda, --precision and --kv-cache-dtype (CUDA), --threads (CPU).
+// the model directory (positional, or --model DIR) or --synthetic SHAPE, --device cpu|cuda, --dtype and
+// --kv-cache-dtype (CUDA; vLLM's names), --threads (CPU).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -24,6 +25,8 @@ struct RunnerArgs {
 };
 
 void add_runner_options(CLI::App* command, RunnerArgs& args);
+// A --model that exists must be a directory: an Error saying so (a user who names config.json or a shard).
+void check_model_directory(const std::string& model);
 
 // --model opens the checkpoint of its family (config.json's model_type): GPT-OSS on the CPU or CUDA runner, the
 // DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on the CPU runner.

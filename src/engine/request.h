@@ -51,6 +51,7 @@ struct RequestTiming {
   TimePoint arrival;
   std::optional<TimePoint> first_scheduled;
   std::optional<TimePoint> first_token;
+  std::optional<TimePoint> last_token;
   std::optional<TimePoint> finished;
   int prompt_tokens = 0;
   int output_tokens = 0;

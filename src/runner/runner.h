@@ -82,8 +82,10 @@ class ModelRunner {
   // Bytes one KV block takes; the engine divides its memory budget by this.
   virtual size_t kv_block_bytes(int block_size) const = 0;
   // Device memory still free after the weights (0 for a runner on host memory); the engine sizes its KV pool as a
-  // fraction of it when asked to (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static).
+  // fraction of it when asked to (SGLang's --mem-fraction-static; the old --kv-cache-fraction).
   virtual size_t device_memory_free() const { return 0; }
+  // The device's whole memory (0 for a runner on host memory): vLLM's --gpu-memory-utilization is a share of it.
+  virtual size_t device_memory_total() const { return 0; }
   // (Re)allocates the KV pool; contents are undefined until written by forward().
   virtual void allocate_kv_cache(const KvCacheLayout& layout) = 0;
   virtual const KvCacheLayout& kv_cache_layout() const = 0;

@@ -28,6 +28,19 @@ std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(
 
 std::vector<int32_t> encode(const std::string& text) { return tokenizer()->encode(text, AllowedSpecial::all()); }
 
+std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt) {
+  const std::string text = tokenizer()->decode(prompt);
+  if (text.find("functions.get_weather to=assistant") != std::string::npos)
+    return encode("<|channel|>final<|message|>It is sunny in Paris.<|return|>");
+  if (text.find("namespace functions") != std::string::npos)
+    return encode("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                  "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+  if (text.find("Hello! How can I help?") != std::string::npos)
+    return encode("<|channel|>final<|message|>As I said: hello.<|return|>");
+  return encode("<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final"
+                "<|message|>Hello! How can I help?<|return|>");
+}
+
 ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config)
     : ServerHarness(std::move(runner), testing::tokenizer(), std::move(options), std::move(config)) {}
 
@@ -76,6 +89,13 @@ ServeProcess::ServeProcess(const std::vector<std::string>& arguments)
       break;
     }
   }
+  // The port is bound before the model loads: ready once /health answers 200.
+  for (int i = 0; i < 1200 && port_ != 0 && !exited_; ++i) {
+    if (http_request(port_, "GET", "/health").status == 200) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) exited_ = true;
+  }
+  port_ = 0;
 }
 
 ServeProcess::~ServeProcess() {

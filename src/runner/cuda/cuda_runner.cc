@@ -30,7 +30,7 @@ KvDtype parse_kv_dtype(const std::string& name, Precision precision) {
   const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
   MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
   MOESERVE_CHECK(precision == Precision::bf16,
-                 "--kv-cache-dtype {} needs --precision bf16: the f32 precision keeps an f32 KV cache (use auto)", name);
+                 "--kv-cache-dtype {} needs --dtype bfloat16: float32 keeps an f32 KV cache (use auto)", name);
   return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
 }
 
@@ -82,6 +82,12 @@ size_t CudaRunner::device_memory_free() const {
   size_t free_bytes = 0, total_bytes = 0;
   MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return free_bytes + kv_.bytes();  // allocate_kv_cache() gives the current pool back first
+}
+
+size_t CudaRunner::device_memory_total() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
 }
 
 void CudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {

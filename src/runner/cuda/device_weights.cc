@@ -9,6 +9,7 @@
 #include "model/mxfp4.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace moeserve::cuda {
 std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precision dense) {
@@ -121,6 +122,9 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
     layer.mlp1 = put_experts(l.mlp1, "layer " + std::to_string(i) + " mlp1");
     layer.mlp2 = put_experts(l.mlp2, "layer " + std::to_string(i) + " mlp2");
     d.layers.push_back(layer);
+    // A 120b checkpoint takes minutes to upload: a line at each quarter shows it moving.
+    const size_t n = w.layers.size();
+    if ((i + 1) * 4 / n != i * 4 / n) log_info("weights on the GPU: {} of {} layers", i + 1, n);
   }
   MOESERVE_CHECK(static_cast<int>(d.layers.size()) == c.num_layers, "{}: {} layers bound for {} in config.json",
                  checkpoint.directory(), d.layers.size(), c.num_layers);
