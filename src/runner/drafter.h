@@ -1,6 +1,8 @@
-// The drafter interface: what speculative decoding asks of a draft model (EAGLE-3 head, later DeepSeek's MTP
-// layer, or a test draft). The engine owns the target, verification and the token streams; a drafter only turns
-// the target's captured features into proposals, keeping whatever per-sequence state (its own paged KV) it needs.
+// The drafter interface: what speculative decoding asks of a draft model (an EAGLE-3 head, DeepSeek's MTP layer,
+// or a test draft). It sits beside runner.h: the heads are model forwards that live beside the runner whose
+// arithmetic they use, and the engine drives them through this interface only. The engine owns the target,
+// verification and the token streams; a drafter only turns the target's captured features into proposals,
+// keeping whatever per-sequence state (its own paged KV) it needs.
 //
 // Alignment (EAGLE-3: SafeAILab/EAGLE eagle/model/cnets.py, vLLM llama_eagle3.py): draft position p consumes the
 // target's feature at position p and the embedding of the token at position p + 1, and predicts the token at

@@ -1,4 +1,6 @@
-// The paged KV cache's block pool: fixed-size blocks with reference counts, and the prefix cache over them.
+// The paged KV cache's block pool: fixed-size blocks with reference counts, and the prefix cache over them. The
+// engine's KV manager allocates the target's blocks from one; each draft head keeps one of its own (draft_kv.h),
+// keyed by the same block hash.
 //
 // A block is free (no owner, no contents worth keeping), in use (ref_count > 0), or cached-idle (ref_count 0 but
 // holding the KV of a known token prefix, kept for reuse until evicted, least recently released first).

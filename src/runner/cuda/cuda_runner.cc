@@ -46,12 +46,14 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
       kv_scales_(std::move(scales)),
       groups_(kv_groups_of(config_)) {
   const ModelConfig& c = config_;
-  MOESERVE_CHECK(c.head_dim == 64, "CUDA runner: head_dim {} (the attention kernels need 64)", c.head_dim);
+  MOESERVE_CHECK(c.head_dim == kAttentionHeadDim, "CUDA runner: head_dim {} (the attention kernels need {})",
+                 c.head_dim, kAttentionHeadDim);
   const int per_kv = c.heads_per_kv();
   MOESERVE_CHECK(per_kv == 1 || per_kv == 2 || per_kv == 4 || per_kv == 8,
                  "CUDA runner: {} query heads per KV head (1, 2, 4 or 8 supported)", per_kv);
-  MOESERVE_CHECK(c.num_experts <= 256 && c.experts_per_token <= 8,
-                 "CUDA runner: {} experts, top-{} (at most 256 and top-8)", c.num_experts, c.experts_per_token);
+  MOESERVE_CHECK(c.num_experts <= kMaxExperts && c.experts_per_token <= kMaxTopK,
+                 "CUDA runner: {} experts, top-{} (at most {} and top-{})", c.num_experts, c.experts_per_token,
+                 kMaxExperts, kMaxTopK);
   if (kv_scales_.k.empty()) kv_scales_ = KvScales::ones(c.num_layers);
   MOESERVE_CHECK(static_cast<int>(kv_scales_.k.size()) == c.num_layers && kv_scales_.v.size() == kv_scales_.k.size(),
                  "CUDA runner: {} K and {} V scales for {} layers", kv_scales_.k.size(), kv_scales_.v.size(),
