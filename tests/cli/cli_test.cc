@@ -126,7 +126,7 @@ TEST(Readme, EveryFlagOfTheExamplesExists) {
   }
   ASSERT_GE(flags.size(), 8u);
   EXPECT_TRUE(flags["bench"].contains("--max-consecutive-failures"));  // continuation lines are read
-  EXPECT_TRUE(flags["bench compare"].contains("--output"));             // and subcommands
+  EXPECT_TRUE(flags["bench compare"].contains("--output"));            // and subcommands
   for (const auto& [name, used] : flags) {
     const auto help = moeserve(name + " --help");
     ASSERT_EQ(help.exit_code, 0) << name;
