@@ -33,15 +33,17 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 
 // What the run measured: the in-process model's directory or the endpoint, and the checkpoint's hash.
 std::string sut_line(const nlohmann::json& sut) {
-  if (field(sut, "kind") == "http")
-    return fmt::format("endpoint {} (model {})", field(sut, "endpoint").dump(), field(sut, "model").dump());
+  auto text = [&](const char* key) {
+    const nlohmann::json& v = field(sut, key);
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  if (field(sut, "kind") == "http") return fmt::format("endpoint {} (model {})", text("endpoint"), text("model"));
   const nlohmann::json& checkpoint = field(sut, "checkpoint");
   std::string model = checkpoint.contains("directory")   ? checkpoint["directory"].get<std::string>()
                       : checkpoint.contains("synthetic") ? "synthetic " + checkpoint["synthetic"].get<std::string>()
                                                          : "in-process engine";
   std::string hash = checkpoint.contains("sha256") ? checkpoint["sha256"].get<std::string>() : "no checkpoint file";
-  return fmt::format("model {} on the {} runner | checkpoint sha256 {}", model,
-                     field(sut, "runner").is_string() ? field(sut, "runner").get<std::string>() : "?", hash);
+  return fmt::format("model {} on the {} runner | checkpoint sha256 {}", model, text("runner"), hash);
 }
 
 std::string title(const nlohmann::json& j) {

@@ -190,7 +190,9 @@ TEST(BenchCli, FindPeakProbesRecordsEveryProbeAndConfirms) {
   EXPECT_EQ(result["find_peak"]["probes"].size(), 6u);
   EXPECT_EQ(result["find_peak"]["probes"][0]["kind"], "bracket");
   EXPECT_TRUE(std::filesystem::exists(dir + "/out/find_peak/probe_01_qps_20/mlperf_log_summary.txt"));
-  EXPECT_TRUE(contains(read_text_file(dir + "/out/moeserve_report.html"), "<table id=\"find-peak-probes\">"));
+  const std::string html = read_text_file(dir + "/out/moeserve_report.html");
+  EXPECT_TRUE(contains(html, "<table id=\"find-peak-probes\">"));
+  EXPECT_TRUE(contains(html, "<p class=\"sub\">endpoint " + server.url() + " (model ")) << html;
 }
 
 TEST(BenchCli, CompareTwoRunsGivesTheRatiosAndAPage) {

@@ -101,12 +101,13 @@ TEST(GenerateCli, AcceptanceByPositionIsZeroWhenNothingWasAccepted) {
   EXPECT_THAT(result.output, HasSubstr("acceptance by position [0, 0, 0]"));
 }
 
-// Every flag the README's command examples use exists: each `build/moeserve COMMAND ...` line of a code block, with
-// its continuation lines, against `moeserve COMMAND --help`.
+// Every flag the README's command examples use exists: each `build/moeserve COMMAND [SUBCOMMAND] ...` line of a
+// code block, with its continuation lines, against `moeserve COMMAND [SUBCOMMAND] --help` (a subcommand is a
+// lower-case word after the command: `bench compare`).
 TEST(Readme, EveryFlagOfTheExamplesExists) {
   std::istringstream readme(read_text_file(MOESERVE_SOURCE_DIR "/README.md"));
   std::map<std::string, std::set<std::string>> flags;
-  const std::regex command_line(R"(^    build/moeserve ([a-z-]+)(.*))");
+  const std::regex command_line(R"(^    build/moeserve ([a-z-]+(?: [a-z][a-z-]*(?= |$))?)(.*))");
   const std::regex flag(R"(--[a-z0-9][a-z0-9-]*)");
   std::string command;
   for (std::string line; std::getline(readme, line);) {
@@ -126,6 +127,7 @@ TEST(Readme, EveryFlagOfTheExamplesExists) {
   }
   ASSERT_GE(flags.size(), 8u);
   EXPECT_TRUE(flags["bench"].contains("--max-consecutive-failures"));  // continuation lines are read
+  EXPECT_TRUE(flags["bench compare"].contains("--output"));            // and subcommands
   for (const auto& [name, used] : flags) {
     const auto help = moeserve(name + " --help");
     ASSERT_EQ(help.exit_code, 0) << name;
