@@ -6,6 +6,8 @@
 //     a path whose tile its kernel takes), never overflowing (UBSan) or crashing;
 //   - a path name for parse_moe_path.
 // Seeds: tests/fixtures/moegemm.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -75,6 +77,15 @@ void plan(Reader& in) {
     } catch (const Error&) {
     }
   }
+  for (int tile : {8, 16, 32, 64}) {
+    try {
+      const MoeGrid decode = moe_decode_mma_grid(rows, tile, out_features, in_features, experts);
+      check(decode.blocks >= 0 && decode.blocks <= 65535 && decode.blocks >= (rows + tile - 1) / tile);
+      check(int64_t{decode.weight_tiles} * kMoeDecodeMmaWeightRows >= out_features);
+      check(out_features * in_features / 2 < int64_t{1} << 31);
+    } catch (const Error&) {
+    }
+  }
   try {
     const MoeGrid prefill = moe_prefill_wgmma_grid(rows, out_features, in_features, experts, sms);
     check(prefill.blocks >= 0 && prefill.blocks <= sms && (rows == 0) == (prefill.blocks == 0));
@@ -94,8 +105,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dequantise(word, in.take<uint8_t>());
   }
   plan(in);
+  const std::string rest(reinterpret_cast<const char*>(in.data), in.size);
   try {
-    parse_moe_path(std::string(reinterpret_cast<const char*>(in.data), in.size));
+    parse_moe_path(rest);
+  } catch (const Error&) {
+  }
+  try {
+    // A table that parses has increasing bounds, its last rule unbounded, and the choice is one of its paths.
+    const MoePathTable table = parse_moe_path_table(rest);
+    check(!table.empty() && std::isinf(table.back().max_rows_per_expert));
+    for (size_t i = 1; i < table.size(); ++i) check(table[i].max_rows_per_expert > table[i - 1].max_rows_per_expert);
+    const MoePath chosen = choose_moe_path(true, static_cast<int64_t>(rest.size()) * 37, 4, 128, table);
+    check(std::any_of(table.begin(), table.end(), [&](const MoePathRule& r) { return r.path == chosen; }));
   } catch (const Error&) {
   }
   return 0;

@@ -401,6 +401,8 @@ int run(int argc, char** argv) {
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_flag("--no-graphs", no_graphs, "launch decode steps kernel by kernel (what CUDA graphs save)");
   app.add_option("--json", json_path, "write the figures here");
+  std::string moe_path_table;
+  app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
   CLI11_PARSE(app, argc, argv);
 
   cudaDeviceProp prop{};
@@ -411,6 +413,7 @@ int run(int argc, char** argv) {
   auto made = Clock::now();
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
+  runner_options.moe_path_table = moe_path_table;
   std::shared_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, runner_options);
   auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
   fmt::print("{}: weights {:.1f} GB on the device, made in {:.1f} s\n", shape, runner.weight_bytes() / 1e9,
@@ -528,6 +531,7 @@ int run(int argc, char** argv) {
                          {"model", shape},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
+                         {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"rows", nlohmann::json::array()}};
   fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
   for (const Row& r : rows) {

@@ -240,7 +240,8 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
       {"precision", a.runner.precision},
       {"kv_cache_dtype", a.runner.kv_cache_dtype},
       {"threads", a.runner.threads == 0 ? std::string("all cores") : std::to_string(a.runner.threads)},
-      {"synthetic_router", a.runner.synthetic.empty() ? "" : a.runner.synthetic_router}};
+      {"synthetic_router", a.runner.synthetic.empty() ? "" : a.runner.synthetic_router},
+      {"moe_path_table", a.runner.moe_path_table.empty() ? "built-in" : a.runner.moe_path_table}};
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }
 

@@ -6,6 +6,7 @@
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
+#include "runner/cuda/moe_plan.h"
 #include "util/error.h"
 
 namespace moeserve::cli {
@@ -46,6 +47,9 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
   command->add_option("--synthetic-router", args.synthetic_router,
                       "--synthetic expert popularity: uniform, or zipf[:S] (router bias S ln(1/(rank+1)); S = 1)")
       ->capture_default_str();
+  command->add_option("--moe-path-table", args.moe_path_table,
+                      "CUDA MoE kernels by mean rows per expert, PATH:MAX,...,PATH (e.g. decode-x1:3.9,decode-mma-n16:12,"
+                      "prefill-wgmma); default: the choice measured on an H200. For benchmarking kernels end to end");
 }
 
 void check_model_directory(const std::string& model) {
@@ -63,6 +67,9 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   parse_synthetic_router(cuda.synthetic_router);
   MOESERVE_CHECK(args.synthetic_router == "uniform" || !args.synthetic.empty(), "--synthetic-router needs --synthetic");
   cuda.kv_cache_dtype = args.kv_cache_dtype;
+  cuda.moe_path_table = args.moe_path_table;
+  MOESERVE_CHECK(args.moe_path_table.empty() || args.device == "cuda", "--moe-path-table needs --device cuda");
+  if (!args.moe_path_table.empty()) cuda::parse_moe_path_table(args.moe_path_table);
   MOESERVE_CHECK(args.device == "cuda" || args.kv_cache_dtype == "auto",
                  "--kv-cache-dtype {} needs --device cuda: the CPU runner keeps an f32 KV cache (use auto)",
                  args.kv_cache_dtype);

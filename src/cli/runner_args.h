@@ -22,6 +22,7 @@ struct RunnerArgs {
   std::string kv_cache_dtype = "auto";  // vLLM's flag: auto, bf16 (bfloat16), fp8_e4m3 (fp8)
   size_t threads = 0;
   std::string synthetic_router = "uniform";  // --synthetic only: uniform or zipf[:S]
+  std::string moe_path_table;                // --device cuda: the MoE kernels by rows per expert (benchmarking)
 };
 
 void add_runner_options(CLI::App* command, RunnerArgs& args);

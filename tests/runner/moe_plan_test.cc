@@ -26,18 +26,21 @@ TEST(MoePlan, PathFollowsRowsPerExpert) {
   // gpt-oss-120b: top-4 of 128, so rows per expert = tokens / 32.
   EXPECT_EQ(choose_moe_path(false, 8192, 4, 128), MoePath::reference);
   EXPECT_EQ(choose_moe_path(true, 1, 4, 128), MoePath::decode_x1);
-  EXPECT_EQ(choose_moe_path(true, 127, 4, 128), MoePath::decode_x1);
-  EXPECT_EQ(choose_moe_path(true, 128, 4, 128), MoePath::decode_x2);
-  EXPECT_EQ(choose_moe_path(true, 768, 4, 128), MoePath::decode_x2);
-  EXPECT_EQ(choose_moe_path(true, 769, 4, 128), MoePath::decode_wgmma_n32);
-  EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_wgmma_n32);
-  EXPECT_EQ(choose_moe_path(true, 1025, 4, 128), MoePath::decode_wgmma_n64);
-  EXPECT_EQ(choose_moe_path(true, 2048, 4, 128), MoePath::decode_wgmma_n64);
-  EXPECT_EQ(choose_moe_path(true, 2049, 4, 128), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(true, 31, 4, 128), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(true, 32, 4, 128), MoePath::decode_mma_n8);
+  EXPECT_EQ(choose_moe_path(true, 144, 4, 128), MoePath::decode_mma_n8);   // 4.5
+  EXPECT_EQ(choose_moe_path(true, 145, 4, 128), MoePath::decode_mma_n16);
+  EXPECT_EQ(choose_moe_path(true, 627, 4, 128), MoePath::decode_mma_n16);  // 19.59
+  EXPECT_EQ(choose_moe_path(true, 628, 4, 128), MoePath::decode_mma_n32);
+  EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_mma_n32);
+  EXPECT_EQ(choose_moe_path(true, 1254, 4, 128), MoePath::decode_mma_n32);  // 39.19
+  EXPECT_EQ(choose_moe_path(true, 1255, 4, 128), MoePath::decode_mma_n64);  // 39.22
+  EXPECT_EQ(choose_moe_path(true, 2896, 4, 128), MoePath::decode_mma_n64);  // 90.5
+  EXPECT_EQ(choose_moe_path(true, 2897, 4, 128), MoePath::prefill_wgmma);
   EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma);
   // gpt-oss-20b: top-4 of 32.
-  EXPECT_EQ(choose_moe_path(true, 31, 4, 32), MoePath::decode_x1);
-  EXPECT_EQ(choose_moe_path(true, 32, 4, 32), MoePath::decode_x2);
+  EXPECT_EQ(choose_moe_path(true, 7, 4, 32), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(true, 8, 4, 32), MoePath::decode_mma_n8);
   EXPECT_EQ(choose_moe_path(true, 1024, 4, 32), MoePath::prefill_wgmma);
   expect_error([] { choose_moe_path(true, -1, 4, 128); }, "-1 tokens");
 }
@@ -46,14 +49,52 @@ TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
   for (int64_t tokens = 0; tokens <= 20000; tokens += 7) {
     const MoePath path = choose_moe_path(true, tokens, 4, 128);
     const double per_expert = tokens * 4.0 / 128;
-    // A decode_wgmma tile holds at least two thirds of the mean rows per expert (most experts take one or two
-    // tiles), and the GEMV is left before its 16-row tiles re-read an expert more than twice on average.
-    if (path == MoePath::decode_wgmma_n16 || path == MoePath::decode_wgmma_n32 || path == MoePath::decode_wgmma_n64)
-      EXPECT_GE(moe_rows_per_tile(path), per_expert / 1.5) << tokens;
-    if (path == MoePath::decode_x2) EXPECT_LE(per_expert, 2.0 * moe_rows_per_tile(path)) << tokens;
+    // A decode_mma tile holds at least two fifths of the mean rows per expert (most experts take one or two tiles,
+    // each re-reading the expert's weights).
+    if (path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
+        path == MoePath::decode_mma_n64)
+      EXPECT_GE(moe_rows_per_tile(path), per_expert / 2.5) << tokens;
   }
   EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma), kMoePrefillTileRows);
   EXPECT_EQ(moe_rows_per_tile(MoePath::decode_x2), 16);
+  EXPECT_EQ(moe_rows_per_tile(MoePath::decode_mma_n16), 16);
+}
+
+TEST(MoePlan, DecodeMmaGridCoversEveryWeightRowAndTile) {
+  // gpt-oss-120b's first projection (5,760 rows: 22.5 slices of 256) and second (2,880: 11.25), 32-row tiles.
+  MoeGrid g = moe_decode_mma_grid(1024 * 4, 32, 5760, 2880, 128);
+  EXPECT_EQ(g.weight_tiles, 23);
+  EXPECT_EQ(g.blocks, moe_max_tiles(1024 * 4, 32, 128));
+  EXPECT_EQ(moe_decode_mma_grid(4, 8, 2880, 2880, 128).weight_tiles, 12);
+  EXPECT_EQ(moe_decode_mma_grid(4, 8, 256, 64, 4).weight_tiles, 1);
+  // The grid's y dimension holds 65,535 tiles.
+  expect_error([] { moe_decode_mma_grid(int64_t{8} << 20, 8, 2880, 2880, 128); }, "at most 65,535");
+  expect_error([] { moe_decode_mma_grid(8, 8, int64_t{1} << 24, int64_t{1} << 24, 4); }, "under 2^31 bytes");
+  expect_error([] { moe_decode_mma_grid(8, 8, 0, 64, 4); }, "out_features 0");
+}
+
+TEST(MoePlan, AGivenTableReplacesTheBuiltInChoice) {
+  const MoePathTable table = parse_moe_path_table("decode-x1:3.5,decode-mma-n16:12,decode-mma-n64:48,prefill-wgmma");
+  ASSERT_EQ(table.size(), 4u);
+  EXPECT_EQ(table[1].path, MoePath::decode_mma_n16);
+  EXPECT_EQ(table[1].max_rows_per_expert, 12);
+  // gpt-oss-120b: rows per expert = tokens / 32.
+  EXPECT_EQ(choose_moe_path(true, 112, 4, 128, table), MoePath::decode_x1);      // 3.5
+  EXPECT_EQ(choose_moe_path(true, 113, 4, 128, table), MoePath::decode_mma_n16);  // 3.53
+  EXPECT_EQ(choose_moe_path(true, 384, 4, 128, table), MoePath::decode_mma_n16);  // 12
+  EXPECT_EQ(choose_moe_path(true, 385, 4, 128, table), MoePath::decode_mma_n64);
+  EXPECT_EQ(choose_moe_path(true, 1 << 20, 4, 128, table), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(false, 8, 4, 128, table), MoePath::reference);  // fp32 steps keep the reference
+  EXPECT_EQ(parse_moe_path_table("decode-mma-n32").size(), 1u);
+  expect_error([] { parse_moe_path_table("decode-x1:4,decode-x2:2,prefill-wgmma"); }, "bounds must increase");
+  expect_error([] { parse_moe_path_table("decode-x1,prefill-wgmma"); }, "\"decode-x1\" has no bound");
+  expect_error([] { parse_moe_path_table("decode-x1:4,prefill-wgmma:9"); }, "the last entry takes the rest");
+  expect_error([] { parse_moe_path_table("decode-x1:-1,prefill-wgmma"); }, "positive number");
+  expect_error([] { parse_moe_path_table("decode-x1:4x,prefill-wgmma"); }, "positive number");
+  expect_error([] { parse_moe_path_table("decode-x9:4,prefill-wgmma"); }, "unknown MoE path \"decode-x9\"");
+  expect_error([] { parse_moe_path_table("reference"); }, "the reference path");
+  expect_error([] { parse_moe_path_table(""); }, "unknown MoE path \"\"");
+  expect_error([] { parse_moe_path_table("decode-x1:4,"); }, "unknown MoE path \"\"");
 }
 
 TEST(MoePlan, PathNamesRoundTrip) {

@@ -43,6 +43,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
       precision_(precision),
       options_(options),
       kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision)),
+      moe_paths_(options.moe_path_table.empty() ? MoePathTable{} : parse_moe_path_table(options.moe_path_table)),
       kv_scales_(std::move(scales)),
       groups_(kv_groups_of(config_)) {
   const ModelConfig& c = config_;
@@ -109,7 +110,7 @@ void CudaRunner::fill_kv_cache_random(uint64_t seed) {
 
 std::string CudaRunner::moe_path_name(int tokens) const {
   return cuda::moe_path_name(
-      choose_moe_path(precision_ == Precision::bf16, tokens, config_.experts_per_token, config_.num_experts));
+      choose_moe_path(precision_ == Precision::bf16, tokens, config_.experts_per_token, config_.num_experts, moe_paths_));
 }
 
 CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
@@ -120,7 +121,8 @@ CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
                     ? attention_decode_f32_splits(plan.tokens, config_.num_kv_heads, multiprocessors_)
                     : attention_decode_max_splits(kv_dtype_, config_.heads_per_kv(),
                                                   meta.num_decode_groups() * config_.num_kv_heads, multiprocessors_);
-  plan.moe = choose_moe_path(precision_ == Precision::bf16, plan.tokens, config_.experts_per_token, config_.num_experts);
+  plan.moe = choose_moe_path(precision_ == Precision::bf16, plan.tokens, config_.experts_per_token, config_.num_experts,
+                             moe_paths_);
   return plan;
 }
 

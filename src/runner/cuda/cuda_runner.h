@@ -80,6 +80,7 @@ class CudaRunner : public ModelRunner {
   Precision precision_;
   CudaRunnerOptions options_;
   KvDtype kv_dtype_;
+  MoePathTable moe_paths_;  // --moe-path-table; empty: choose_moe_path's built-in choice
   KvScales kv_scales_;  // one K and one V scale per layer (1.0 unless the checkpoint has them)
   KvGroups groups_;
   int max_layers_per_group_ = 0;

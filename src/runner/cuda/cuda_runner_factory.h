@@ -23,6 +23,9 @@ struct CudaRunnerOptions {
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).
   std::string synthetic_router = "uniform";
+  // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
+  // built-in choice measured on an H200. For benchmarking kernels end to end.
+  std::string moe_path_table;
 };
 
 // The router skew a --synthetic-router value names (0 for "uniform"); fails on anything else.

@@ -127,6 +127,28 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // convert MXFP4 to bf16 a word at a time: moe_layout.h.)
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
+// ---- MoE tiles ----------------------------------------------------------------------------------------------------
+// One tile of the grouping (launch_group_by_expert): its expert, its first grouped row, and the end of the expert's
+// rows (the tile's rows are row0 .. min(row0 + tile size, row_end) - 1). False for a tile past the step's count
+// (the grids are sized for the most tiles a step can have).
+struct MoeTile {
+  int expert = 0, row0 = 0, row_end = 0;
+};
+__device__ __forceinline__ bool moe_tile(const MoeRouting& r, int tile, MoeTile& t) {
+  if (tile >= *r.num_tiles) return false;
+  t.expert = r.tile_expert[tile];
+  t.row0 = r.tile_row0[tile];
+  t.row_end = r.expert_offsets[t.expert + 1];
+  return true;
+}
+
+// The weight row of fragment row g (which = 0) or g + 8 (which = 1) of m16 slab `slab` in the mma.sync expert
+// kernels: for the first projection (SwiGLU) rows 2j and 2j + 1, a gate / up pair, so that the thread holding
+// both applies SwiGLU; otherwise rows g and g + 8 of the slab.
+__device__ __forceinline__ int64_t moe_slab_row(int64_t slab, int g, int which, bool swiglu) {
+  return swiglu ? 2 * (slab * 8 + g) + which : slab * 16 + g + 8 * which;
+}
+
 // ---- tensor core and async copy wrappers --------------------------------------------------------------------------
 // d += a * b for a 16x16 (row) bf16 tile a and a 16x8 (col) bf16 tile b, fp32 accumulators.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

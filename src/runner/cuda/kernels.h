@@ -206,6 +206,9 @@ struct MoeGemmParams {
 void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles);
 // Decode at large batch: tiles of tile_rows = 16, 32 or 64 rows, each expert's weights read once (sm_90a wgmma).
 void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
+// Decode at batch 8-64 rows per expert: tiles of tile_rows = 8, 16, 32 or 64 rows, each expert's weights read once,
+// activations shared through shared memory (mma.sync).
+void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
 // Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows, mma.sync.
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
 // The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a).

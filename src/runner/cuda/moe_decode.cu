@@ -31,23 +31,14 @@ struct Chunk {
 
 template <bool kSwiglu, int kTiles>
 __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p) {
-  const int tile = blockIdx.y;
-  if (tile >= *p.routing.num_tiles) return;
-  const int e = p.routing.tile_expert[tile];
-  const int row0 = p.routing.tile_row0[tile];
-  const int row_end = p.routing.expert_offsets[e + 1];
+  MoeTile t;
+  if (!moe_tile(p.routing, blockIdx.y, t)) return;
+  const int e = t.expert, row0 = t.row0, row_end = t.row_end;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t N = p.w.out_features, K = p.w.in_features;
   const int blocks_per_row = static_cast<int>(K / 32);
 
-  int64_t row_a, row_b;
-  if constexpr (kSwiglu) {
-    row_a = 2 * (static_cast<int64_t>(blockIdx.x) * 8 + g);
-    row_b = row_a + 1;
-  } else {
-    row_a = static_cast<int64_t>(blockIdx.x) * 16 + g;
-    row_b = row_a + 8;
-  }
+  const int64_t row_a = moe_slab_row(blockIdx.x, g, 0, kSwiglu), row_b = moe_slab_row(blockIdx.x, g, 1, kSwiglu);
   const bool ok_a = row_a < N, ok_b = row_b < N;
   const int64_t expert_row = static_cast<int64_t>(e) * N;
   const uint8_t* blocks_a = p.w.blocks + (expert_row + (ok_a ? row_a : 0)) * blocks_per_row * 16;

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <limits>
 #include <string>
+
+#include "util/parse.h"
 
 #include "util/error.h"
 
@@ -16,6 +20,10 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_wgmma_n16: return "decode-wgmma-n16";
     case MoePath::decode_wgmma_n32: return "decode-wgmma-n32";
     case MoePath::decode_wgmma_n64: return "decode-wgmma-n64";
+    case MoePath::decode_mma_n8: return "decode-mma-n8";
+    case MoePath::decode_mma_n16: return "decode-mma-n16";
+    case MoePath::decode_mma_n32: return "decode-mma-n32";
+    case MoePath::decode_mma_n64: return "decode-mma-n64";
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
   }
@@ -40,27 +48,72 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_wgmma_n16: return 16;
     case MoePath::decode_wgmma_n32: return 32;
     case MoePath::decode_wgmma_n64: return 64;
+    case MoePath::decode_mma_n8: return 8;
+    case MoePath::decode_mma_n16: return 16;
+    case MoePath::decode_mma_n32: return 32;
+    case MoePath::decode_mma_n64: return 64;
     case MoePath::prefill_mma:
     case MoePath::prefill_wgmma: return kMoePrefillTileRows;
   }
   return 8;
 }
 
-MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts) {
+MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table) {
   MOESERVE_CHECK(tokens >= 0 && top_k > 0 && num_experts > 0, "MoE path for {} tokens, top-{} of {} experts", tokens,
                  top_k, num_experts);
   if (!bf16) return MoePath::reference;
   const double per_expert = static_cast<double>(tokens) * top_k / num_experts;
-  // The fastest path by rows per expert in moe_bench on an H200 (docs/PERF.md, 2026-12-01), uniform and Zipf
-  // routing alike: the GEMV up to 24 (its 8- then 16-row tiles), the wgmma decode kernel's n32 / n64 tiles up to
-  // 32 / 64 (each touched expert read once; their tensor rate grows with the tile's N), then the grouped GEMM
-  // (version 3: 2,265 us at 64 rows against n64's 2,060, 2,556 at 128 against 3,991; measured at 1, 2, 4, ...,
-  // 1,024 rows, the boundaries between the points interpolated).
-  if (per_expert < 4) return MoePath::decode_x1;
-  if (per_expert <= 24) return MoePath::decode_x2;
-  if (per_expert <= 32) return MoePath::decode_wgmma_n32;
-  if (per_expert <= 64) return MoePath::decode_wgmma_n64;
+  for (const MoePathRule& rule : table)
+    if (per_expert <= rule.max_rows_per_expert) return rule.path;
+  // The fastest path by rows per expert in moe_bench on an H200 (docs/PERF.md, 2026-12-01, decode_mma's first
+  // version; benchmarks/cuda/moe_path_table.py draws the bounds from a run): the GEMV below one row per expert
+  // (batch 1 touches 4 of 128 experts, too few 256-row slices to fill the GPU), then decode_mma's 8-, 16-, 32- and
+  // 64-row tiles, the grouped GEMM beyond 90 rows. n16 takes over from n8 at 4.5 rows rather than where uniform
+  // routing would put it (11): at 5 and 8 rows n8 is 9% faster with uniform routing and n16 15% faster with
+  // Zipf's, and real routing is skewed.
+  if (per_expert < 1) return MoePath::decode_x1;
+  if (per_expert <= 4.5) return MoePath::decode_mma_n8;
+  if (per_expert <= 19.6) return MoePath::decode_mma_n16;
+  if (per_expert <= 39.2) return MoePath::decode_mma_n32;
+  if (per_expert <= 90.5) return MoePath::decode_mma_n64;
   return MoePath::prefill_wgmma;
+}
+
+MoePathTable parse_moe_path_table(std::string_view text) {
+  MoePathTable table;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view entry = text.substr(start, comma - start);
+    const bool last = comma == text.size();
+    const size_t colon = entry.find(':');
+    MoePathRule rule;
+    try {
+      rule.path = parse_moe_path(entry.substr(0, colon));
+    } catch (const Error& e) {
+      fail("--moe-path-table entry \"{}\": {}", entry, e.what());
+    }
+    MOESERVE_CHECK(rule.path != MoePath::reference, "--moe-path-table entry \"{}\": the reference path is the "
+                   "fp32 one, not a bf16 choice", entry);
+    if (colon == std::string_view::npos) {
+      MOESERVE_CHECK(last, "--moe-path-table entry \"{}\" has no bound (PATH:MAX; only the last entry has none)",
+                     entry);
+      rule.max_rows_per_expert = std::numeric_limits<double>::infinity();
+    } else {
+      const std::string number(entry.substr(colon + 1));
+      size_t used = 0;
+      const std::optional<double> bound = parse_double_prefix(number, used);
+      MOESERVE_CHECK(bound && used == number.size() && std::isfinite(*bound) && *bound > 0,
+                     "--moe-path-table entry \"{}\": the bound must be a positive number of rows per expert", entry);
+      MOESERVE_CHECK(table.empty() || *bound > table.back().max_rows_per_expert,
+                     "--moe-path-table entry \"{}\": bounds must increase", entry);
+      MOESERVE_CHECK(!last, "--moe-path-table \"{}\": the last entry takes the rest and has no bound", text);
+      rule.max_rows_per_expert = *bound;
+    }
+    table.push_back(rule);
+    start = comma + 1;
+  }
+  return table;
 }
 
 int moe_max_tiles(int64_t rows, int rows_per_tile, int num_experts) {
@@ -102,6 +155,18 @@ MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features,
                               int num_experts, int multiprocessors) {
   return persistent_grid("moe_decode_wgmma", rows, tile_rows, out_features, in_features, kMoeDecodeWgmmaWeightRows,
                          num_experts, multiprocessors);
+}
+
+MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts) {
+  MOESERVE_CHECK(out_features > 0 && out_features <= int64_t{1} << 24, "moe_decode_mma: out_features {}", out_features);
+  MOESERVE_CHECK(in_features > 0 && out_features * in_features / 2 < int64_t{1} << 31,
+                 "moe_decode_mma: {} x {} MXFP4 weights an expert (under 2^31 bytes)", out_features, in_features);
+  MoeGrid grid;
+  grid.weight_tiles = static_cast<int>((out_features + kMoeDecodeMmaWeightRows - 1) / kMoeDecodeMmaWeightRows);
+  grid.blocks = moe_max_tiles(rows, tile_rows, num_experts);
+  MOESERVE_CHECK(grid.blocks <= 65535, "moe_decode_mma: {} rows make up to {} tiles of {} (at most 65,535)", rows,
+                 grid.blocks, tile_rows);
+  return grid;
 }
 
 void check_moe_gemm_shape(const char* kernel, int64_t rows, int64_t out_features, int64_t in_features,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace moeserve::cuda {
 
@@ -12,6 +13,9 @@ namespace moeserve::cuda {
 // decode_x1 / decode_x2: the tensor-core GEMV over 8- / 16-row tiles, each tile reading its expert (moe_decode.cu).
 // decode_wgmma_n16 / _n32 / _n64: tiles of up to 16 / 32 / 64 rows x 512-row weight slices, each expert's weights
 //   read once per step when its rows fit one tile (moe_decode_wgmma.cu).
+// decode_mma_n8 / _n16 / _n32 / _n64: tiles of up to 8 / 16 / 32 / 64 rows x 256-row weight slices, mma.sync with
+//   the weights dequantised in registers and the tile's activations shared through shared memory; each expert's
+//   weights read once per step when its rows fit one tile (moe_decode_mma.cu).
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
 enum class MoePath {
@@ -21,12 +25,17 @@ enum class MoePath {
   decode_wgmma_n16,
   decode_wgmma_n32,
   decode_wgmma_n64,
+  decode_mma_n8,
+  decode_mma_n16,
+  decode_mma_n32,
+  decode_mma_n64,
   prefill_mma,
   prefill_wgmma
 };
-inline constexpr MoePath kMoePaths[] = {MoePath::reference,        MoePath::decode_x1,        MoePath::decode_x2,
-                                        MoePath::decode_wgmma_n16, MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64,
-                                        MoePath::prefill_mma,      MoePath::prefill_wgmma};
+inline constexpr MoePath kMoePaths[] = {
+    MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
+    MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::decode_mma_n8, MoePath::decode_mma_n16,
+    MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::prefill_mma,    MoePath::prefill_wgmma};
 const char* moe_path_name(MoePath path);
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -35,15 +44,26 @@ inline constexpr int kMoePrefillTileRows = 128;        // both prefill paths
 inline constexpr int kMoePrefillWgmmaTileN = 192;      // weight rows of a prefill_wgmma item (wgmma n192; divides
                                                        // gpt-oss's 5,760 and 2,880, where 256 would waste 2% / 6%)
 inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decode_wgmma item
+inline constexpr int kMoeDecodeMmaWeightRows = 256;    // weight rows of a decode_mma CTA
 
 // Rows of the grouping's tiles (launch_group_by_expert's rows_per_tile) the path expects.
 int moe_rows_per_tile(MoePath path);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
 // (bf16; fp32 steps use the reference), from moe_bench's measurements on an H200 (docs/PERF.md): decode_x1 for
-// r < 4, decode_x2 up to 24, decode_wgmma_n32 up to 32, decode_wgmma_n64 up to 64, prefill_wgmma beyond.
-// decode_wgmma_n16 and prefill_mma won at no measured point and are kept for moe_bench's comparison only.
-MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts);
+// r < 1, decode_mma_n8 up to 4.5, n16 up to 19.6, n32 up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
+// decode_x2, the decode_wgmma tiles and prefill_mma won at no measured point and are kept for moe_bench's comparison.
+// A table given by the user replaces the built-in choice (moeserve's --moe-path-table, for benchmarking kernels
+// end to end): rule i's path serves mean rows per expert up to its bound, the last rule all the rest.
+struct MoePathRule {
+  double max_rows_per_expert = 0;  // the last rule's is +infinity
+  MoePath path = MoePath::reference;
+};
+using MoePathTable = std::vector<MoePathRule>;
+MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table = {});
+// "PATH:MAX,PATH:MAX,...,PATH": bounds positive, finite and increasing, the last entry without one, the reference
+// path not among them (it is the fp32 path). Throws naming the bad entry.
+MoePathTable parse_moe_path_table(std::string_view text);
 
 // At most this many tiles of `rows_per_tile` rows for `rows` grouped rows over `num_experts` experts: every
 // expert with rows adds at most one partial tile, and at most min(E, rows) experts have rows. Throws when the
@@ -61,6 +81,11 @@ MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_fe
                                int multiprocessors);
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
                               int num_experts, int multiprocessors);
+
+// decode_mma's grid (not persistent): weight_tiles = 256-row slices of out_features (grid x), blocks = the grouping's
+// tile bound (grid y, at most 65,535: throws beyond). Throws too when an expert's MXFP4 blocks reach 2^31 bytes
+// (the kernel's 32-bit offsets).
+MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts);
 
 // Throws moeserve::Error naming `kernel` and the bad value unless 0 <= rows <= 2^30, 1 <= num_experts <= 256,
 // 0 < out_features <= 2^24 and even (SwiGLU pairs; the epilogues store pairs), 0 < in_features <= 2^24 and a

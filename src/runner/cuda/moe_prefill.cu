@@ -25,11 +25,9 @@ constexpr int kSharedBytes = 2 * kStageElements * static_cast<int>(sizeof(bf16))
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) {
   extern __shared__ __align__(16) unsigned char shared[];
-  const int tile = blockIdx.x;
-  if (tile >= *p.routing.num_tiles) return;
-  const int e = p.routing.tile_expert[tile];
-  const int row0 = p.routing.tile_row0[tile];
-  const int row_end = p.routing.expert_offsets[e + 1];
+  MoeTile t;
+  if (!moe_tile(p.routing, blockIdx.x, t)) return;
+  const int e = t.expert, row0 = t.row0, row_end = t.row_end;
   const int64_t N = p.w.out_features, K = p.w.in_features;
   const int blocks_per_row = static_cast<int>(K / 32);
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTileN;

@@ -216,9 +216,7 @@ class MoeCase {
 };
 
 // Every bf16 path: the tensor-core ones and the reference kernel in bf16.
-const std::vector<MoePath> kBf16Paths = {
-    MoePath::reference,        MoePath::decode_x1,   MoePath::decode_x2,    MoePath::decode_wgmma_n16,
-    MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::prefill_mma, MoePath::prefill_wgmma};
+const std::vector<MoePath> kBf16Paths(std::begin(cuda::kMoePaths), std::end(cuda::kMoePaths));
 
 // Expert row counts at the edges of every tile size in use (8, 16, 32, 64, 128): 0, 1, tile - 1, tile, tile + 1.
 std::vector<int> edge_counts(int E) {

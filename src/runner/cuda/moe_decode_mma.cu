@@ -1,0 +1,274 @@
+// Expert projections at decode batch sizes (8-64 rows per expert) with each touched expert's weights read once and
+// its tokens' activations shared by the whole CTA: mma.sync m16n8k16 with the MXFP4 weights as the A operand,
+// dequantised in registers (moe_layout.h), the activations as the B operand from shared memory.
+//
+// Why (docs/PERF.md, moe_bench on an H200): the GEMV (moe_decode.cu) loads every token value of its tile from
+// global memory in every warp, 2 bytes of activations per weight byte per 8-row n-tile, so at 8-24 rows per expert
+// its warps mostly load activations (33-40% of the copy bandwidth); the wgmma decode kernel (moe_decode_wgmma.cu)
+// reads each expert once but its tensor rate scales with its narrow N (121 TFLOP/s at n32). Here a CTA of 8 warps
+// owns 256 weight rows (2 m16 slabs a warp) of one expert for one tile of up to 8 kNTiles of its rows, and walks K in
+// 128-k chunks through a 4-stage cp.async ring holding, per chunk, the CTA's raw MXFP4 blocks (16 KB), the aligned
+// words holding their scale bytes (2 KB) and the tile's activations (256 bytes a row). Each warp converts its rows'
+// blocks once per chunk and uses them for every n-tile, so a weight value costs its conversion once however many
+// tokens the tile holds, and an activation value is read from shared memory once per warp (32 weight rows).
+//
+// Lane (g = lane / 4, c = lane % 4) of a warp holds, for m-slab s of the warp, MXFP4 block c of the chunk for weight
+// rows a (fragment row g) and b (row g + 8); for the first projection a, b = 2j, 2j + 1 (a gate / up pair), so that
+// SwiGLU is applied by the thread holding both. The k order inside the chunk is the GEMV's permutation (word q of
+// block c feeds k steps 2q, 2q + 1), and the activations are read with the same one: lane (g, c) reads, for word q,
+// the 16-byte piece 4c + q of token row g of the chunk. Pieces are stored at (4q + c) ^ (4 (row % 2)) so that the
+// eight lanes of each quarter warp read eight different bank groups.
+// CPU reference: cpu::expert_linear (+ cpu::swiglu).
+#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/moe_layout.h"
+#include "runner/cuda/moe_plan.h"
+#include "runner/cuda/moe_wgmma.cuh"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMSlabs = 2;                          // m16 slabs per warp
+constexpr int kWeightRows = kWarps * kMSlabs * 16;  // 256 weight rows per CTA
+constexpr int kStages = 4;
+constexpr int kChunkBlocks = 4;  // MXFP4 blocks (32 k) per row per chunk: 128 k
+constexpr int kRowPieces = 16;   // 16-byte pieces of activations per token row per chunk
+static_assert(kWeightRows == kMoeDecodeMmaWeightRows);
+
+template <int kNTiles>
+struct Layout {
+  static constexpr int kTileRows = 8 * kNTiles;
+  static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB
+  static constexpr int kScaleBytes = kWeightRows * 8;                   // two aligned words a row
+  static constexpr int kActivationBytes = kTileRows * kRowPieces * 16;
+  static constexpr int kStageBytes = kWeightBytes + kScaleBytes + kActivationBytes;
+  static constexpr int kSharedBytes = kStages * kStageBytes;
+};
+
+template <bool kSwiglu, int kNTiles>
+__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
+  using L = Layout<kNTiles>;
+  MoeTile t;
+  if (!moe_tile(p.routing, blockIdx.y, t)) return;
+  const int e = t.expert, row0 = t.row0, row_end = t.row_end;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int64_t N = p.w.out_features, K = p.w.in_features;
+  const int blocks_per_row = static_cast<int>(K / 32);
+  const int chunks = (blocks_per_row + kChunkBlocks - 1) / kChunkBlocks;
+  const int64_t expert_row = static_cast<int64_t>(e) * N;
+  const int64_t slab0 = static_cast<int64_t>(blockIdx.x) * kWarps * kMSlabs;
+
+  extern __shared__ __align__(128) uint8_t shared[];
+
+  // ---- the copies one thread issues per chunk (all loop-invariant but the k offset) ----
+  // Weights: kWeightRows x 4 pieces; piece i = threadIdx.x + kThreads * j is (warp w, slab m, which, g, block c)
+  // in that order, so that a warp's 32 lanes read 512 contiguous shared bytes per (slab, which).
+  constexpr int kWeightCopies = kWeightRows * kChunkBlocks / kThreads;  // 4
+  const uint8_t* w_base = p.w.blocks + expert_row * blocks_per_row * 16;
+  uint32_t w_offset[kWeightCopies];  // bytes from w_base (moe_decode_mma_grid bounds an expert's blocks below 2^31 bytes)
+  bool w_ok[kWeightCopies];
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    const int i = threadIdx.x + kThreads * j;
+    const int cw = i / 128, cm = (i / 64) % 2, cwhich = (i / 32) % 2, cg = (i / 4) % 8, cc = i % 4;
+    const int64_t row = moe_slab_row(slab0 + cw * kMSlabs + cm, cg, cwhich, kSwiglu);
+    w_ok[j] = row < N;
+    w_offset[j] = static_cast<uint32_t>(((w_ok[j] ? row : 0) * blocks_per_row + cc) * 16);
+  }
+  // Scales: per weight row the two aligned 32-bit words covering its chunk's 4 scale bytes; row i = threadIdx.x
+  // (a, b order as above without the block), word threadIdx.x / 256 ... one thread per row, both words.
+  const uint8_t* s_src = nullptr;
+  bool s_ok = false;
+  uint32_t s_shift = 0;  // this row's first scale byte inside its first word
+  {
+    const int i = threadIdx.x;
+    const int cw = i / 32, cm = (i / 16) % 2, cwhich = (i / 8) % 2, cg = i % 8;
+    const int64_t row = moe_slab_row(slab0 + cw * kMSlabs + cm, cg, cwhich, kSwiglu);
+    s_ok = row < N;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p.w.scales + (expert_row + (s_ok ? row : 0)) * blocks_per_row);
+    s_src = reinterpret_cast<const uint8_t*>(first & ~uintptr_t{3});
+    s_shift = static_cast<uint32_t>(first & 3u);
+  }
+  // Activations: kTileRows x 16 pieces, piece i = threadIdx.x + kThreads * j is (token row i / 16, piece i % 16).
+  constexpr int kActivationCopies = (L::kTileRows * kRowPieces + kThreads - 1) / kThreads;
+  const bf16* x_src[kActivationCopies];
+  bool x_ok[kActivationCopies];
+  uint32_t x_dst[kActivationCopies];
+#pragma unroll
+  for (int j = 0; j < kActivationCopies; ++j) {
+    const int i = threadIdx.x + kThreads * j;
+    const int r = i / kRowPieces, piece = i % kRowPieces;
+    const int grouped = row0 + r;
+    x_ok[j] = i < L::kTileRows * kRowPieces && grouped < row_end;
+    const int x_row = x_ok[j] ? (p.x_row != nullptr ? p.x_row[grouped] : grouped) : 0;
+    x_src[j] = static_cast<const bf16*>(p.x) + static_cast<int64_t>(x_row) * K + piece * 8;
+    // Piece 4c + q of a row is read by lane c for word q: stored at (4q + c) ^ (4 (r % 2)).
+    const int stored = (4 * (piece % 4) + piece / 4) ^ (4 * (r % 2));
+    x_dst[j] = static_cast<uint32_t>(L::kWeightBytes + L::kScaleBytes + (r * kRowPieces + stored) * 16);
+  }
+
+  auto copy_chunk = [&](int chunk) {
+    uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
+    const int kb = chunk * kChunkBlocks;
+#pragma unroll
+    for (int j = 0; j < kWeightCopies; ++j) {
+      const int i = threadIdx.x + kThreads * j;
+      const bool ok = w_ok[j] && kb + (i % 4) < blocks_per_row;
+      cp_async_16(stage + i * 16, w_base + w_offset[j] + static_cast<uint32_t>(kb) * 16u, ok);
+    }
+    {
+      // Bytes s_shift + kb .. + 3 of the row's scales from its first aligned word on: words w0, w0 + 1. The
+      // second is read only when the chunk's bytes reach into it (never past the row's last scale byte's word).
+      const uint32_t first = s_shift + static_cast<uint32_t>(kb);
+      const int valid = min(kChunkBlocks, blocks_per_row - kb);
+      const uint8_t* word = s_src + (first & ~3u);
+      uint8_t* dst = stage + L::kWeightBytes + threadIdx.x * 8;
+      cp_async_4(dst, word, s_ok);
+      cp_async_4(dst + 4, word + 4, s_ok && static_cast<int>(first % 4) + valid > 4);
+    }
+#pragma unroll
+    for (int j = 0; j < kActivationCopies; ++j) {
+      const int i = threadIdx.x + kThreads * j;
+      if (kActivationCopies * kThreads > L::kTileRows * kRowPieces && i >= L::kTileRows * kRowPieces) continue;
+      const bool ok = x_ok[j] && kb * 32 + (i % kRowPieces) * 8 < K;
+      cp_async_16(stage + x_dst[j], x_src[j] + static_cast<int64_t>(kb) * 32, ok);
+    }
+  };
+
+  float acc[kMSlabs][kNTiles][4] = {};
+  // This lane's scale byte of (slab m, which) sits at byte (first % 4) + c of the stage's two words for that row;
+  // first % 4 = (s_shift of that row + 4 chunk) % 4 = that row's s_shift, which is a function of the row alone.
+  uint32_t scale_byte[kMSlabs][2];
+#pragma unroll
+  for (int m = 0; m < kMSlabs; ++m)
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const int64_t row = moe_slab_row(slab0 + warp * kMSlabs + m, g, which, kSwiglu);
+      const uintptr_t first =
+          reinterpret_cast<uintptr_t>(p.w.scales + (expert_row + (row < N ? row : 0)) * blocks_per_row);
+      scale_byte[m][which] = static_cast<uint32_t>(first & 3u) + c;
+    }
+
+  auto compute = [&](int chunk) {
+    const uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
+    const uint8_t* weights = stage + warp * (kMSlabs * 2 * 32 * 16);
+    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 8);
+    const uint8_t* acts = stage + L::kWeightBytes + L::kScaleBytes;
+    uint4 w[kMSlabs][2];
+    uint32_t factor[kMSlabs][2];
+#pragma unroll
+    for (int m = 0; m < kMSlabs; ++m)
+#pragma unroll
+      for (int which = 0; which < 2; ++which) {
+        w[m][which] = *reinterpret_cast<const uint4*>(weights + ((m * 2 + which) * 32 + lane) * 16);
+        factor[m][which] = mxfp4_scale_bf16x2(scales[((m * 2 + which) * 8 + g) * 8 + scale_byte[m][which]]);
+      }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // A fragments of k steps 2q, 2q + 1 for both slabs.
+      uint32_t a[kMSlabs][2][4];
+#pragma unroll
+      for (int m = 0; m < kMSlabs; ++m) {
+        uint32_t v_a[4], v_b[4];
+        mxfp4_word_to_bf16(word_of(w[m][0], q), factor[m][0], v_a);
+        mxfp4_word_to_bf16(word_of(w[m][1], q), factor[m][1], v_b);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          a[m][h][0] = v_a[2 * h];
+          a[m][h][1] = v_b[2 * h];
+          a[m][h][2] = v_a[2 * h + 1];
+          a[m][h][3] = v_b[2 * h + 1];
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const int r = nt * 8 + g;
+        const uint4 b = *reinterpret_cast<const uint4*>(acts + (r * kRowPieces + ((4 * q + c) ^ (4 * (r % 2)))) * 16);
+#pragma unroll
+        for (int m = 0; m < kMSlabs; ++m) {
+          mma_bf16_16816(acc[m][nt], a[m][0], b.x, b.y);
+          mma_bf16_16816(acc[m][nt], a[m][1], b.z, b.w);
+        }
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) copy_chunk(s);
+    cp_async_commit();
+  }
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    cp_async_wait_pending<kStages - 2>();
+    __syncthreads();  // every thread's copies of `chunk` landed; every warp is done with chunk - 1's stage
+    if (chunk + kStages - 1 < chunks) copy_chunk(chunk + kStages - 1);
+    cp_async_commit();
+    compute(chunk);
+  }
+
+  // acc[m][nt] = (row a, token 2c), (row a, token 2c + 1), (row b, token 2c), (row b, token 2c + 1).
+  const float* bias = p.w.bias + expert_row;
+#pragma unroll
+  for (int m = 0; m < kMSlabs; ++m) {
+    const int64_t row_a = moe_slab_row(slab0 + warp * kMSlabs + m, g, 0, kSwiglu);
+    const int64_t row_b = moe_slab_row(slab0 + warp * kMSlabs + m, g, 1, kSwiglu);
+    const bool ok_a = row_a < N, ok_b = row_b < N;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int r = row0 + nt * 8 + 2 * c + t;
+        if (r >= row_end) continue;
+        if constexpr (kSwiglu) {
+          if (ok_b)
+            static_cast<bf16*>(p.out)[static_cast<int64_t>(r) * (N / 2) + row_a / 2] = __float2bfloat16_rn(swiglu(
+                acc[m][nt][t] + bias[row_a], acc[m][nt][2 + t] + bias[row_b], p.swiglu_alpha, p.swiglu_limit));
+        } else {
+          float* y = static_cast<float*>(p.out) + static_cast<int64_t>(r) * N;
+          if (ok_a) y[row_a] = acc[m][nt][t] + bias[row_a];
+          if (ok_b) y[row_b] = acc[m][nt][2 + t] + bias[row_b];
+        }
+      }
+  }
+}
+
+template <bool kSwiglu, int kNTiles>
+void launch_kernel(cudaStream_t stream, const MoeGemmParams& p) {
+  constexpr int bytes = Layout<kNTiles>::kSharedBytes;
+  static const bool allowed = [] {
+    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_mma_kernel<kSwiglu, kNTiles>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)allowed;
+  // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past *num_tiles return at once).
+  const MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
+  moe_decode_mma_kernel<kSwiglu, kNTiles><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kNTiles>
+void launch_tiles(cudaStream_t stream, const MoeGemmParams& p) {
+  if (p.swiglu)
+    launch_kernel<true, kNTiles>(stream, p);
+  else
+    launch_kernel<false, kNTiles>(stream, p);
+}
+
+}  // namespace
+
+void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
+  check_moe_gemm_shape("moe_decode_mma", params.rows, params.w.out_features, params.w.in_features,
+                       params.routing.num_experts);
+  if (params.rows == 0) return;
+  switch (tile_rows) {
+    case 8: return launch_tiles<1>(stream, params);
+    case 16: return launch_tiles<2>(stream, params);
+    case 32: return launch_tiles<4>(stream, params);
+    case 64: return launch_tiles<8>(stream, params);
+    default: fail_cuda("moe_decode_mma", "tile_rows must be 8, 16, 32 or 64", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace moeserve::cuda
