@@ -92,7 +92,12 @@ void Engine::loop() {
       try {
         core_->add_request(p.id, std::move(p.spec), on_event);
       } catch (const std::exception& e) {
-        on_event(RequestEvent{p.id, {}, Clock::now(), FinishReason::error, e.what()});
+        RequestEvent refused;
+        refused.request_id = p.id;
+        refused.time = Clock::now();
+        refused.finish = FinishReason::error;
+        refused.error = e.what();
+        on_event(refused);
       }
     }
     for (uint64_t id : cancels) core_->cancel(id);

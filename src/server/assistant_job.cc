@@ -3,6 +3,9 @@
 #include "harmony/completion.h"
 #include "server/api_error.h"
 #include "server/assistant_stream.h"
+#include "server/logprobs_json.h"
+
+#include <utility>
 
 namespace moeserve::server {
 
@@ -30,6 +33,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
 
   void start(RequestSpec spec) {
     usage_.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
+    logprobs_wanted_ = spec.top_logprobs >= 0;
     auto self = shared_from_this();
     channel_->on_disconnect([self] { self->job_.cancel(self->ctx_.engine); });
     if (stream_) {
@@ -46,10 +50,16 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
  private:
   void on_event(const RequestEvent& e) {
     if (finished_) return;
-    for (TokenId t : e.tokens) {
+    for (size_t k = 0; k < e.tokens.size(); ++k) {
+      const TokenId t = e.tokens[k];
       ++usage_.completion_tokens;
       last_token_ = t;
-      emit(assistant_.push(t));
+      json token_logprobs = nullptr;
+      if (logprobs_wanted_ && k < e.logprobs.size()) {
+        logprobs_.push_back(e.logprobs[k]);
+        token_logprobs = chat_logprobs(ctx_.tokenizer, std::span(&e.logprobs[k], 1));
+      }
+      emit(assistant_.push(t), std::move(token_logprobs));
       if (assistant_.stop_string_hit()) {
         job_.cancel(ctx_.engine);
         finish("stop", {});
@@ -75,11 +85,14 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
     finish(e.finish == FinishReason::length ? "length" : (tool_call ? "tool_calls" : "stop"), {});
   }
 
-  void emit(const AssistantDelta& d) {
-    if (!stream_ || d.empty()) return;
+  // logprobs (chat only): the token's, sent with the first chunk of its delta, or alone when it has none.
+  void emit(const AssistantDelta& d, json logprobs = nullptr) {
+    if (!stream_) return;
+    if (api_ == Api::chat && d.empty() && !logprobs.is_null()) send_chunk(json::object(), nullptr, std::move(logprobs));
+    if (d.empty()) return;
     if (api_ == Api::chat) {
-      if (!d.reasoning.empty()) send_chunk({{"reasoning_content", d.reasoning}}, nullptr);
-      if (!d.content.empty()) send_chunk({{"content", d.content}}, nullptr);
+      if (!d.reasoning.empty()) send_chunk({{"reasoning_content", d.reasoning}}, nullptr, std::exchange(logprobs, nullptr));
+      if (!d.content.empty()) send_chunk({{"content", d.content}}, nullptr, std::exchange(logprobs, nullptr));
       if (d.tool_index) {
         const ToolCall& call = assistant_.tool_calls()[*d.tool_index];
         json entry = {{"index", *d.tool_index}, {"function", {{"arguments", d.tool_arguments}}}};
@@ -88,7 +101,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
           entry["type"] = "function";
           entry["function"]["name"] = call.name;
         }
-        send_chunk({{"tool_calls", json::array({entry})}}, nullptr);
+        send_chunk({{"tool_calls", json::array({entry})}}, nullptr, std::exchange(logprobs, nullptr));
       }
       return;
     }
@@ -105,12 +118,12 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
                            {"delta", d.tool_arguments}});
   }
 
-  void send_chunk(json delta, json finish_reason) {
+  void send_chunk(json delta, json finish_reason, json logprobs = nullptr) {
     json chunk = {{"id", id_},
                   {"object", "chat.completion.chunk"},
                   {"created", created_},
                   {"model", ctx_.served_model_name},
-                  {"choices", json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                  {"choices", json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
                                             {"finish_reason", std::move(finish_reason)}}})}};
     channel_->event(dump(chunk));
   }
@@ -194,7 +207,9 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
         respond_json(*channel_, 200,
                      {{"id", id_}, {"object", "chat.completion"}, {"created", created_},
                       {"model", ctx_.served_model_name},
-                      {"choices", json::array({{{"index", 0}, {"message", chat_message()}, {"logprobs", nullptr},
+                      {"choices", json::array({{{"index", 0}, {"message", chat_message()},
+                                                {"logprobs", logprobs_wanted_ ? chat_logprobs(ctx_.tokenizer, logprobs_)
+                                                                              : json(nullptr)},
                                                 {"finish_reason", reason}}})},
                       {"usage", u.chat()}});
       }
@@ -219,6 +234,8 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   EngineJob job_;
   Usage usage_;
   TokenId last_token_ = -1;
+  bool logprobs_wanted_ = false;
+  std::vector<TokenLogprobs> logprobs_;
   bool finished_ = false;
   int64_t sequence_ = 0;
   std::string id_, message_id_, reasoning_id_;

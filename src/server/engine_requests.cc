@@ -5,6 +5,7 @@
 #include "harmony/completion.h"
 #include "harmony/render.h"
 #include "server/conversation.h"
+#include "server/structured_outputs.h"
 #include "server/unsupported_parameters.h"
 #include "util/error.h"
 
@@ -58,15 +59,34 @@ std::vector<TokenId> render(const ConversationRequest& conversation, const Reque
   }
 }
 
+// vLLM's min_tokens holds the request's stop tokens back (the engine bans them) and checks no stop string before
+// it; this server would cut at a stop string from the first token, so the two together are refused.
+void check_min_tokens_without_stops(const Field& body, const LogitsProcessing& processing) {
+  if (processing.min_tokens > 0 && body["stop"].present() && !stop_strings(body, RequestLimits{}).empty())
+    body["min_tokens"].fail("is not supported together with stop strings (only with stop_token_ids)");
+}
+
 AssistantRequest assistant_request(const Field& body, const Field& input, const ConversationRequest& conversation,
                                    const RequestContext& ctx, std::initializer_list<const char*> max_token_fields) {
   AssistantRequest out;
   out.spec.prompt = render(conversation, ctx);
   out.spec.sampling = sampling_params(body, ctx.draw_seed());
   out.spec.max_tokens = max_new_tokens(body, ctx, input, out.spec.prompt.size(), max_token_fields, INT32_MAX);
-  out.spec.stop_tokens = harmony::assistant_stop_tokens();
+  out.spec.processing = logits_processing(body, ctx.vocab_size, out.spec.max_tokens);
+  // vLLM's ignore_eos: generation goes on past Harmony's stop tokens; stop_token_ids end it too.
+  if (!body["ignore_eos"].optional_bool().value_or(false)) out.spec.stop_tokens = harmony::assistant_stop_tokens();
+  for (int32_t id : stop_token_ids(body, ctx.vocab_size)) out.spec.stop_tokens.push_back(id);
+  check_min_tokens_without_stops(body, out.spec.processing);
   out.stream = body["stream"].optional_bool().value_or(false);
   return out;
+}
+
+// Where the final channel's content starts: <|channel|>final<|message|>.
+std::vector<TokenId> final_channel_header(const Tokenizer& tokenizer) {
+  std::vector<TokenId> ids = {o200k::kChannel};
+  tokenizer.encode_ordinary_into("final", ids);
+  ids.push_back(o200k::kMessage);
+  return ids;
 }
 
 // One completions prompt: text, or token ids (integers inside the model's vocabulary).
@@ -107,29 +127,26 @@ std::vector<std::vector<TokenId>> completion_prompts(const Field& body, const Re
   return prompts;
 }
 
-// vLLM's min_tokens: no stop token or stop string may end the output before it. With ignore_eos and no stop
-// strings nothing can end it before max_tokens, so it holds as long as it is not above max_tokens (benchmarks send
-// min_tokens = max_tokens this way); otherwise the engine would have to hold its stop tokens back, which it does
-// not do.
-void check_min_tokens(const Field& body, bool ignore_eos, bool has_stops, int max_tokens) {
-  const Field field = body["min_tokens"];
-  const int64_t min_tokens = field.optional_int(0, INT32_MAX).value_or(0);
-  if (min_tokens == 0) return;
-  if (!ignore_eos || has_stops)
-    field.fail("is not supported (only null or 0 is accepted, or any value with ignore_eos and no stop strings)");
-  if (min_tokens > max_tokens) field.fail(fmt::format("is {}, above max_tokens ({})", min_tokens, max_tokens));
-}
-
 }  // namespace
 
 AssistantRequest chat_request(std::string_view body_text, const RequestContext& ctx) {
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::chat);
-  if (body["logprobs"].optional_bool().value_or(false)) body["logprobs"].fail("is not supported");
   AssistantRequest out =
       assistant_request(body, body["messages"], chat_conversation(body, ctx.limits), ctx,
                         {"max_completion_tokens", "max_tokens"});
+  // Structured outputs constrain the final channel only: the grammar starts after its header.
+  out.spec.grammar = response_format_grammar(body, ctx.grammars);
+  if (out.spec.grammar) {
+    if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
+    out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
+  }
+  // OpenAI: logprobs true returns each output token's logprob; top_logprobs (0-20) needs it.
+  const bool logprobs = body["logprobs"].optional_bool().value_or(false);
+  const std::optional<int64_t> top = body["top_logprobs"].optional_int(0, kMaxTopLogprobs);
+  if (top && !logprobs && *top > 0) body["top_logprobs"].fail("needs 'logprobs' to be true");
+  if (logprobs) out.spec.top_logprobs = static_cast<int>(top.value_or(0));
   out.include_usage = include_usage(body);
   out.stops = stop_strings(body, ctx.limits);
   return out;
@@ -146,10 +163,12 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::completions);
-  if (body["logprobs"].present()) body["logprobs"].fail("is not supported");
-  if (body["echo"].optional_bool().value_or(false)) body["echo"].fail("is not supported");
+  // logprobs: N top tokens besides each token's own (OpenAI allows 5, vLLM up to its --max-logprobs, 20).
+  const std::optional<int64_t> logprobs = body["logprobs"].optional_int(0, kMaxTopLogprobs);
   const bool ignore_eos = body["ignore_eos"].optional_bool().value_or(false);  // vLLM's extension, for benchmarks
+  const std::vector<int32_t> stop_ids = stop_token_ids(body, ctx.vocab_size);
   CompletionRequest out;
+  out.echo = body["echo"].optional_bool().value_or(false);
   out.stops = stop_strings(body, ctx.limits);
   for (auto& prompt : completion_prompts(body, ctx)) {
     if (prompt.empty()) body["prompt"].fail("is empty");
@@ -158,8 +177,14 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
     spec.sampling = sampling_params(body, ctx.draw_seed());
     // OpenAI's default for /v1/completions is 16 tokens.
     spec.max_tokens = max_new_tokens(body, ctx, body["prompt"], spec.prompt.size(), {"max_tokens"}, 16);
-    check_min_tokens(body, ignore_eos, !out.stops.empty(), spec.max_tokens);
+    spec.processing = logits_processing(body, ctx.vocab_size, spec.max_tokens);
+    check_min_tokens_without_stops(body, spec.processing);
     if (!ignore_eos) spec.stop_tokens = ctx.eos_token_ids;
+    spec.stop_tokens.insert(spec.stop_tokens.end(), stop_ids.begin(), stop_ids.end());
+    if (logprobs) spec.top_logprobs = static_cast<int>(*logprobs);
+    spec.prompt_logprobs = out.echo && logprobs && spec.prompt.size() > 1;
+    spec.grammar = response_format_grammar(body, ctx.grammars);  // the whole completion is the document
+    if (spec.grammar && spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
     out.specs.push_back(std::move(spec));
   }
   out.stream = body["stream"].optional_bool().value_or(false);

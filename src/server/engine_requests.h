@@ -12,6 +12,7 @@
 
 #include "engine/request.h"
 #include "server/request_fields.h"
+#include "structured/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -27,6 +28,8 @@ struct RequestContext {
   // The sampling seed of a request (each prompt of a completions batch) that gives none: drawn per request
   // from the server's --seed.
   std::function<uint64_t()> draw_seed;
+  // Compiled response_format grammars; null: structured outputs are refused.
+  structured::GrammarCache* grammars = nullptr;
 };
 
 // A chat completion or a Responses API response: Harmony in, Harmony out.
@@ -43,6 +46,7 @@ AssistantRequest responses_request(std::string_view body, const RequestContext& 
 // /v1/completions: one engine request per prompt, raw text out.
 struct CompletionRequest {
   std::vector<RequestSpec> specs;
+  bool echo = false;  // the prompt's text (and with logprobs its tokens' logprobs) before the completion
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stops;

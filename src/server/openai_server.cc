@@ -9,6 +9,7 @@
 #include "server/assistant_job.h"
 #include "server/completion_job.h"
 #include "server/engine_requests.h"
+#include "server/structured_outputs.h"
 #include "server/bearer_auth.h"
 #include "util/error.h"
 
@@ -29,6 +30,7 @@ OpenAiServer::OpenAiServer(std::shared_ptr<Engine> engine, std::shared_ptr<const
                            ServerOptions options)
     : engine_(std::move(engine)),
       tokenizer_(std::move(tokenizer)),
+      grammars_(std::make_unique<structured::GrammarCache>(vocabulary_of(*tokenizer_, engine_->model_config().vocab_size))),
       options_(std::move(options)),
       admission_(std::make_shared<Admission>(options_.max_in_flight)),
       seeds_(options_.seed),
@@ -131,7 +133,8 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
                                        engine_->max_sequence_tokens(),
                                        engine_->model_config().eos_token_ids,
                                        options_.limits,
-                                       [this] { return seeds_.next(); }};
+                                       [this] { return seeds_.next(); },
+                                       grammars_.get()};
   const JobContext job_context{*engine_, *tokenizer_, admission_, options_.served_model_name,
                                [this, path](unsigned status) { count(path, status); }};
   auto reply_error = [&](const ApiError& e) {

@@ -18,6 +18,7 @@
 #include "server/prometheus.h"
 #include "server/render_pool.h"
 #include "server/request_fields.h"
+#include "structured/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -62,6 +63,7 @@ class OpenAiServer {
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // response_format schemas, compiled once each
   ServerOptions options_;
   std::shared_ptr<Admission> admission_;
   SeedSource seeds_;

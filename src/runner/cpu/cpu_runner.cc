@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/logits_processing.h"
 #include "engine/sampler.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
@@ -130,14 +131,16 @@ void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   // Logits rows: the last num_logits tokens of each sequence.
   std::vector<int64_t> rows;
   std::vector<const SequenceStep*> row_step;
-  std::vector<uint64_t> row_sample_index;
+  std::vector<int32_t> row_in_step;
   int64_t first = 0;
   for (const SequenceStep& step : batch.sequences) {
     const int64_t n = static_cast<int64_t>(step.tokens.size());
+    MOESERVE_CHECK(step.logprob_tokens.empty() || static_cast<int64_t>(step.logprob_tokens.size()) == step.num_logits,
+                   "{} logprob tokens for {} logits rows", step.logprob_tokens.size(), step.num_logits);
     for (int64_t j = n - step.num_logits; j < n; ++j) {
       rows.push_back(first + j);
       row_step.push_back(&step);
-      row_sample_index.push_back(step.sample_index + (j - (n - step.num_logits)));
+      row_in_step.push_back(static_cast<int32_t>(j - (n - step.num_logits)));
     }
     first += n;
   }
@@ -149,10 +152,27 @@ void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   output.logits.resize(R * c.vocab_size);
   cpu::linear(pool_, normed_.data(), R, w.unembedding, nullptr, output.logits.data());
   output.sampled.assign(R, -1);
+  output.logprobs.clear();
+  std::vector<float> raw_row;
   for (int64_t r = 0; r < R; ++r) {
-    if (row_step[r]->sampling == nullptr) continue;
-    output.sampled[r] = sample_token({output.logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size)},
-                                     *row_step[r]->sampling, row_sample_index[r]);
+    const SequenceStep& step = *row_step[r];
+    const std::span<float> row(output.logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size));
+    const bool wants_logprobs = step.top_logprobs >= 0;
+    if (wants_logprobs) output.logprobs.resize(R);
+    const int32_t k = row_in_step[r];
+    if (!step.logprob_tokens.empty() && step.logprob_tokens[k] >= 0) {  // scored, not sampled
+      if (wants_logprobs) output.logprobs[r] = token_logprobs(row, step.logprob_tokens[k], step.top_logprobs);
+      continue;
+    }
+    if (!row_samples(step, k)) continue;
+    // Raw logprobs are of the logits before any edit: the row is kept aside when edits change it.
+    const bool edited = !step.logit_edits.empty() || !step.allowed_tokens.empty();
+    if (edited && wants_logprobs) raw_row.assign(row.begin(), row.end());
+    if (edited) apply_logit_edits(row, step.logit_edits, step.allowed_tokens);
+    output.sampled[r] = sample_token(row, *step.sampling, row_sample_index(step, k));
+    if (wants_logprobs)
+      output.logprobs[r] =
+          token_logprobs(edited ? std::span<const float>(raw_row) : row, output.sampled[r], step.top_logprobs);
   }
   if (!batch.return_logits) output.logits.clear();
 }
