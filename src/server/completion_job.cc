@@ -19,7 +19,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
  public:
   CompletionJob(JobContext ctx, std::shared_ptr<ResponseChannel> channel, const CompletionRequest& request)
       : ctx_(std::move(ctx)), channel_(std::move(channel)), stream_(request.stream),
-        include_usage_(request.include_usage), echo_(request.echo), choices_(request.specs.size()),
+        include_usage_(request.include_usage), echo_(request.echo), n_(static_cast<size_t>(request.n)),
+        choices_(request.specs.size()),
         id_(random_id("cmpl-")), created_(unix_now()) {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
@@ -30,6 +31,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     }
   }
 
+  // A prompt's first choice goes to the engine at once; its other n - 1 when the first has computed the prompt
+  // (its first event), so that they take its KV from the prefix cache: one prefill for n choices.
   void start(std::vector<RequestSpec> specs) {
     auto self = shared_from_this();
     channel_->on_disconnect([self] {
@@ -37,8 +40,12 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     });
     if (stream_) channel_->start_events();
     for (size_t i = 0; i < specs.size(); ++i) {
+      if (i % n_ != 0) {
+        choices_[i].waiting = std::move(specs[i]);
+        continue;
+      }
       usage_.prompt_tokens += static_cast<int64_t>(specs[i].prompt.size());
-      choices_[i].job.submit(ctx_, std::move(specs[i]), [self, i](const RequestEvent& e) { self->on_event(i, e); });
+      submit(i, std::move(specs[i]));
     }
   }
 
@@ -52,7 +59,30 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::optional<std::string> finish_reason;
     std::optional<CompletionLogprobs> logprobs;  // when asked for
     std::vector<TokenId> prompt;                 // echo: sent before the first generated text
+    std::optional<RequestSpec> waiting;          // a later choice of a prompt, until the first has prefilled
   };
+
+  void submit(size_t index, RequestSpec spec) {
+    auto self = shared_from_this();
+    choices_[index].job.submit(ctx_, std::move(spec), [self, index](const RequestEvent& e) { self->on_event(index, e); });
+  }
+
+  // The first choice of a prompt has its prompt's KV: the others follow (on the engine thread, under mutex_;
+  // their events come on later steps). One the engine refuses (it is draining) fails alone.
+  void submit_later_choices(size_t first) {
+    for (size_t i = first + 1; i < first + n_; ++i) {
+      if (!choices_[i].waiting) continue;
+      RequestSpec spec = std::move(*choices_[i].waiting);
+      choices_[i].waiting.reset();
+      try {
+        submit(i, std::move(spec));
+      } catch (const std::exception& e) {
+        choices_[i].finish_reason = "error";
+        error_ = e.what();
+        ++finished_;
+      }
+    }
+  }
 
   // echo: the prompt's text, and its tokens' logprobs (the first has none) when the request gets logprobs.
   std::string echo_prompt(Choice& c, const RequestEvent& e) {
@@ -77,6 +107,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
 
   void on_event(size_t index, const RequestEvent& e) {
     std::lock_guard lock(mutex_);
+    if (index % n_ == 0) submit_later_choices(index);
     Choice& c = choices_[index];
     if (c.finish_reason) return;
     std::string released = c.prompt.empty() ? std::string() : echo_prompt(c, e);
@@ -159,6 +190,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   bool stream_;
   bool include_usage_;
   bool echo_;
+  size_t n_;  // choices per prompt
   std::mutex mutex_;
   std::vector<Choice> choices_;
   size_t finished_ = 0;

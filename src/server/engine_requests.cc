@@ -27,7 +27,10 @@ void check_model(const Field& body, const RequestContext& ctx) {
 void check_common(const Field& body, const RequestContext& ctx, Endpoint endpoint) {
   check_model(body, ctx);
   reject_unsupported_parameters(body, endpoint);
-  if (auto n = body["n"].optional_int(1, 128); n && *n != 1) body["n"].fail("must be 1 (only n = 1 is supported)");
+  // n > 1 is implemented on completions only (its choices already are separate engine requests).
+  if (endpoint != Endpoint::completions)
+    if (auto n = body["n"].optional_int(1, 128); n && *n != 1)
+      body["n"].fail("must be 1 here (n = 1 on chat and Responses; n > 1 is supported on /v1/completions)");
 }
 
 // max_tokens (or max_completion_tokens / max_output_tokens) against what the context and KV pool allow.
@@ -170,7 +173,12 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
   CompletionRequest out;
   out.echo = body["echo"].optional_bool().value_or(false);
   out.stops = stop_strings(body, ctx.limits);
-  for (auto& prompt : completion_prompts(body, ctx)) {
+  out.n = static_cast<int>(body["n"].optional_int(1, 128).value_or(1));
+  const auto prompts = completion_prompts(body, ctx);
+  if (prompts.size() * out.n > ctx.limits.messages)
+    body["n"].fail(fmt::format("asks for {} choices of {} prompts; at most {} choices are allowed", out.n,
+                               prompts.size(), ctx.limits.messages));
+  for (std::vector<TokenId> prompt : prompts) {
     if (prompt.empty()) body["prompt"].fail("is empty");
     RequestSpec spec;
     spec.prompt = std::move(prompt);
@@ -185,7 +193,14 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
     spec.prompt_logprobs = out.echo && logprobs && spec.prompt.size() > 1;
     spec.grammar = response_format_grammar(body, ctx.grammars);  // the whole completion is the document
     if (spec.grammar && spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
+    // n choices of the prompt, choice i with seed + i (vLLM's child requests).
+    const size_t first = out.specs.size();
     out.specs.push_back(std::move(spec));
+    for (int i = 1; i < out.n; ++i) {
+      RequestSpec child = out.specs[first];
+      child.sampling.seed += static_cast<uint64_t>(i);
+      out.specs.push_back(std::move(child));
+    }
   }
   out.stream = body["stream"].optional_bool().value_or(false);
   out.include_usage = include_usage(body);

@@ -45,7 +45,9 @@ AssistantRequest responses_request(std::string_view body, const RequestContext& 
 
 // /v1/completions: one engine request per prompt, raw text out.
 struct CompletionRequest {
+  // n choices per prompt: specs[p * n + i] is choice i of prompt p (choice 0 first), as vLLM numbers them.
   std::vector<RequestSpec> specs;
+  int n = 1;
   bool echo = false;  // the prompt's text (and with logprobs its tokens' logprobs) before the completion
   bool stream = false;
   bool include_usage = false;

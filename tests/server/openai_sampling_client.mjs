@@ -93,6 +93,15 @@ report.chat_json_schema_status = (await client.chat.completions.create({
   response_format: { type: "json_schema", json_schema: { name: "person", schema: report.schema, strict: true } },
 })).choices[0].finish_reason;
 
+// n choices: each its own derived seed (seed + i), streamed by index.
+const nOnce = await client.completions.create({ model: "tiny", prompt, max_tokens: 5, n: 3, seed: 10 });
+report.n = { once: nOnce.choices.map((c) => ({ index: c.index, token_ids: c.token_ids })), stream: [[], [], []] };
+for await (const chunk of await client.completions.create({ model: "tiny", prompt, max_tokens: 5, n: 3, seed: 10, stream: true }))
+  for (const c of chunk.choices) report.n.stream[c.index].push(...(c.token_ids ?? []));
+report.n.single = [];
+for (let i = 0; i < 3; ++i)
+  report.n.single.push((await client.completions.create({ model: "tiny", prompt, max_tokens: 5, seed: 10 + i })).choices[0].token_ids);
+
 report.errors = {};
 for (const [name, body] of Object.entries({
   top_logprobs: { model: "tiny", messages, logprobs: true, top_logprobs: 21 },
@@ -100,6 +109,7 @@ for (const [name, body] of Object.entries({
   repetition_penalty: { model: "tiny", messages, repetition_penalty: 0 },
   logit_bias: { model: "tiny", messages, logit_bias: { "not-a-token": 1 } },
   min_tokens: { model: "tiny", messages, max_tokens: 2, min_tokens: 3 },
+  n: { model: "tiny", messages, n: 2 },
   response_format: { model: "tiny", messages, response_format: { type: "json_schema", json_schema: {
     name: "x", schema: { type: "string", pattern: "a+" } } } },
 })) {

@@ -184,6 +184,31 @@ TEST_F(GenerationParameters, JsonSchemaOutputsParseAndValidateStreamedOrNot) {
   EXPECT_EQ(report()["chat_json_schema_status"], "length");  // the random model never reaches its final channel
 }
 
+TEST_F(GenerationParameters, NChoicesAreTheRequestsOfSeedPlusIStreamedOrNot) {
+  const json& r = report()["n"];
+  ASSERT_EQ(r["once"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r["once"][i]["index"], i);
+    EXPECT_EQ(r["once"][i]["token_ids"], r["single"][i]) << i;
+    EXPECT_EQ(r["stream"][i], r["single"][i]) << i;
+  }
+  EXPECT_NE(r["single"][0], r["single"][1]);
+}
+
+TEST(GenerationParametersN, OnePrefillServesAllNChoicesThroughThePrefixCache) {
+  testing::ServerHarness h(testing::tiny_runner());
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[i] = 1000 + 7 * i;
+  const uint64_t hits_before = h.engine->metrics().prefix_hit_tokens;
+  const auto reply = testing::post_json(h.port, "/v1/completions",
+                                        {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 3}, {"n", 4}, {"seed", 1}});
+  ASSERT_EQ(reply.status, 200u) << reply.body;
+  EXPECT_EQ(json::parse(reply.body)["choices"].size(), 4u);
+  EXPECT_EQ(json::parse(reply.body)["usage"]["prompt_tokens"], 40);  // the prompt counts once
+  // The three later choices each found the first's full prompt blocks (40 tokens: two of 16) in the cache.
+  EXPECT_GE(h.engine->metrics().prefix_hit_tokens - hits_before, 3 * 32);
+}
+
 TEST_F(GenerationParameters, OutOfRangeValuesAre400sNamingTheField) {
   for (const auto& [name, error] : report()["errors"].items()) {
     ASSERT_TRUE(error.is_object()) << name << " was " << error.dump();
