@@ -117,9 +117,11 @@ void EngineCore::add_request(uint64_t id, RequestSpec spec, EventCallback on_eve
   seq->prompt_length = static_cast<int>(spec.prompt.size());
   seq->timing.arrival = spec.arrival.value_or(now_());
   seq->timing.prompt_tokens = seq->prompt_length;
-  // Drafts are verified against the plain distribution: a request whose draws are edited, or that wants each
-  // token's logprobs, decodes one token a step.
-  const bool plain_draws = !spec.processing.active() && spec.top_logprobs < 0 && !spec.prompt_logprobs && !spec.grammar;
+  // Drafts are verified against the plain distribution, or a grammar's mask from the first token on: a request
+  // whose draws are edited, that wants each token's logprobs, or whose grammar waits for a trigger, decodes one
+  // token a step.
+  const bool plain_draws = !spec.processing.active() && spec.top_logprobs < 0 && !spec.prompt_logprobs &&
+                           (!spec.grammar || spec.grammar_trigger.empty());
   if (config_.drafter && plain_draws)
     seq->speculation = spec.speculation.value_or(config_.speculative.enabled() ? config_.speculative.shape()
                                                                                 : speculative::DraftShape{});
@@ -240,13 +242,40 @@ std::vector<LogitEdit> EngineCore::next_logit_edits(const Sequence& seq) const {
   return logit_edits(p, seq.history, hold_stops ? std::span<const int32_t>(seq.spec.stop_tokens) : std::span<const int32_t>());
 }
 
+namespace {
+
+// What a request's grammar allows in `state`: its mask, or once the document is whole the stop tokens.
+std::shared_ptr<const structured::TokenMask> grammar_mask(const RequestSpec& spec, const structured::MatcherState& state,
+                                                          int64_t vocab) {
+  const structured::TokenGrammar& grammar = *spec.grammar;
+  if (!grammar.complete(state)) return grammar.mask(state);
+  auto stops_only = std::make_shared<structured::TokenMask>((vocab + 31) / 32, 0);
+  for (int32_t t : spec.stop_tokens) (*stops_only)[t >> 5] |= 1u << (t & 31);
+  return stops_only;
+}
+
+// A constrained draft's verify rows under the grammar: row 0 masked at the sequence's state, row 1 + i at the state
+// after the path to node i (a node whose token the grammar refuses gets a row that allows nothing, and is never
+// accepted: its parent's row gave it no probability).
+std::vector<float> masked_draft_rows(const Sequence& seq, std::span<const float> logits, int64_t vocab) {
+  const speculative::DraftTree& draft = seq.draft;
+  std::vector<structured::MatcherState> states(draft.size() + 1);
+  states[0] = *seq.grammar_state;
+  for (size_t i = 0; i < draft.size(); ++i) {
+    states[i + 1] = states[static_cast<size_t>(draft.parent[i] + 1)];
+    seq.spec.grammar->advance(states[i + 1], draft.tokens[i]);
+  }
+  std::vector<float> rows(logits.begin(), logits.end());
+  for (size_t r = 0; r < states.size(); ++r)
+    apply_logit_edits(std::span(rows).subspan(r * vocab, vocab), {}, *grammar_mask(seq.spec, states[r], vocab));
+  return rows;
+}
+
+}  // namespace
+
 std::shared_ptr<const structured::TokenMask> EngineCore::allowed_tokens(const Sequence& seq) const {
   if (!seq.grammar_state) return nullptr;
-  const structured::TokenGrammar& grammar = *seq.spec.grammar;
-  if (!grammar.complete(*seq.grammar_state)) return grammar.mask(*seq.grammar_state);
-  auto stops_only = std::make_shared<structured::TokenMask>((runner_.config().vocab_size + 31) / 32, 0);
-  for (int32_t t : seq.spec.stop_tokens) (*stops_only)[t >> 5] |= 1u << (t & 31);
-  return stops_only;
+  return grammar_mask(seq.spec, *seq.grammar_state, runner_.config().vocab_size);
 }
 
 bool EngineCore::advance_grammar(Sequence& seq, int32_t token) {
@@ -270,12 +299,20 @@ std::vector<int32_t> EngineCore::verify(Sequence& seq, int64_t first_row, int64_
   const speculative::DraftTree& draft = seq.draft;
   const int64_t vocab = runner_.config().vocab_size;
   const auto sample_index = static_cast<uint64_t>(seq.num_generated());
+  // A constrained draft is checked against the grammar's mask at every node (from the logits: the runner's greedy
+  // tokens are unmasked).
+  std::span<const float> row_logits;
+  std::vector<float> masked;
+  if (!seq.spec.sampling.greedy() || seq.grammar_state) {
+    row_logits = std::span(output_.logits).subspan(first_row * vocab, rows * vocab);
+    if (seq.grammar_state) row_logits = masked = masked_draft_rows(seq, row_logits, vocab);
+  }
   const speculative::Verdict verdict =
-      seq.spec.sampling.greedy()
+      row_logits.empty()
           ? speculative::verify_draft_greedy(draft, std::span(output_.sampled).subspan(first_row, rows),
                                              seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate)
-          : speculative::verify_draft(draft, std::span(output_.logits).subspan(first_row * vocab, rows * vocab), vocab,
-                                      seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate);
+          : speculative::verify_draft(draft, row_logits, vocab, seq.spec.sampling, sample_index,
+                                      config_.speculative.test_acceptance_rate);
   // Node i was computed at slot root + 1 + i; the path's node at depth j + 1 belongs at position root + 1 + j. A
   // chain's path is already in place; a tree's is moved there (in order: a move never overwrites a later source).
   const int32_t root = seq.num_computed;
@@ -369,8 +406,9 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
       step.tokens = tokens;
       step.tree_parent = prepared.verify_parents[c];
       step.num_logits = 1 + chunk.num_draft;
-      if (!seq.spec.sampling.greedy()) {
-        step.sampling = nullptr;  // verified here, from the logits
+      if (!seq.spec.sampling.greedy() || seq.grammar_state) {
+        step.sampling = nullptr;  // verified here, from the logits (under the grammar's masks when constrained)
+        step.allowed_tokens = {};
         batch.return_logits = true;
       }  // greedy: verified from the runner's greedy token of every row (no logits copied back)
     }

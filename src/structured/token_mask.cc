@@ -83,6 +83,8 @@ TokenMask TokenGrammar::compute_mask(const MatcherState& state) const {
 }
 
 std::shared_ptr<const TokenMask> TokenGrammar::mask(const MatcherState& state) const {
+  // A failed state allows nothing (its frames may equal a live state's: it is not a cache key).
+  if (state.failed) return std::make_shared<const TokenMask>((vocabulary_->size() + 31) / 32, 0);
   const std::string key = state_key(state);
   {
     std::lock_guard lock(mutex_);

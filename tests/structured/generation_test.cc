@@ -2,10 +2,12 @@
 // generations (20 random schemas x 50 seeds, sampled at temperature 1, all of a schema's requests in one engine
 // batch on the CPU runner) must each end on the stop token with a document that parses and validates against
 // its schema (the independent validator of schema_testing.h). json_object outputs that end parse as objects;
-// those max_tokens cuts short are prefixes of one.
+// those max_tokens cuts short are prefixes of one. Speculating constrained requests keep the non-speculative
+// greedy tokens while drafts (valid, invalid under the grammar, or wrong) are checked against the mask.
 #include <gtest/gtest.h>
 
 #include "engine/engine_core.h"
+#include "engine/speculative/verifier.h"
 #include "model/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "structured/schema_testing.h"
@@ -129,6 +131,79 @@ TEST(ConstrainedGeneration, TheGrammarStartsAfterItsTrigger) {
   const json parsed = json::parse(tokenizer().decode_bytes(document), nullptr, false);
   ASSERT_FALSE(parsed.is_discarded()) << tokenizer().decode_bytes(document);
   EXPECT_TRUE(parsed.is_array());
+}
+
+// Drafts the reference output of each sequence (its tokens after the root), with about 30% of them replaced by
+// a token the grammar refuses or by another one, so that verification must accept, reject and resample.
+class ReplayDrafter : public speculative::Drafter {
+ public:
+  ReplayDrafter(std::vector<std::vector<int32_t>> outputs, int prompt_length)
+      : outputs_(std::move(outputs)), prompt_length_(prompt_length) {}
+  std::vector<int> aux_layers() const override { return {}; }
+  void release(uint64_t) override {}
+  void propose(std::span<const speculative::DraftInput> inputs, std::vector<speculative::DraftTree>& out) override {
+    out.assign(inputs.size(), {});
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& in = inputs[i];
+      const auto& reference = outputs_.at(in.sequence_id);
+      const int64_t root = in.start_position + static_cast<int64_t>(in.next_tokens.size()) - prompt_length_;
+      for (int d = 1; d <= in.shape.num_draft_tokens && root + d < static_cast<int64_t>(reference.size()); ++d) {
+        const uint64_t h = speculative::acceptance_uniform(in.sequence_id, root + d, 0) * 10;
+        const int32_t token = h < 2 ? 200005 : h < 3 ? 12345 : reference[root + d];
+        out[i].tokens.push_back(token);
+        out[i].parent.push_back(d - 2);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> outputs_;
+  int prompt_length_;
+};
+
+TEST(ConstrainedGeneration, SpeculationChecksDraftsAgainstTheMaskAndChangesNoToken) {
+  structured::GrammarCache grammars(vocabulary());
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"type", "string"}, {"maxLength", 6}}}, {"b", {{"type", "array"},
+                                       {"items", {{"type", "integer"}}}, {"maxItems", 3}}}}},
+                       {"required", {"a", "b"}}, {"additionalProperties", false}};
+  const auto grammar = grammars.json_schema(schema);
+  static auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  auto run = [&](std::shared_ptr<speculative::Drafter> drafter, EngineMetrics* metrics) {
+    CpuRunner runner(checkpoint, 2);
+    EngineConfig config;
+    config.num_kv_blocks = 1024;
+    config.drafter = std::move(drafter);
+    EngineCore core(runner, config);
+    std::vector<Output> out(6);
+    for (int i = 0; i < 6; ++i) {
+      RequestSpec spec;
+      spec.prompt = {200006, 17360, 200008, static_cast<int32_t>(2000 + i)};
+      spec.max_tokens = 200;
+      spec.sampling.temperature = 0.0f;
+      spec.stop_tokens = {kEnd};
+      spec.grammar = grammar;
+      if (config.drafter) spec.speculation = speculative::DraftShape{4, 1, 0};
+      core.add_request(i, spec, [&out](const RequestEvent& e) {
+        out[e.request_id].tokens.insert(out[e.request_id].tokens.end(), e.tokens.begin(), e.tokens.end());
+        if (e.finish != FinishReason::none) out[e.request_id].finish = e.finish;
+      });
+    }
+    while (core.has_work()) core.step();
+    if (metrics) *metrics = core.metrics();
+    return out;
+  };
+  const auto plain = run(nullptr, nullptr);
+  std::vector<std::vector<int32_t>> reference;
+  for (const Output& o : plain) {
+    ASSERT_EQ(o.finish, FinishReason::stop);
+    reference.push_back(o.tokens);
+  }
+  EngineMetrics metrics;
+  const auto speculated = run(std::make_shared<ReplayDrafter>(reference, 4), &metrics);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(speculated[i].tokens, plain[i].tokens) << "request " << i;
+  EXPECT_GT(metrics.spec_accepted_tokens, 0u);                         // drafts were taken
+  EXPECT_LT(metrics.spec_accepted_tokens, metrics.spec_draft_tokens);  // and refused ones were refused
 }
 
 TEST(ConstrainedGeneration, JsonObjectOutputsAreObjectsOrCutOffPrefixesOfOne) {
