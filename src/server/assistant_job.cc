@@ -31,7 +31,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
         reasoning_id_(random_id("rs_")),
         created_(unix_now()) {}
 
-  void start(RequestSpec spec) {
+  void start(RequestSpec spec, const std::vector<TokenId>& primed) {
     usage_.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
     logprobs_wanted_ = spec.top_logprobs >= 0;
     auto self = shared_from_this();
@@ -44,6 +44,8 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
         send_response_event("response.created", {{"response", response_object("in_progress")}});
       }
     }
+    // A forced tool call's header ends the prompt: read as the output's start, it opens the call.
+    for (TokenId t : primed) emit(assistant_.push(t));
     job_.submit(ctx_, std::move(spec), [self](const RequestEvent& e) { self->on_event(e); });
   }
 
@@ -248,7 +250,7 @@ void start_assistant_job(JobContext ctx, std::shared_ptr<ResponseChannel> channe
                          AssistantRequest request) {
   auto job = std::make_shared<AssistantJob>(std::move(ctx), std::move(channel), api, request.stream,
                                             request.include_usage, std::move(request.stops));
-  job->start(std::move(request.spec));
+  job->start(std::move(request.spec), request.primed);
 }
 
 }  // namespace moeserve::server

@@ -132,19 +132,46 @@ std::vector<std::vector<TokenId>> completion_prompts(const Field& body, const Re
 
 }  // namespace
 
+// tool_choice naming a tool: the prompt goes on with the call's header (harmony's commentary message to
+// functions.NAME with <|constrain|>json), the arguments are constrained to the tool's parameters schema, and
+// <|call|> alone ends them.
+void force_tool_call(const Field& body, const harmony::ToolDescription& tool, const RequestContext& ctx,
+                     AssistantRequest& out) {
+  const Field choice = body["tool_choice"];
+  if (out.spec.grammar) body["response_format"].fail("cannot be combined with a forced tool call (tool_choice)");
+  if (ctx.grammars == nullptr) choice.fail("cannot force a call on this server (no constrained decoding)");
+  out.primed = {o200k::kChannel};
+  ctx.tokenizer.encode_ordinary_into("commentary to=functions." + tool.name + " ", out.primed);
+  out.primed.push_back(o200k::kConstrain);
+  ctx.tokenizer.encode_ordinary_into("json", out.primed);
+  out.primed.push_back(o200k::kMessage);
+  out.spec.prompt.insert(out.spec.prompt.end(), out.primed.begin(), out.primed.end());
+  const json schema = tool.parameters ? json::parse(tool.parameters->dump()) : json{{"type", "object"}};
+  try {
+    out.spec.grammar = ctx.grammars->json_schema(schema);
+  } catch (const Error& e) {
+    choice.fail(fmt::format("names '{}', whose parameters cannot be used for constrained decoding: {}", tool.name,
+                            e.what()));
+  }
+  out.spec.grammar_trigger.clear();
+  out.spec.stop_tokens = {o200k::kCall};
+  if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with a forced tool call");
+}
+
 AssistantRequest chat_request(std::string_view body_text, const RequestContext& ctx) {
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::chat);
+  const ConversationRequest conversation = chat_conversation(body, ctx.limits);
   AssistantRequest out =
-      assistant_request(body, body["messages"], chat_conversation(body, ctx.limits), ctx,
-                        {"max_completion_tokens", "max_tokens"});
+      assistant_request(body, body["messages"], conversation, ctx, {"max_completion_tokens", "max_tokens"});
   // Structured outputs constrain the final channel only: the grammar starts after its header.
   out.spec.grammar = response_format_grammar(body, ctx.grammars);
   if (out.spec.grammar) {
     if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
     out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
   }
+  if (conversation.forced_tool) force_tool_call(body, *conversation.forced_tool, ctx, out);
   // OpenAI: logprobs true returns each output token's logprob; top_logprobs (0-20) needs it.
   const bool logprobs = body["logprobs"].optional_bool().value_or(false);
   const std::optional<int64_t> top = body["top_logprobs"].optional_int(0, kMaxTopLogprobs);

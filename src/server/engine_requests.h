@@ -38,6 +38,9 @@ struct AssistantRequest {
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stops;
+  // A forced tool call: the call's header, which ends the prompt; the answer's reader takes it as the output's
+  // start, so that the generated arguments come back as that call's.
+  std::vector<TokenId> primed;
 };
 
 AssistantRequest chat_request(std::string_view body, const RequestContext& ctx);

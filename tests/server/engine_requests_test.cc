@@ -315,6 +315,35 @@ TEST(EngineRequests, ResponseFormatBecomesTheEngineRequestsGrammar) {
           "min_tokens");
 }
 
+TEST(EngineRequests, ANamedOrRequiredToolIsACallWhoseArgumentsAreConstrained) {
+  Context c;
+  structured::GrammarCache grammars(server::vocabulary_of(*testing::tokenizer(), 201088));
+  c.ctx.grammars = &grammars;
+  const json parameters = {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}};
+  const json weather = {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", parameters}}}};
+  const json time = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const AssistantRequest a =
+      chat_request(chat({{"tools", {weather, time}}, {"tool_choice", named}}).dump(), c.ctx);
+  const auto header = testing::encode("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+  EXPECT_EQ(a.primed, header);
+  ASSERT_GE(a.spec.prompt.size(), header.size());
+  EXPECT_EQ(std::vector<int32_t>(a.spec.prompt.end() - static_cast<std::ptrdiff_t>(header.size()), a.spec.prompt.end()),
+            header);
+  EXPECT_EQ(a.spec.grammar, grammars.json_schema(parameters));
+  EXPECT_TRUE(a.spec.grammar_trigger.empty());
+  EXPECT_EQ(a.spec.stop_tokens, std::vector<int32_t>{200012});  // <|call|>
+  const AssistantRequest required = chat_request(chat({{"tools", {weather}}, {"tool_choice", "required"}}).dump(), c.ctx);
+  EXPECT_EQ(required.primed, header);
+  EXPECT_TRUE(chat_request(chat({{"tools", {weather}}, {"tool_choice", "auto"}}).dump(), c.ctx).primed.empty());
+  expect_refused(Api::chat, chat({{"tools", {weather, time}}, {"tool_choice", "required"}}), "name the one to call",
+                 "tool_choice");
+  expect_refused(Api::chat, chat({{"tools", {weather}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}}),
+                 "not one of the request's tools", "tool_choice.function.name");
+  expect_refused(Api::responses, responses({{"tool_choice", "required"}}), "supported on chat completions",
+                 "tool_choice");
+}
+
 TEST(EngineRequests, UnseededRequestsDrawASeedAndGivenSeedsAreKept) {
   Context c;
   EXPECT_EQ(chat_request(chat().dump(), c.ctx).spec.sampling.seed, 1000u);

@@ -102,6 +102,31 @@ report.n.single = [];
 for (let i = 0; i < 3; ++i)
   report.n.single.push((await client.completions.create({ model: "tiny", prompt, max_tokens: 5, seed: 10 + i })).choices[0].token_ids);
 
+// A forced tool call (tool_choice naming the tool): the random model's arguments are constrained to its schema.
+report.tool_parameters = {
+  type: "object", additionalProperties: false, required: ["city", "days"],
+  properties: { city: { type: "string", maxLength: 10 }, days: { type: "integer" } },
+};
+const tools = [
+  { type: "function", function: { name: "get_weather", parameters: report.tool_parameters } },
+  { type: "function", function: { name: "get_time" } },
+];
+const forced = { model: "tiny", messages, tools, max_tokens: 120, seed: 8,
+                 tool_choice: { type: "function", function: { name: "get_weather" } } };
+const call = (await client.chat.completions.create(forced)).choices[0];
+report.forced_tool = { once: { finish_reason: call.finish_reason, tool_calls: call.message.tool_calls }, stream: {} };
+let args = "", name = null, finish = null;
+for await (const chunk of await client.chat.completions.create({ ...forced, stream: true })) {
+  const c = chunk.choices[0];
+  if (!c) continue;
+  for (const t of c.delta?.tool_calls ?? []) {
+    name ??= t.function?.name ?? null;
+    args += t.function?.arguments ?? "";
+  }
+  if (c.finish_reason) finish = c.finish_reason;
+}
+report.forced_tool.stream = { name, arguments: args, finish_reason: finish };
+
 report.errors = {};
 for (const [name, body] of Object.entries({
   top_logprobs: { model: "tiny", messages, logprobs: true, top_logprobs: 21 },

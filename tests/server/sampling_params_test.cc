@@ -209,6 +209,21 @@ TEST(GenerationParametersN, OnePrefillServesAllNChoicesThroughThePrefixCache) {
   EXPECT_GE(h.engine->metrics().prefix_hit_tokens - hits_before, 3 * 32);
 }
 
+TEST_F(GenerationParameters, AForcedToolCallsThatToolWithArgumentsOfItsSchemaStreamedOrNot) {
+  const json& once = report()["forced_tool"]["once"];
+  EXPECT_EQ(once["finish_reason"], "tool_calls");
+  ASSERT_EQ(once["tool_calls"].size(), 1u);
+  EXPECT_EQ(once["tool_calls"][0]["function"]["name"], "get_weather");
+  const std::string arguments = once["tool_calls"][0]["function"]["arguments"];
+  const json parsed = json::parse(arguments, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << arguments;
+  EXPECT_TRUE(testing::validates(parsed, report()["tool_parameters"])) << arguments;
+  const json& stream = report()["forced_tool"]["stream"];
+  EXPECT_EQ(stream["name"], "get_weather");
+  EXPECT_EQ(stream["arguments"], arguments);  // the same seed
+  EXPECT_EQ(stream["finish_reason"], "tool_calls");
+}
+
 TEST_F(GenerationParameters, OutOfRangeValuesAre400sNamingTheField) {
   for (const auto& [name, error] : report()["errors"].items()) {
     ASSERT_TRUE(error.is_object()) << name << " was " << error.dump();
