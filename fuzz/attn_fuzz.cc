@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cuda/step_metadata.h"
 #include "util/error.h"
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "engine/speculative/eagle3_config.h"
 #include "model/config.h"
+#include "model/eagle3/config.h"
 #include "util/error.h"
 #include "util/json_parse.h"
 

@@ -17,6 +17,7 @@ command -v clang++ >/dev/null 2>&1 || {
 }
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF -DMOESERVE_O200K_RANKS="$(realpath "$ranks")" \
+  -DMOESERVE_DEEPSEEK_TOKENIZER_DIR="$(realpath -m "${BUILD_DIR:-build}/deepseek-r1-tokenizer")" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 
 # target | seed files | libFuzzer's -max_len [| more libFuzzer flags]
@@ -32,6 +33,7 @@ table=(
   "safetensors_fuzz|tests/fixtures/loaders/safetensors/*|8192"
   "parquet_fuzz|tests/bench/fixtures/parquet/*|8192"
   "bench_fuzz|tests/fixtures/bench_fuzz/*.bin|4096"
+  "deepseek_fuzz|tests/fixtures/deepseek_fuzz/*.bin|4096"
 )
 # The safetensors target writes each input to a file: on tmpfs where there is one.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ]; then export TMPDIR=/dev/shm; fi

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 
 namespace moeserve::testing {
 

@@ -25,7 +25,7 @@
 
 #include "attention_prefill_v1.h"
 #include "bench_common.h"
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
 #include "runner/cuda/step_metadata.h"

@@ -24,7 +24,7 @@
 #include <random>
 
 #include "bench_common.h"
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "model/mxfp4.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"

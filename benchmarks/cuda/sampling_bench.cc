@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
 #include "bench_common.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
+#include "sampling/sampler.h"
 
 namespace moeserve {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 
 using namespace moeserve;

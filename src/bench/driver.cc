@@ -86,6 +86,8 @@ class RunState : public SampleObserver {
     completed_tokens_ += std::max<int64_t>(0, output.token_count);
     check_sample(r);
     count_failure(r);
+    record_latencies(r);
+    check_certainly_invalid(r);
     if (r.log_accuracy) {
       if (!r.first_token && !output.tokens.empty()) r.first_token = output.tokens.front();
       std::vector<int32_t> first;
@@ -137,13 +139,39 @@ class RunState : public SampleObserver {
     std::lock_guard lock(mutex_);
     return issued_ - completed_;
   }
-  std::string status(TimePoint start) {
+  // What the schedule holds, for the progress line and the result.
+  void set_plan(uint64_t samples, std::string note, TimePoint start, int64_t schedule_end_ns) {
     std::lock_guard lock(mutex_);
-    const double elapsed = seconds_between(start, Clock::now());
-    return fmt::format("{} {}: {} issued, {} done, {} in flight | {:.1f} s | {} tokens, {:.0f} tok/s",
-                       scenario_name(config_.settings.scenario), test_mode_name(config_.settings.mode), issued_,
-                       completed_, issued_ - completed_, elapsed, completed_tokens_,
-                       elapsed > 0 ? static_cast<double>(completed_tokens_) / elapsed : 0.0);
+    planned_samples_ += samples;  // accuracy mode runs one set after another
+    plan_note_ = std::move(note);
+    plan_start_ = start;
+    schedule_end_ns_ = schedule_end_ns;
+  }
+  // The live line: elapsed against min_duration, issued against the schedule (and why it holds that many), p99
+  // TTFT and TPOT so far against their bounds, errors, tokens/s and an ETA.
+  std::string status(TimePoint origin) {
+    std::lock_guard lock(mutex_);
+    const EffectiveSettings& e = config_.settings;
+    const TimePoint start = planned_samples_ > 0 ? plan_start_ : origin;
+    const double elapsed = std::max(0.0, seconds_between(start, Clock::now()));
+    std::string line =
+        fmt::format("{} {}: {}", scenario_name(e.scenario), test_mode_name(e.mode), short_duration(elapsed));
+    if (e.mode == TestMode::performance_only && e.min_duration_ms > 0)
+      line += fmt::format(" of min {}", short_duration(static_cast<double>(e.min_duration_ms) / 1000));
+    line += fmt::format(" | issued {}/{} samples", issued_, planned_samples_);
+    if (!plan_note_.empty()) line += " (" + plan_note_ + ")";
+    line += fmt::format(", {} done, {} in flight", completed_, issued_ - completed_);
+    if (e.scenario != Scenario::offline && e.requested.use_token_latencies && !ttft_ns_.empty()) {
+      const double p = e.target_latency_percentile;
+      const double ttft = percentile_ns(ttft_ns_, p) / 1e9, tpot = percentile_ns(tpot_ns_, p) / 1e6;
+      const double ttft_bound = static_cast<double>(e.requested.server_ttft_latency) / 1e9;
+      const double tpot_bound = static_cast<double>(e.requested.server_tpot_latency) / 1e6;
+      line += fmt::format(" | p{:g} TTFT {:.2f} s / {:g} s {}, TPOT {:.1f} ms / {:g} ms {}", p * 100, ttft, ttft_bound,
+                          ttft <= ttft_bound ? "ok" : "OVER", tpot, tpot_bound, tpot <= tpot_bound ? "ok" : "OVER");
+    }
+    line += fmt::format(" | {} errors | {:.0f} tok/s", errors_.size(),
+                        elapsed > 0 ? static_cast<double>(completed_tokens_) / elapsed : 0.0);
+    return line + " | ETA " + eta_locked(elapsed);
   }
   std::vector<SampleRecord> issued_records() {
     std::lock_guard lock(mutex_);
@@ -172,6 +200,59 @@ class RunState : public SampleObserver {
     errors_.push_back(message);
   }
   bool must_stop_locked() const { return (config_.interrupt && config_.interrupt->load()) || !aborted_.empty(); }
+
+  // LoadGen's percentile (sorted[size_t(n * p)]) of what has completed so far.
+  static double percentile_ns(std::vector<int64_t> values, double p) {
+    if (values.empty()) return 0;
+    const size_t k = std::min(values.size() - 1, static_cast<size_t>(static_cast<double>(values.size()) * p));
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
+    return static_cast<double>(values[k]);
+  }
+
+  // Server: the schedule's end plus the mean latency so far (the last sample still has to run); Offline and
+  // SingleStream: the samples left at the rate samples completed so far.
+  std::string eta_locked(double elapsed) const {
+    if (completed_ == planned_samples_ && planned_samples_ > 0) return "0s";
+    if (completed_ == 0) return "?";
+    const double per_sample = elapsed / static_cast<double>(completed_);
+    const double left = static_cast<double>(planned_samples_ - completed_);
+    if (config_.settings.scenario != Scenario::server) return short_duration(per_sample * left);
+    const double schedule_left = static_cast<double>(schedule_end_ns_) / 1e9 - elapsed;
+    return short_duration(std::max(0.0, schedule_left) + latency_sum_s_ / static_cast<double>(completed_));
+  }
+
+  // With abort_when_invalid: the run stops once no outcome of the samples still to come can make it VALID.
+  void check_certainly_invalid(const SampleRecord& r) {
+    const EffectiveSettings& e = config_.settings;
+    if (!config_.abort_when_invalid || !aborted_.empty() || planned_samples_ == 0) return;
+    if (!r.error.empty()) {
+      aborted_ = "a sample failed, so the run is INVALID whatever comes: " + r.error;
+      return;
+    }
+    if (e.scenario != Scenario::server || !e.requested.use_token_latencies) return;
+    // LoadGen's p99 is sorted[size_t(n * p)]: over the bound once n - size_t(n * p) samples are.
+    const uint64_t n = planned_samples_;
+    const uint64_t k = std::min(n - 1, static_cast<uint64_t>(static_cast<double>(n) * e.target_latency_percentile));
+    const uint64_t over_allowed = n - 1 - k;
+    if (over_ttft_ > over_allowed || over_tpot_ > over_allowed)
+      aborted_ = fmt::format(
+          "certainly INVALID: {} samples over the TTFT bound and {} over the TPOT bound, of {} scheduled (at most {} "
+          "may be over for p{:g})",
+          over_ttft_, over_tpot_, n, over_allowed, e.target_latency_percentile * 100);
+  }
+
+  void record_latencies(const SampleRecord& r) {
+    const int64_t latency = ns_between(r.scheduled, r.completed_at);
+    latency_sum_s_ += static_cast<double>(latency) / 1e9;
+    const EffectiveSettings& e = config_.settings;
+    if (e.scenario == Scenario::offline || !e.requested.use_token_latencies || !r.error.empty()) return;
+    const int64_t ttft = r.first_token_at ? ns_between(r.scheduled, *r.first_token_at) : latency;
+    const int64_t tpot = time_per_output_token_ns(latency, ttft, recorded_token_count(r.token_count));
+    ttft_ns_.push_back(ttft);
+    tpot_ns_.push_back(tpot);
+    over_ttft_ += ttft > static_cast<int64_t>(e.requested.server_ttft_latency);
+    over_tpot_ += tpot > static_cast<int64_t>(e.requested.server_tpot_latency);
+  }
   void count_failure(const SampleRecord& r) {
     if (r.error.empty()) {
       consecutive_failures_ = 0;
@@ -214,6 +295,13 @@ class RunState : public SampleObserver {
   uint64_t failed_ = 0;
   int consecutive_failures_ = 0;
   std::string aborted_;
+  uint64_t planned_samples_ = 0;
+  std::string plan_note_;
+  TimePoint plan_start_{};
+  int64_t schedule_end_ns_ = 0;
+  std::vector<int64_t> ttft_ns_, tpot_ns_;  // completed samples, for the live percentiles
+  uint64_t over_ttft_ = 0, over_tpot_ = 0;
+  double latency_sum_s_ = 0;
 };
 
 // IssueQueries for one loadable set: issue on the schedule, wait, and gather LoadGen's PerformanceResult.
@@ -230,8 +318,11 @@ class SetRunner {
     detail_.log("generated_samples_per_query", schedule.samples_per_query);
     detail_.log("generated_query_duration", schedule.duration_ns);
     state_.add_records(schedule, accuracy_log_probability(), accuracy_log_offset());
+    scheduled_queries_ = schedule.queries.size();
+    note_ = schedule_note(e, schedule, set.samples.size());
 
     start_ = Clock::now();
+    state_.set_plan(schedule.samples.size(), note_, start_, schedule.duration_ns);
     uint64_t queries_issued = 0;
     TimePoint final_scheduled = start_;
     TimePoint final_issued = start_;
@@ -284,6 +375,8 @@ class SetRunner {
   }
 
   TimePoint start() const { return start_; }
+  uint64_t scheduled_queries() const { return scheduled_queries_; }
+  const std::string& note() const { return note_; }
   // Interrupted or aborted: issuing stopped and outstanding samples were cancelled.
   bool stopped() const { return stopped_; }
 
@@ -412,6 +505,8 @@ class SetRunner {
   std::ostream* schedule_log_;
   TimePoint start_{};
   bool stopped_ = false;
+  uint64_t scheduled_queries_ = 0;
+  std::string note_;
 };
 
 }  // namespace
@@ -439,7 +534,8 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
   }
 
   detail.log("loadgen_version", config.loadgen_version);
-  detail.log("test_datetime", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr))));
+  result.test_datetime = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
+  detail.log("test_datetime", result.test_datetime);
   detail.log("sut_name", result.sut_name);
   detail.log("qsl_name", dataset.format + ":" + dataset.path);
   detail.log("qsl_reported_total_count", qsl_count);
@@ -469,7 +565,7 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
   }
   observers.route_to(&state);
   SetRunner runner(sut, dataset, config, state, detail, schedule_log.is_open() ? &schedule_log : nullptr);
-  ProgressLine progress([&] { return state.status(origin); }, config.show_progress);
+  ProgressLine progress([&] { return state.status(origin); }, config.progress);
   SequenceGen ids;
   const std::vector<LoadableSampleSet> sets = generate_loadable_sets(e, wanted, qsl_count);
   if (e.mode == TestMode::performance_only) {
@@ -503,6 +599,9 @@ RunResult run_benchmark(SystemUnderTest& sut, const Dataset& dataset, const Benc
   sut.stop();
   accuracy.close();
   result.start = runner.start();
+  result.sut_timeline = sut.timeline(result.start);
+  result.scheduled_queries = runner.scheduled_queries();
+  result.schedule_note = runner.note();
   result.interrupted = config.interrupt && config.interrupt->load();
   result.aborted = state.aborted();
   result.failed_samples = state.failed();

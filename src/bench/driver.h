@@ -12,6 +12,7 @@
 
 #include "bench/dataset.h"
 #include "bench/latency_stats.h"
+#include "bench/progress.h"
 #include "bench/sut.h"
 #include "bench/verdict.h"
 
@@ -26,7 +27,7 @@ struct BenchConfig {
   std::string output_dir;                        // where the three LoadGen files go
   std::string schedule_log_path;                 // --log-schedule: one JSON line per issued sample (empty: none)
   std::string loadgen_version;                   // written as loadgen_version in the detail log
-  bool show_progress = false;                    // a live progress line on stderr
+  ProgressMode progress = ProgressMode::off;     // a live progress line on stderr
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to cancel outstanding samples and stop
   // One short request before anything is timed (preflight.h); its failure is an Error and the run does not start.
   bool preflight = true;
@@ -34,6 +35,9 @@ struct BenchConfig {
   // Issuing stops, and outstanding samples are cancelled, after this many samples in a row failed (0: never):
   // a server that fails every request would otherwise be sent the whole schedule.
   int max_consecutive_failures = 10;
+  // Stop as soon as the verdict can only be INVALID: a sample failed, or more samples are already over the TTFT
+  // or TPOT bound than the target percentile allows out of every sample the schedule holds (find-peak probes).
+  bool abort_when_invalid = false;
 };
 
 // Everything observed about one generated sample.
@@ -70,6 +74,12 @@ struct RunResult {
   std::string aborted;  // why the bench stopped the run itself (consecutive failures); empty when it did not
   std::optional<double> energy_joules;  // NVML energy over the run, when a GPU was measured
   double wall_seconds = 0;
+  std::string test_datetime;  // UTC, ISO 8601, when the run started
+  // Performance mode: the queries the schedule held (the required count padded for equal issue, or more to fill
+  // the minimum duration) and why it held that many.
+  uint64_t scheduled_queries = 0;
+  std::string schedule_note;
+  nlohmann::json sut_timeline;  // SystemUnderTest::timeline over the run (null: none)
 };
 
 // `energy` (may be null) is started with the first issue and stopped when the last sample completes. Throws

@@ -21,38 +21,44 @@ nlohmann::json stats_json(const LatencyStats& s) {
   return j;
 }
 
+}  // namespace
+
+nlohmann::json requested_settings_json(const TestSettings& r) {
+  return {{"scenario", scenario_name(r.scenario)},
+          {"mode", test_mode_name(r.mode)},
+          {"server_target_qps", r.server_target_qps},
+          {"offline_expected_qps", r.offline_expected_qps},
+          {"single_stream_expected_latency_ns", r.single_stream_expected_latency_ns},
+          {"server_target_latency_ns", r.server_target_latency_ns},
+          {"server_target_latency_percentile", r.server_target_latency_percentile},
+          {"single_stream_target_latency_percentile", r.single_stream_target_latency_percentile},
+          {"server_max_async_queries", r.server_max_async_queries},
+          {"server_coalesce_queries", r.server_coalesce_queries},
+          {"sample_concatenate_permutation", r.sample_concatenate_permutation},
+          {"min_duration_ms", r.min_duration_ms},
+          {"max_duration_ms", r.max_duration_ms},
+          {"min_query_count", r.min_query_count},
+          {"max_query_count", r.max_query_count},
+          {"qsl_rng_seed", r.qsl_rng_seed},
+          {"sample_index_rng_seed", r.sample_index_rng_seed},
+          {"schedule_rng_seed", r.schedule_rng_seed},
+          {"accuracy_log_rng_seed", r.accuracy_log_rng_seed},
+          {"accuracy_log_probability", r.accuracy_log_probability},
+          {"accuracy_log_sampling_target", r.accuracy_log_sampling_target},
+          {"performance_issue_unique", r.performance_issue_unique},
+          {"performance_issue_same", r.performance_issue_same},
+          {"performance_issue_same_index", r.performance_issue_same_index},
+          {"performance_sample_count_override", r.performance_sample_count_override},
+          {"accuracy_sample_count_override", r.accuracy_sample_count_override},
+          {"use_token_latencies", r.use_token_latencies},
+          {"server_ttft_latency_ns", r.server_ttft_latency},
+          {"server_tpot_latency_ns", r.server_tpot_latency}};
+}
+
+namespace {
+
 nlohmann::json settings_json(const EffectiveSettings& e) {
-  const TestSettings& r = e.requested;
-  return {{"requested",
-           {{"scenario", scenario_name(r.scenario)},
-            {"mode", test_mode_name(r.mode)},
-            {"server_target_qps", r.server_target_qps},
-            {"offline_expected_qps", r.offline_expected_qps},
-            {"single_stream_expected_latency_ns", r.single_stream_expected_latency_ns},
-            {"server_target_latency_ns", r.server_target_latency_ns},
-            {"server_target_latency_percentile", r.server_target_latency_percentile},
-            {"single_stream_target_latency_percentile", r.single_stream_target_latency_percentile},
-            {"server_max_async_queries", r.server_max_async_queries},
-            {"server_coalesce_queries", r.server_coalesce_queries},
-            {"sample_concatenate_permutation", r.sample_concatenate_permutation},
-            {"min_duration_ms", r.min_duration_ms},
-            {"max_duration_ms", r.max_duration_ms},
-            {"min_query_count", r.min_query_count},
-            {"max_query_count", r.max_query_count},
-            {"qsl_rng_seed", r.qsl_rng_seed},
-            {"sample_index_rng_seed", r.sample_index_rng_seed},
-            {"schedule_rng_seed", r.schedule_rng_seed},
-            {"accuracy_log_rng_seed", r.accuracy_log_rng_seed},
-            {"accuracy_log_probability", r.accuracy_log_probability},
-            {"accuracy_log_sampling_target", r.accuracy_log_sampling_target},
-            {"performance_issue_unique", r.performance_issue_unique},
-            {"performance_issue_same", r.performance_issue_same},
-            {"performance_issue_same_index", r.performance_issue_same_index},
-            {"performance_sample_count_override", r.performance_sample_count_override},
-            {"accuracy_sample_count_override", r.accuracy_sample_count_override},
-            {"use_token_latencies", r.use_token_latencies},
-            {"server_ttft_latency_ns", r.server_ttft_latency},
-            {"server_tpot_latency_ns", r.server_tpot_latency}}},
+  return {{"requested", requested_settings_json(e.requested)},
           {"effective",
            {{"samples_per_query", e.samples_per_query},
             {"target_qps", e.target_qps},
@@ -103,7 +109,8 @@ nlohmann::json performance_json(const RunResult& run) {
   return j;
 }
 
-// Output tokens per second and samples in flight over the run, in about 200 bins. A sample's first token counts
+// Output tokens per second, samples issued and completed per second, and samples in flight over the run, in about
+// 200 bins. A sample's first token counts
 // when it arrived and its other tokens evenly between the first token and the completion.
 nlohmann::json timeline_json(const RunResult& run) {
   double end = 0;
@@ -112,7 +119,7 @@ nlohmann::json timeline_json(const RunResult& run) {
   if (end <= 0 || run.samples.empty()) return nullptr;
   const double bin = std::max(end / 200, 0.01);
   const auto bins = static_cast<size_t>(std::ceil(end / bin)) + 1;
-  std::vector<double> tokens(bins, 0), in_flight_delta(bins + 1, 0);
+  std::vector<double> tokens(bins, 0), in_flight_delta(bins + 1, 0), issued_count(bins, 0), completed_count(bins, 0);
   auto bin_of = [&](double t) { return std::min(bins - 1, static_cast<size_t>(std::max(0.0, t) / bin)); };
   for (const SampleRecord& s : run.samples) {
     if (!s.completed) continue;
@@ -120,6 +127,8 @@ nlohmann::json timeline_json(const RunResult& run) {
     const double done = seconds_since(run.start, s.completed_at);
     in_flight_delta[bin_of(issued)] += 1;
     in_flight_delta[bin_of(done) + 1] -= 1;
+    issued_count[bin_of(issued)] += 1;
+    completed_count[bin_of(done)] += 1;
     if (s.token_count < 1) continue;
     const double first = s.first_token_at ? seconds_since(run.start, *s.first_token_at) : done;
     tokens[bin_of(first)] += 1;
@@ -134,15 +143,30 @@ nlohmann::json timeline_json(const RunResult& run) {
       if (overlap > 0) tokens[b] += rest * overlap / (done - first);
     }
   }
-  nlohmann::json t = nlohmann::json::array(), rate = nlohmann::json::array(), flight = nlohmann::json::array();
+  nlohmann::json t = nlohmann::json::array(), rate = nlohmann::json::array(), flight = nlohmann::json::array(),
+                 issued_rate = nlohmann::json::array(), completed_rate = nlohmann::json::array();
+  // Issue and completion rates over a window of 11 bins (about 5% of the run): a bin alone holds a few samples.
+  auto windowed_rate = [&](const std::vector<double>& counts, size_t b) {
+    const size_t lo = b >= 5 ? b - 5 : 0, hi = std::min(bins, b + 6);
+    double n = 0;
+    for (size_t i = lo; i < hi; ++i) n += counts[i];
+    return n / (static_cast<double>(hi - lo) * bin);
+  };
   double running = 0;
   for (size_t b = 0; b < bins; ++b) {
     running += in_flight_delta[b];
     t.push_back((b + 0.5) * bin);
     rate.push_back(tokens[b] / bin);
     flight.push_back(running);
+    issued_rate.push_back(windowed_rate(issued_count, b));
+    completed_rate.push_back(windowed_rate(completed_count, b));
   }
-  return {{"bin_seconds", bin}, {"t", t}, {"output_tokens_per_second", rate}, {"in_flight", flight}};
+  return {{"bin_seconds", bin},
+          {"t", t},
+          {"output_tokens_per_second", rate},
+          {"in_flight", flight},
+          {"issued_per_second", issued_rate},
+          {"completed_per_second", completed_rate}};
 }
 
 nlohmann::json samples_json(const RunResult& run) {
@@ -162,15 +186,87 @@ nlohmann::json samples_json(const RunResult& run) {
   return samples;
 }
 
-std::vector<double> doubles(const nlohmann::json& array, double scale = 1) {
-  std::vector<double> out;
-  if (array.is_array())
-    for (const auto& v : array) out.push_back(v.get<double>() * scale);
-  return out;
+std::string s3(double seconds) { return fmt::format("{:.3f} s", seconds); }
+std::string ms3(double ns) { return fmt::format("{:.3f} ms", ns / 1e6); }
+
+// One row of the constraints table: a rule the verdict applies, what was measured, the bound, and its status
+// ("pass", "fail", or "skipped" where LoadGen does not evaluate it).
+nlohmann::json constraint(const std::string& name, const std::string& measured, const std::string& bound,
+                          const char* status) {
+  return {{"name", name}, {"measured", measured}, {"bound", bound}, {"status", status}};
+}
+const char* pass_fail(bool met) { return met ? "pass" : "fail"; }
+
+void latency_rows(const RunResult& run, nlohmann::json& rows) {
+  const EffectiveSettings& e = run.settings;
+  const PerformanceSummary& s = *run.summary;
+  const Verdict& v = *run.verdict;
+  const std::string pct = fmt::format("p{:g}", e.target_latency_percentile * 100);
+  if (e.scenario != Scenario::server) return;
+  if (!e.requested.use_token_latencies) {
+    rows.push_back(constraint(pct + " latency", ms3(static_cast<double>(s.latency.at_target)),
+                              "<= " + ms3(static_cast<double>(e.target_latency_ns)),
+                              pass_fail(v.perf_constraints_met)));
+    return;
+  }
+  const auto ttft_bound = static_cast<double>(e.requested.server_ttft_latency);
+  const auto tpot_bound = static_cast<double>(e.requested.server_tpot_latency);
+  rows.push_back(constraint(pct + " TTFT", s3(static_cast<double>(s.first_token.at_target) / 1e9),
+                            "<= " + s3(ttft_bound / 1e9),
+                            pass_fail(static_cast<double>(s.first_token.at_target) <= ttft_bound)));
+  rows.push_back(constraint(pct + " TPOT", ms3(static_cast<double>(s.tpot.at_target)), "<= " + ms3(tpot_bound),
+                            pass_fail(static_cast<double>(s.tpot.at_target) <= tpot_bound)));
 }
 
-std::string row(const std::string& name, const std::string& value) {
-  return fmt::format("<tr><th>{}</th><td>{}</td></tr>", html_escape(name), html_escape(value));
+void early_stopping_rows(const RunResult& run, nlohmann::json& rows) {
+  const EffectiveSettings& e = run.settings;
+  const Verdict& v = *run.verdict;
+  if (e.scenario == Scenario::offline) return;
+  const std::string bound = fmt::format("p{:g} at 99% confidence", e.target_latency_percentile * 100);
+  if (!e.requested.use_token_latencies) {
+    rows.push_back(constraint("early stopping", one_line(v.early_stopping.recommendation), bound,
+                              pass_fail(v.early_stopping.met)));
+    return;
+  }
+  rows.push_back(constraint("TPOT early stopping", one_line(v.early_stopping_tpot.recommendation), bound,
+                            pass_fail(v.early_stopping_tpot.met)));
+  // LoadGen evaluates TTFT's only when TPOT's passes.
+  if (v.early_stopping_tpot.met) {
+    rows.push_back(constraint("TTFT early stopping", one_line(v.early_stopping_ttft.recommendation), bound,
+                              pass_fail(v.early_stopping_ttft.met)));
+  } else {
+    rows.push_back(constraint("TTFT early stopping", "not evaluated: LoadGen checks it only when TPOT's passes", bound,
+                              "skipped"));
+  }
+}
+
+// Every rule the verdict applies to this run, in the order a submitter reads them.
+nlohmann::json constraints_json(const RunResult& run) {
+  nlohmann::json rows = nlohmann::json::array();
+  const EffectiveSettings& e = run.settings;
+  if (run.summary) {
+    const PerformanceSummary& s = *run.summary;
+    const Verdict& v = *run.verdict;
+    latency_rows(run, rows);
+    rows.push_back(constraint("min duration", s3(v.duration_s),
+                              ">= " + s3(static_cast<double>(e.min_duration_ms) / 1000),
+                              pass_fail(v.min_duration_met)));
+    rows.push_back(constraint("min queries",
+                              fmt::format("{} queries ({} samples)", s.result.queries_issued, s.sample_count),
+                              fmt::format(">= {} queries ({} samples)", e.min_query_count, e.min_sample_count),
+                              pass_fail(v.min_queries_met)));
+    early_stopping_rows(run, rows);
+  }
+  rows.push_back(constraint("failed samples", failed_samples_text(run.failed_samples, run.samples.size()), "0",
+                            pass_fail(run.failed_samples == 0)));
+  if (!run.summary)
+    rows.push_back(
+        constraint("errors in the detail log", std::to_string(run.errors.size()), "0", pass_fail(run.errors.empty())));
+  if (run.interrupted)
+    rows.push_back(constraint("run completed", "interrupted (Ctrl-C or SIGTERM)", "ran to the end", "fail"));
+  if (!run.aborted.empty())
+    rows.push_back(constraint("run completed", "stopped: " + run.aborted, "ran to the end", "fail"));
+  return rows;
 }
 
 }  // namespace
@@ -191,6 +287,10 @@ nlohmann::json result_json(const RunResult& run, const nlohmann::json& context) 
   j["interrupted"] = run.interrupted;
   if (!run.aborted.empty()) j["aborted"] = run.aborted;
   j["wall_seconds"] = run.wall_seconds;
+  j["date"] = run.test_datetime;
+  j["constraints"] = constraints_json(run);
+  j["scheduled_queries"] = run.scheduled_queries;
+  j["schedule_note"] = run.schedule_note;
   if (run.summary) j["result"] = performance_json(run);
   if (run.energy_joules) {
     const double tokens = run.summary ? static_cast<double>(run.summary->token_count) : 0;
@@ -201,6 +301,7 @@ nlohmann::json result_json(const RunResult& run, const nlohmann::json& context) 
     j["energy"] = {{"measured", false}, {"reason", context.value("energy_absent_reason", "no NVML")}};
   }
   j["timeline"] = timeline_json(run);
+  j["sut_timeline"] = run.sut_timeline;
   j["samples"] = samples_json(run);
   j["reproducibility"] = context;
   return j;
@@ -226,92 +327,6 @@ std::string result_headline(const nlohmann::json& j) {
                        j["energy"]["joules_per_output_token"].get<double>());
   for (const auto& e : j["errors"]) out += "\n  error: " + e.get<std::string>();
   return out;
-}
-
-std::string report_html(const nlohmann::json& j) {
-  std::string body;
-  body += fmt::format("<h1>moeserve bench: {} {}</h1>", html_escape(j.value("scenario", "")),
-                      html_escape(j.value("mode", "")));
-  body += "<table>";
-  body += row("System under test", j.value("sut_name", ""));
-  body += row("Result", j.value("validity", ""));
-  body += row("Samples failed", fmt::format("{} of {}", j.value("samples_failed", 0), j.value("samples_issued", 0)));
-  if (j.contains("result")) {
-    const nlohmann::json& r = j["result"];
-    for (const char* key : {"tokens_per_second", "samples_per_second", "completed_tokens_per_second",
-                            "completed_samples_per_second", "scheduled_samples_per_second"})
-      if (r.contains(key)) body += row(key, fmt::format("{:.3f}", r[key].get<double>()));
-    body += row("samples / output tokens", fmt::format("{} / {}", r.value("samples", 0), r.value("output_tokens", 0)));
-    const nlohmann::json sut = j["reproducibility"].value("system_under_test", nlohmann::json::object());
-    if (sut.contains("speculative_decoding")) {
-      const nlohmann::json& spec = sut["speculative_decoding"];
-      std::string rates;
-      for (const auto& rate : spec["acceptance_rate_per_position"])
-        rates += fmt::format("{}{:.3f}", rates.empty() ? "" : ", ", rate.get<double>());
-      body += row("Speculative decoding",
-                  fmt::format("acceptance length {:.3f} over {} verify steps; acceptance rate by position: {}",
-                              spec["mean_acceptance_length"].get<double>(), spec["drafts"].get<uint64_t>(), rates));
-    }
-    for (const char* key : {"latency_ns", "ttft_ns", "tpot_ns"}) {
-      if (!r.contains(key)) continue;
-      const nlohmann::json& s = r[key];
-      body += row(
-          key, fmt::format("p50 {:.2f} ms, p90 {:.2f}, p95 {:.2f}, p97 {:.2f}, p99 {:.2f}, p99.9 {:.2f}",
-                           s["p50"].get<double>() / 1e6, s["p90"].get<double>() / 1e6, s["p95"].get<double>() / 1e6,
-                           s["p97"].get<double>() / 1e6, s["p99"].get<double>() / 1e6, s["p99.9"].get<double>() / 1e6));
-    }
-  }
-  if (j["energy"].contains("joules"))
-    body += row("Energy",
-                fmt::format("{:.1f} J ({:.4f} J per output token; {})", j["energy"]["joules"].get<double>(),
-                            j["energy"]["joules_per_output_token"].get<double>(), j["energy"].value("method", "")));
-  body += "</table>";
-  if (!j["reasons"].empty()) {
-    body += "<h2>Why INVALID</h2><ul>";
-    for (const auto& reason : j["reasons"]) body += "<li>" + html_escape(reason.get<std::string>()) + "</li>";
-    body += "</ul>";
-  }
-  if (!j["errors"].empty()) {
-    body += "<h2>Errors</h2><ul>";
-    for (const auto& e : j["errors"]) body += "<li>" + html_escape(e.get<std::string>()) + "</li>";
-    body += "</ul>";
-  }
-  // Per-sample TTFT and TPOT (ms) from the sample records.
-  std::vector<double> ttft, tpot;
-  for (const auto& s : j["samples"]) {
-    if (!s.contains("first_token_s") || !s.contains("completed_s")) continue;
-    const double first = s["first_token_s"].get<double>() - s["scheduled_s"].get<double>();
-    const double latency = s["completed_s"].get<double>() - s["scheduled_s"].get<double>();
-    ttft.push_back(first * 1e3);
-    const auto n = s["tokens"].get<int64_t>();
-    if (n > 1) tpot.push_back((latency - first) / static_cast<double>(n - 1) * 1e3);
-  }
-  const nlohmann::json& requested = j["settings"]["requested"];
-  const nlohmann::json percentiles = j.contains("result") ? j["result"] : nlohmann::json::object();
-  auto markers = [&](const char* limit_key, const char* stats_key) {
-    std::vector<Marker> m = {{requested[limit_key].get<double>() / 1e6, "limit", "#c0392b"}};
-    if (percentiles.contains(stats_key))
-      m.push_back({percentiles[stats_key]["p99"].get<double>() / 1e6, "p99", "#27ae60"});
-    return m;
-  };
-  body += "<h2>Distributions</h2>";
-  body += svg_histogram(ttft, "Time to first token", "ms", markers("server_ttft_latency_ns", "ttft_ns"));
-  body += svg_histogram(tpot, "Time per output token", "ms", markers("server_tpot_latency_ns", "tpot_ns"));
-  if (!j["timeline"].is_null()) {
-    const nlohmann::json& t = j["timeline"];
-    body += "<h2>Over time</h2>";
-    body += svg_line_chart(doubles(t["t"]), doubles(t["output_tokens_per_second"]), "Output tokens per second",
-                           "seconds", "tokens/s");
-    body += svg_line_chart(doubles(t["t"]), doubles(t["in_flight"]), "Samples in flight", "seconds", "samples");
-  }
-  body += "<h2>Settings after overrides</h2><pre>" + html_escape(j["settings"].dump(2)) + "</pre>";
-  body += "<h2>Reproducibility</h2><pre>" + html_escape(j["reproducibility"].dump(2)) + "</pre>";
-  return "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>moeserve bench report</title><style>"
-         "body{font-family:sans-serif;margin:24px;max-width:980px}table{border-collapse:collapse}"
-         "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f4f4f4}"
-         "pre{background:#f8f8f8;padding:8px;overflow:auto;font-size:12px}svg{display:block;margin:8px 0}"
-         "</style></head><body>" +
-         body + "</body></html>\n";
 }
 
 std::string write_reports(const std::string& dir, const nlohmann::json& result) {

@@ -1,7 +1,9 @@
 // The bench's own outputs beside LoadGen's: moeserve_result.json with every number of the run (LoadGen's metrics,
-// the verdict and all its reasons, per-sample times, throughput and concurrency over time, energy, and what is
-// needed to reproduce the run), and moeserve_report.html, a self-contained page with inline SVG plots (TTFT and
-// TPOT distributions against their limits, throughput and concurrency over time).
+// the verdict, every reason and a row per constraint, per-sample times, rates and concurrency over time, the
+// engine's own series in process, energy, and what is needed to reproduce the run), and moeserve_report.html
+// (report_html.cc), one self-contained page (inline SVG, no scripts, nothing fetched) a submitter acts on: a
+// verdict banner with its reasons, the constraints table, per-sample and over-time views, find-peak probes, and
+// the settings with their sources.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +16,9 @@ namespace moeserve::bench {
 // `context` holds what the run itself does not know: benchmark and scenario names, the dataset's description,
 // the SUT's description, the build and host, the GPUs, the flags; it is stored under "reproducibility".
 nlohmann::json result_json(const RunResult& run, const nlohmann::json& context);
+
+// LoadGen's TestSettings as the result JSON records them (field names, *_ns in ns).
+nlohmann::json requested_settings_json(const TestSettings& settings);
 
 std::string report_html(const nlohmann::json& result);
 

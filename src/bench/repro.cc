@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "util/error.h"
 #include "util/files.h"
 

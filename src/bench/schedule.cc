@@ -1,5 +1,7 @@
 #include "bench/schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -176,6 +178,25 @@ QuerySchedule generate_queries(const EffectiveSettings& settings, const Loadable
   // samples_per_query; without MultiStream padding samples_per_query equals the set size, so there is none.
   schedule.duration_ns = timestamp.count();
   return schedule;
+}
+
+std::string schedule_note(const EffectiveSettings& e, const QuerySchedule& schedule, uint64_t loaded) {
+  const bool equal_issue = e.requested.sample_concatenate_permutation;
+  if (e.mode == TestMode::accuracy_only) return "accuracy: every sample once";
+  if (e.scenario == Scenario::offline)
+    return fmt::format("one query of {} samples: max(min_query_count, 1.1 x min_duration x expected qps){}",
+                       schedule.samples_per_query,
+                       equal_issue ? fmt::format(", padded to whole copies of the {}-sample set", loaded) : "");
+  std::string note = fmt::format("min_query_count {}", e.min_query_count);
+  uint64_t padded = e.min_query_count;
+  if (equal_issue && loaded > 0 && padded % loaded != 0) {
+    padded += loaded - padded % loaded;
+    note += fmt::format(", padded to {} (whole sets of {} samples: equal issue)", padded, loaded);
+  }
+  if (schedule.queries.size() > padded)
+    note += fmt::format(", {} to fill min_duration {:g} s at {:g} qps", schedule.queries.size(),
+                        static_cast<double>(e.min_duration_ms) / 1000, e.target_qps);
+  return note;
 }
 
 }  // namespace moeserve::bench

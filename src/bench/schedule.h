@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/settings.h"
@@ -64,5 +65,10 @@ struct QuerySchedule {
 
 // GenerateQueries<scenario, mode> for one loadable set.
 QuerySchedule generate_queries(const EffectiveSettings& settings, const LoadableSampleSet& set, SequenceGen& ids);
+
+// Why a schedule holds as many queries as it does, LoadGen's rules made visible for the progress line and the
+// report: "min_query_count 100, padded to 128 (whole sets of 64 samples: equal issue), 140 to fill min_duration
+// 20 s at 6 qps". `loaded` is the loaded set's size.
+std::string schedule_note(const EffectiveSettings& settings, const QuerySchedule& schedule, uint64_t loaded);
 
 }  // namespace moeserve::bench

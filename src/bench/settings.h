@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench/conf_file.h"
-#include "engine/sampling_params.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::bench {
 

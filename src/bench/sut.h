@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::bench {
 
@@ -75,6 +75,9 @@ class SystemUnderTest {
   virtual void cancel_all() = 0;
   // Waits for the SUT's threads; no reports after it returns.
   virtual void stop() = 0;
+  // What the SUT recorded of itself over the last run, times in seconds since `origin` (the in-process engine:
+  // batch size, KV use, preemptions, prefix hits, step time); null when it records nothing.
+  virtual nlohmann::json timeline(TimePoint /*origin*/) const { return nullptr; }
 };
 
 }  // namespace moeserve::bench

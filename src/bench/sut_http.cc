@@ -3,10 +3,10 @@
 #include <sys/resource.h>
 
 #include <array>
-#include <cstdlib>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -77,6 +77,7 @@ class HttpSut::Impl {
 
   void start(SampleObserver& o) {
     observer = &o;
+    ioc.restart();  // a later run (--find-peak's probes) after stop() let run() return
     raise_file_limit();
     try {
       tcp::resolver resolver(ioc);
@@ -111,8 +112,8 @@ class HttpSut::Impl {
     const nlohmann::json& r = server_info.value("response", nlohmann::json());
     MOESERVE_CHECK(r.is_object() && r.contains("data") && r["data"].is_array() && !r["data"].empty() &&
                        r["data"][0].is_object() && r["data"][0].contains("id") && r["data"][0]["id"].is_string(),
-                   "--endpoint {}: cannot learn the served model from {} ({}); pass --served-model",
-                   options.endpoint, info_path, server_info.dump().substr(0, 500));
+                   "--endpoint {}: cannot learn the served model from {} ({}); pass --served-model", options.endpoint,
+                   info_path, server_info.dump().substr(0, 500));
     model = r["data"][0]["id"].get<std::string>();
   }
 

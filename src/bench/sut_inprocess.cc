@@ -5,7 +5,15 @@
 namespace moeserve::bench {
 
 InProcessSut::InProcessSut(std::shared_ptr<Engine> engine, std::vector<int32_t> stop_tokens, nlohmann::json description)
-    : engine_(std::move(engine)), stop_tokens_(std::move(stop_tokens)), description_(std::move(description)) {}
+    : engine_(std::move(engine)),
+      stop_tokens_(std::move(stop_tokens)),
+      description_(std::move(description)),
+      sampler_(engine_) {}
+
+void InProcessSut::start(SampleObserver& observer) {
+  observer_ = &observer;
+  sampler_.start();
+}
 
 nlohmann::json InProcessSut::describe() const {
   nlohmann::json description = description_;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "bench/engine_series.h"
 #include "bench/sut.h"
 #include "engine/engine.h"
 
@@ -21,10 +22,12 @@ class InProcessSut : public SystemUnderTest {
   std::string name() const override { return "moeserve-inprocess"; }
   // The description given, plus the engine's speculative-decoding counters once it has verified drafts.
   nlohmann::json describe() const override;
-  void start(SampleObserver& observer) override { observer_ = &observer; }
+  // start() also starts sampling the engine's batch, KV use, preemptions, prefix hits and step time; stop() ends it.
+  void start(SampleObserver& observer) override;
   void issue(std::span<const SampleRequest> samples) override;
   void cancel_all() override;
-  void stop() override {}
+  void stop() override { sampler_.stop(); }
+  nlohmann::json timeline(TimePoint origin) const override { return sampler_.to_json(origin); }
 
  private:
   std::shared_ptr<Engine> engine_;
@@ -34,6 +37,7 @@ class InProcessSut : public SystemUnderTest {
   std::mutex mutex_;
   std::unordered_set<uint64_t> active_;          // engine request ids still running
   std::unordered_set<uint64_t> finished_early_;  // finished before submit() returned their id
+  EngineSampler sampler_;
 };
 
 }  // namespace moeserve::bench

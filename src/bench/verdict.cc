@@ -8,21 +8,6 @@ namespace {
 std::string seconds(double s) { return fmt::format("{:.3f} s", s); }
 std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
 
-// LoadGen's multi-line early-stopping text as one sentence: lines trimmed of their " * " bullets.
-std::string one_line(const std::string& text) {
-  std::string out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    const size_t first = line.find_first_not_of(" *");
-    if (first != std::string::npos) out += (out.empty() ? "" : " ") + line.substr(first);
-    start = end + 1;
-  }
-  return out;
-}
-
 void judge_min_duration(const PerformanceSummary& s, const EffectiveSettings& settings, Verdict& v) {
   // What each scenario measures its duration by, and LoadGen's recommendation when it falls short.
   struct Rule {
@@ -40,6 +25,7 @@ void judge_min_duration(const PerformanceSummary& s, const EffectiveSettings& se
                         : Rule{r.final_query_issued_time, "the last query was issued at {}",
                                "Decrease the expected latency so the loadgen pre-generates more queries."};
   const double min_duration = static_cast<double>(settings.min_duration_ms) / 1000.0;
+  v.duration_s = rule.measured;
   v.min_duration_met = rule.measured >= min_duration;
   if (v.min_duration_met) return;
   v.min_duration_recommendation = rule.recommendation;
@@ -123,6 +109,20 @@ Verdict judge(const PerformanceSummary& s, const EffectiveSettings& settings) {
   v.valid = v.min_duration_met && v.min_queries_met && v.perf_constraints_met && v.early_stopping_met &&
             v.samples_failed == 0;
   return v;
+}
+
+std::string one_line(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    const size_t first = line.find_first_not_of(" *");
+    if (first != std::string::npos) out += (out.empty() ? "" : " ") + line.substr(first);
+    start = end + 1;
+  }
+  return out;
 }
 
 std::string failed_samples_text(uint64_t failed, uint64_t total) {

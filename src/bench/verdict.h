@@ -16,6 +16,8 @@ struct Verdict {
   bool has_perf_constraints = false;  // Server only
   bool perf_constraints_met = true;
   bool min_duration_met = false;
+  double duration_s = 0;  // what min_duration is compared with: Offline the longest latency, Server the last
+                          // query's scheduled time, SingleStream its issue time
   bool min_queries_met = false;
   bool early_stopping_met = true;
   uint64_t samples_failed = 0;  // of sample_count; any makes the run INVALID
@@ -32,6 +34,9 @@ struct Verdict {
 };
 
 Verdict judge(const PerformanceSummary& summary, const EffectiveSettings& settings);
+
+// LoadGen's multi-line early-stopping text as one sentence: lines trimmed of their " * " bullets.
+std::string one_line(const std::string& text);
 
 // "3 of 64 samples failed": the words every output (summary, detail log, report, result JSON) uses.
 std::string failed_samples_text(uint64_t failed, uint64_t total);

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "bench/dataset.h"
 #include "bench/driver.h"
+#include "bench/find_peak.h"
 #include "bench/gpu_info.h"
 #include "bench/progress.h"
 #include "bench/pubmed.h"
@@ -73,6 +75,11 @@ struct BenchArgs {
   int max_output_tokens = 0;
   std::vector<std::function<void(SamplingParams&)>> sampling_overrides;
   bool no_progress = false;
+  // --find-peak (Server and Interactive): LoadGen's FindPeakPerformance search (find_peak.h).
+  bool find_peak = false;
+  FindPeakOptions find_peak_options;
+  int find_peak_decimals = 1;
+  double probe_duration = 30;
   // LoadGen settings given as flags: applied after the conf files, in command-line order.
   std::vector<std::function<void(TestSettings&)>> setting_overrides;
 };
@@ -147,23 +154,44 @@ void add_setting_flags(CLI::App* cmd, BenchArgs& a) {
       [](TestSettings& s, uint64_t v) { s.use_token_latencies = v == 1; });
 }
 
-TestSettings resolve_settings(const BenchArgs& a, const std::string& model, Scenario scenario) {
+// Each requested setting's source, by the last stage that changed it: default, mlperf.conf, --seeds, user.conf or
+// flag (the report marks what overrides mlperf.conf).
+void note_sources(const nlohmann::json& before, const TestSettings& after, const char* source,
+                  nlohmann::json& sources) {
+  const nlohmann::json now = requested_settings_json(after);
+  for (const auto& [key, value] : now.items())
+    if (before[key] != value) sources[key] = source;
+}
+
+TestSettings resolve_settings(const BenchArgs& a, const std::string& model, Scenario scenario,
+                              nlohmann::json& sources) {
   TestSettings s;
   s.scenario = scenario;
   s.mode = a.accuracy ? TestMode::accuracy_only : TestMode::performance_only;
+  sources = nlohmann::json::object();
+  nlohmann::json before = requested_settings_json(s);
   const ConfFile mlperf = a.mlperf_conf.empty() ? ConfFile::parse(kBuiltinMlperfConf, "built-in mlperf.conf")
                                                 : ConfFile::read(a.mlperf_conf);
   apply_conf(mlperf, model, scenario, ConfRole::mlperf_conf, s);
+  note_sources(before, s, "mlperf.conf", sources);
+  before = requested_settings_json(s);
   if (!a.seeds.empty()) {
     const RoundSeeds seeds = round_seeds(a.seeds);
     s.qsl_rng_seed = seeds.qsl_rng_seed;
     s.sample_index_rng_seed = seeds.sample_index_rng_seed;
     s.schedule_rng_seed = seeds.schedule_rng_seed;
+    note_sources(before, s, "--seeds", sources);
+    before = requested_settings_json(s);
   }
-  if (!a.user_conf.empty()) apply_conf(ConfFile::read(a.user_conf), model, scenario, ConfRole::user_conf, s);
+  if (!a.user_conf.empty()) {
+    apply_conf(ConfFile::read(a.user_conf), model, scenario, ConfRole::user_conf, s);
+    note_sources(before, s, "user.conf", sources);
+    before = requested_settings_json(s);
+  }
   for (const auto& set : a.setting_overrides) set(s);
   // --accuracy wins over a conf file's mode.
   s.mode = a.accuracy ? TestMode::accuracy_only : s.mode;
+  note_sources(before, s, "flag", sources);
   return s;
 }
 
@@ -181,18 +209,38 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
   if (opened.checkpoint) {
     description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
     description["weights"] = describe_loaded_weights(*opened.checkpoint);
+  } else if (opened.deepseek) {
+    description["checkpoint"] = describe_checkpoint(a.runner.model, a.hash_checkpoint);
+    description["weights"] = opened.deepseek->weight_formats();
   } else {
     description["checkpoint"] = {{"synthetic", a.runner.synthetic}, {"router", a.runner.synthetic_router}};
   }
   std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
   EngineConfig engine_settings = engine_config(a.engine, opened);
   auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
-  description["engine"] = {{"kv_cache", engine->capacity_summary()},
-                           {"kv_cache_dtype", a.runner.kv_cache_dtype},
-                           {"max_num_seqs", engine_settings.scheduler.max_num_seqs},
-                           {"max_batched_tokens", engine_settings.scheduler.max_batched_tokens},
-                           {"scheduler", a.engine.scheduler},
-                           {"prefix_caching", engine_settings.prefix_caching}};
+  const SchedulerConfig& scheduler = engine_settings.scheduler;
+  description["engine"] = {
+      {"kv_cache", engine->capacity_summary()},
+      {"kv_cache_dtype", a.runner.kv_cache_dtype},
+      {"block_size", engine_settings.block_size},
+      {"max_model_len", engine->max_sequence_tokens()},
+      {"max_num_seqs", scheduler.max_num_seqs},
+      {"max_batched_tokens", scheduler.max_batched_tokens},
+      {"scheduler", a.engine.scheduler},
+      {"prefix_caching", engine_settings.prefix_caching},
+      {"speculative_config", a.engine.speculative_config.empty() ? nlohmann::json(nullptr)
+                                                                 : nlohmann::json::parse(a.engine.speculative_config)}};
+  if (scheduler.policy == SchedulingPolicy::slo)
+    description["engine"]["slo_targets"] = {{"ttft_seconds", scheduler.ttft_target_seconds},
+                                            {"tpot_seconds", scheduler.tpot_target_seconds},
+                                            {"min_prefill_tokens", scheduler.min_prefill_tokens},
+                                            {"tpot_headroom", scheduler.tpot_headroom}};
+  description["runner_settings"] = {
+      {"device", a.runner.device},
+      {"precision", a.runner.precision},
+      {"kv_cache_dtype", a.runner.kv_cache_dtype},
+      {"threads", a.runner.threads == 0 ? std::string("all cores") : std::to_string(a.runner.threads)},
+      {"synthetic_router", a.runner.synthetic.empty() ? "" : a.runner.synthetic_router}};
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }
 
@@ -206,15 +254,52 @@ Dataset load_bench_dataset(const BenchArgs& a, const SyntheticSpec& synthetic) {
   return load_pubmed_dataset(a.dataset.substr(pubmed.size()), *tokenizer, harmony::parse_reasoning_effort(a.reasoning));
 }
 
+// --find-peak: short probes (their LoadGen logs under OUTPUT_DIR/find_peak/), then the confirming run into
+// OUTPUT_DIR itself, which becomes `result` (the last probe does when no probe passed); returns the search for the
+// result JSON.
+nlohmann::json search_peak(const BenchArgs& a, SystemUnderTest& sut, const Dataset& dataset, const BenchConfig& full,
+                           EnergyMeter* energy, RunResult& result) {
+  const auto n = static_cast<uint64_t>(dataset.samples.size());
+  FindPeakOptions options = a.find_peak_options;
+  options.start_qps = full.settings.target_qps;
+  options.tolerance_qps = std::pow(10.0, -a.find_peak_decimals);
+  int index = 0;
+  auto probe = [&](double qps, bool confirm) {
+    BenchConfig c = confirm ? confirm_config(full, qps, n) : probe_config(full, qps, a.probe_duration, n);
+    if (!confirm) c.output_dir = fmt::format("{}/find_peak/probe_{:02}_qps_{:.4g}", full.output_dir, ++index, qps);
+    fmt::print(stderr, "find-peak: {} at {:.4g} qps ({}) ...\n", confirm ? "confirming run" : "probe", qps,
+               confirm ? "full settings" : fmt::format("{:g} s", a.probe_duration));
+    RunResult r = run_benchmark(sut, dataset, c, confirm ? energy : nullptr);
+    ProbeResult p = probe_result(r, confirm);
+    std::string why;
+    for (const std::string& reason : p.reasons) why += (why.empty() ? ": " : "; ") + reason;
+    fmt::print(stderr, "find-peak: {:.4g} qps {} | p99 TTFT {:.3f} s, p99 TPOT {:.2f} ms, {:.1f} tokens/s{}\n", qps,
+               p.valid ? "VALID" : "INVALID", p.p99_ttft_s, p.p99_tpot_ms, p.tokens_per_second, why);
+    result = std::move(r);  // the last run is the result: the last confirmation, else the last probe
+    return p;
+  };
+  const FindPeakResult found = find_peak(probe, options);
+  if (found.peak_qps)
+    fmt::print(stderr, "find-peak: highest VALID target_qps {:.4g}, {:.1f} completed tokens/s\n", *found.peak_qps,
+               result.summary ? result.summary->completed_tokens_per_second() : 0.0);
+  return find_peak_json(found, options);
+}
+
 int run(const BenchArgs& a) {
   MOESERVE_CHECK(a.endpoint.empty() != (a.runner.model.empty() && a.runner.synthetic.empty()),
                  "give either --model DIR (in-process) or --endpoint URL");
-  MOESERVE_CHECK(a.api_key.empty() || !a.endpoint.empty(), "--api-key is for --endpoint (the in-process engine has no key)");
+  MOESERVE_CHECK(a.api_key.empty() || !a.endpoint.empty(),
+                 "--api-key is for --endpoint (the in-process engine has no key)");
   const BenchmarkDefinition& definition = benchmark_definition(a.benchmark);
   const bool interactive = a.scenario == "interactive";
   const Scenario scenario = loadgen_scenario(a.scenario);
   const std::string model = loadgen_model_name(a.benchmark, interactive);
-  const TestSettings requested = resolve_settings(a, model, scenario);
+  nlohmann::json setting_sources;
+  const TestSettings requested = resolve_settings(a, model, scenario, setting_sources);
+  MOESERVE_CHECK(!a.dataset.empty(), "--dataset is required");
+  MOESERVE_CHECK(!a.find_peak || (scenario == Scenario::server && !a.accuracy),
+                 "--find-peak searches Server and Interactive performance runs (not {}{})", a.scenario,
+                 a.accuracy ? " accuracy" : "");
 
   int32_t vocab_size = a.synthetic.vocab_size;
   std::unique_ptr<SystemUnderTest> sut;
@@ -247,7 +332,7 @@ int run(const BenchArgs& a) {
                                                           a.accuracy ? "accuracy" : "performance");
   config.schedule_log_path = a.log_schedule;
   config.loadgen_version = fmt::format("6.0.17 (reimplemented by moeserve {})", MOESERVE_VERSION);
-  config.show_progress = !a.no_progress && stderr_is_terminal();
+  config.progress = progress_mode(a.no_progress);
   config.interrupt = &g_interrupted;
   config.max_consecutive_failures = a.max_consecutive_failures;
 
@@ -264,6 +349,7 @@ int run(const BenchArgs& a) {
       {"mlperf_conf", a.mlperf_conf.empty() ? "built-in (LoadGen 6.0.17 mlperf.conf)" : a.mlperf_conf},
       {"user_conf", a.user_conf},
       {"dataset", dataset.describe()},
+      {"setting_sources", setting_sources},
       {"build_and_host", describe_build_and_host()},
       {"gpus", describe_gpus()}};
   if (energy) {
@@ -277,18 +363,26 @@ int run(const BenchArgs& a) {
 
   g_interrupted.store(false);
   RunResult result;
+  std::optional<nlohmann::json> search;
   {
     StopSignals signals;
-    result = run_benchmark(*sut, dataset, config, energy.get());
+    if (a.find_peak) {
+      search = search_peak(a, *sut, dataset, config, energy.get(), result);
+    } else {
+      result = run_benchmark(*sut, dataset, config, energy.get());
+    }
   }
   context["system_under_test"] = sut->describe();
-  const nlohmann::json json = result_json(result, context);
+  nlohmann::json json = result_json(result, context);
+  if (search) json["find_peak"] = *search;
   const std::string html = write_reports(config.output_dir, json);
   fmt::print("{}", result.summary_text);
   fmt::print("\n{}\n", result_headline(json));
+  if (search) fmt::print("find-peak: {}\n", (*search)["outcome"].get<std::string>());
   fmt::print("report: {}\nLoadGen logs: {}/mlperf_log_{{summary.txt,detail.txt,accuracy.json}}\n", html,
              config.output_dir);
   if (result.interrupted) return kExitInterrupted;
+  if (search && !search->contains("peak_qps")) return kExitInvalid;
   return run_valid(result) ? kExitValid : kExitInvalid;
 }
 
@@ -318,9 +412,10 @@ void register_bench(CLI::App& app) {
                   "stop the run after this many samples failed in a row (0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  // Required for a run (checked there: `bench compare` needs none).
   cmd->add_option("--dataset", a->dataset,
-                  "a .parquet or .jsonl file of token-id prompts, 'synthetic', or pubmed:FILE (articles to render)")
-      ->required();
+                  "a .parquet or .jsonl file of token-id prompts, 'synthetic', or pubmed:FILE (articles to render); "
+                  "required");
   cmd->add_option("--reasoning", a->reasoning, "pubmed:FILE: the reasoning effort the prompts are rendered at")
       ->check(CLI::IsMember({"low", "medium", "high"}))
       ->capture_default_str();
@@ -359,11 +454,39 @@ void register_bench(CLI::App& app) {
   cmd->add_option_function<int>(
       "--top-k", [a](const int& v) { a->sampling_overrides.push_back([v](SamplingParams& s) { s.top_k = v; }); },
       "top-k, 0 off (default: the benchmark's)");
-  cmd->add_flag("--no-progress", a->no_progress, "no live progress line");
+  cmd->add_flag("--no-progress", a->no_progress,
+                "no progress (else a live line on a terminal, a plain line every 30 s otherwise)");
+  const char* search = "Find peak (LoadGen's FindPeakPerformance: Server and Interactive)";
+  cmd->add_flag("--find-peak", a->find_peak,
+                "search the highest VALID target_qps: bracket from --target-qps, bisect, confirm at full settings")
+      ->group(search);
+  cmd->add_option("--find-peak-decimals", a->find_peak_decimals,
+                  "stop bisecting within 10^-N qps (LoadGen server_find_peak_qps_decimals_of_precision)")
+      ->check(CLI::Range(0, 4))
+      ->capture_default_str()
+      ->group(search);
+  cmd->add_option("--find-peak-step", a->find_peak_options.step,
+                  "bracket by factors of 1 + this (LoadGen server_find_peak_qps_boundary_step_size)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(search);
+  cmd->add_option("--find-peak-probe-duration", a->probe_duration, "seconds each probe runs (its min_duration)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(search);
+  cmd->add_option("--find-peak-max-probes", a->find_peak_options.max_probes, "probes at most, before confirming")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(search);
   add_setting_flags(cmd, *a);
-  cmd->footer(exit_codes_help("VALID", "INVALID (LoadGen's verdict, or any failed sample; in accuracy mode any "
-                                       "failed sample or logged error)"));
-  cmd->callback([a] { run_verdict_command([a] { return run(*a); }); });
+  cmd->footer(exit_codes_help("VALID",
+                              "INVALID (LoadGen's verdict, or any failed sample; in accuracy mode any "
+                              "failed sample or logged error)"));
+  CLI::App* compare = register_bench_compare(*cmd);
+  cmd->callback([a, compare] {
+    if (compare->parsed()) return;
+    run_verdict_command([a] { return run(*a); });
+  });
 }
 
 }  // namespace moeserve::cli

@@ -1,18 +1,21 @@
-// moeserve chat: a multi-turn Harmony conversation with a model on the CPU runner. Each line of standard input
-// is a user turn; the assistant's analysis and final answer stream as they are generated, and the conversation
-// (with harmony's dropping of earlier analysis) is rendered again for the next turn.
+// moeserve chat: a multi-turn conversation with a model on the CPU runner, in its chat format (Harmony for gpt-oss,
+// DeepSeek-R1's template for the DeepSeek-V3 family). Each line of standard input is a user turn; the assistant's
+// reasoning (analysis) and answer stream as they are generated, and the conversation (without earlier reasoning,
+// as both formats drop it) is rendered again for the next turn.
 #include <fmt/core.h>
 
 #include <iostream>
 #include <memory>
 
+#include "chat/r1_chat.h"
 #include "cli/commands.h"
 #include "engine/generate.h"
 #include "harmony/completion.h"
 #include "harmony/parser.h"
 #include "harmony/render.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
+#include "runner/cpu/deepseek_v3_runner.h"
 #include "util/error.h"
 
 namespace moeserve::cli {
@@ -63,6 +66,53 @@ class ReplyPrinter {
   bool visible_ = false;
 };
 
+// DeepSeek-R1's template: the reasoning in brackets (unless hidden), then the answer.
+void chat_r1(const std::string& model, const GenerateOptions& base, size_t threads, bool show_reasoning) {
+  const auto tokenizer = Tokenizer::from_model_dir(model);
+  DeepseekV3CpuRunner runner(std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(model)),
+                             threads);
+  GenerateOptions options = base;
+  options.stop_tokens = runner.config().eos_token_ids;
+  std::vector<chat::ChatTurn> conversation;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    if (line == "/quit") break;
+    conversation.push_back({chat::ChatTurn::Role::user, line});
+    chat::R1ReplyStream stream(*tokenizer);
+    bool reasoning_open = false, answer_open = false;
+    auto print = [&](const chat::R1ReplyStream::Delta& d) {
+      if (!d.reasoning.empty() && show_reasoning) {
+        if (!reasoning_open) fmt::print("[reasoning] ");
+        reasoning_open = true;
+        fmt::print("{}", d.reasoning);
+      }
+      if (!d.content.empty()) {
+        if (!answer_open) fmt::print("{}assistant: ", reasoning_open ? "\n" : "");
+        answer_open = true;
+        fmt::print("{}", d.content);
+      }
+      std::fflush(stdout);
+    };
+    std::string content;
+    const GenerateResult result = generate_sequence(runner, chat::render_r1_prompt(*tokenizer, conversation), options,
+                                                    [&](int32_t token) {
+                                                      const auto d = stream.push(token);
+                                                      content += d.content;
+                                                      print(d);
+                                                    });
+    const auto last = stream.finish();
+    content += last.content;
+    print(last);
+    if (reasoning_open || answer_open) fmt::print("\n");
+    std::fflush(stdout);
+    if (!stream.stopped())
+      fmt::print(stderr, "moeserve: chat: the reply was cut at --max-tokens {}{}\n", options.max_tokens,
+                 stream.in_reasoning() ? ", still reasoning" : "");
+    conversation.push_back({chat::ChatTurn::Role::assistant, content});
+  }
+}
+
 }  // namespace
 
 void register_chat(CLI::App& app) {
@@ -76,7 +126,8 @@ void register_chat(CLI::App& app) {
   auto args = std::make_shared<Args>();
   args->options.max_tokens = 512;
   args->options.sampling.temperature = 1.0f;  // GPT-OSS's recommended sampling: temperature 1, top_p 1
-  auto* cmd = app.add_subcommand("chat", "a multi-turn Harmony conversation: one user turn per line of input");
+  auto* cmd = app.add_subcommand("chat", "a multi-turn conversation in the model's chat format: one user turn per line of "
+                                         "input");
   auto& o = args->options;
   cmd->add_option("--model", args->model, "model directory (weights and tokenizer.json)")->required();
   cmd->add_option("--reasoning", args->reasoning, "reasoning effort")
@@ -88,7 +139,13 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--seed", o.sampling.seed)->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->capture_default_str();
   cmd->add_flag("--hide-analysis", args->hide_analysis, "print only final answers, not the chain of thought");
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
+    if (model_family_of(args->model) == ModelFamily::deepseek_v3) {
+      MOESERVE_CHECK(cmd->count("--reasoning") == 0,
+                     "--reasoning is Harmony's reasoning effort; DeepSeek-R1 always reasons first");
+      chat_r1(args->model, args->options, args->threads, !args->hide_analysis);
+      return;
+    }
     const auto tokenizer = Tokenizer::from_model_dir(args->model);
     auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args->model));
     CpuRunner runner(checkpoint, args->threads);

@@ -13,6 +13,8 @@ void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench(CLI::App& app);
+// `bench compare`, under the bench command; returned so that bench's own callback can tell it ran.
+CLI::App* register_bench_compare(CLI::App& bench);
 void register_eval(CLI::App& app);
 void register_comply(CLI::App& app);
 void register_specbench(CLI::App& app);

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cli/cli_flags.h"
 #include "engine/scheduler.h"
-#include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/test_drafters.h"
+#include "runner/cpu/eagle3_drafter.h"
+#include "runner/cpu/mtp_drafter.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "util/error.h"
 #include "util/parse.h"
@@ -17,9 +19,16 @@ namespace moeserve::cli {
 void add_engine_options(CLI::App* command, EngineArgs& args) {
   EngineConfig& c = args.config;
   command->add_option("--kv-cache-size", args.kv_cache_size,
-                      "KV cache memory, e.g. 4GiB (default: --kv-cache-fraction on a GPU, 1GiB on the CPU)");
-  command->add_option("--kv-cache-fraction", c.kv_cache_fraction,
-                      "KV cache as a fraction of free device memory (GPU runners)");
+                      "KV cache memory, e.g. 4GiB (default: what --gpu-memory-utilization leaves on a GPU, 1GiB on "
+                      "the CPU)");
+  command->add_option("--gpu-memory-utilization", args.gpu_memory_utilization,
+                      "fraction of the GPU's total memory the engine may use, weights included; the KV cache gets "
+                      "what the rest leaves (default 0.9, as vLLM)")
+      ->check(CLI::Range(0.0, 1.0));
+  add_deprecated_option<double>(command, "--kv-cache-fraction",
+                                "--gpu-memory-utilization (a fraction of the GPU's total memory for the whole engine; "
+                                "--kv-cache-fraction was the KV cache's share of the memory the weights leave free)",
+                                [&c](const double& fraction) { c.kv_cache_fraction = fraction; });
   command->add_option("--block-size", c.block_size, "tokens per KV block")->capture_default_str();
   command->add_option("--max-model-len", c.max_model_len,
                       "longest prompt plus output a request may have (default: the model's context); the KV cache "
@@ -29,21 +38,38 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
                       fmt::format("sequences running at once (default {} on a GPU, {} on the CPU)", kGpuMaxNumSeqs,
                                   SchedulerConfig{}.max_num_seqs))
       ->check(CLI::Range(1, 1 << 20));
-  command->add_option("--max-batched-tokens", args.max_batched_tokens,
-                      fmt::format("tokens per engine step (default {} on a GPU, {} on the CPU)", kGpuMaxBatchedTokens,
-                                  SchedulerConfig{}.max_batched_tokens))
+  command
+      ->add_option("--max-num-batched-tokens", args.max_batched_tokens,
+                   fmt::format("tokens per engine step (default {} on a GPU, {} on the CPU)", kGpuMaxBatchedTokens,
+                               SchedulerConfig{}.max_batched_tokens))
+      ->check(CLI::Range(1, 1 << 24));
+  add_deprecated_option<int>(command, "--max-batched-tokens", "--max-num-batched-tokens",
+                             [&args](const int& tokens) { args.max_batched_tokens = tokens; })
       ->check(CLI::Range(1, 1 << 24));
   command->add_option("--scheduler", args.scheduler, "fcfs, or slo (TTFT/TPOT-aware)")
       ->check(CLI::IsMember({"fcfs", "slo"}))
       ->capture_default_str();
-  command->add_option("--ttft-target", c.scheduler.ttft_target_seconds, "slo scheduler: p99 TTFT target, seconds")
-      ->capture_default_str();
-  command->add_option("--tpot-target", c.scheduler.tpot_target_seconds, "slo scheduler: p99 TPOT target, seconds")
-      ->capture_default_str();
-  command->add_flag("--no-prefix-caching", args.no_prefix_caching, "do not reuse KV across requests");
+  // Milliseconds, as MLPerf's ttft_latency / tpot_latency and vLLM's benchmarks give them (the engine keeps
+  // seconds); the names say the unit, since the old flags took seconds.
+  auto& s = c.scheduler;
+  command->add_option_function<double>(
+      "--ttft-target-ms", [&s](const double& ms) { s.ttft_target_seconds = ms / 1000; },
+      fmt::format("slo scheduler: p99 TTFT target, ms (default {:g})", s.ttft_target_seconds * 1000));
+  command->add_option_function<double>(
+      "--tpot-target-ms", [&s](const double& ms) { s.tpot_target_seconds = ms / 1000; },
+      fmt::format("slo scheduler: p99 TPOT target, ms (default {:g})", s.tpot_target_seconds * 1000));
+  add_deprecated_option<double>(command, "--ttft-target", "--ttft-target-ms (milliseconds; this one took seconds)",
+                                [&s](const double& seconds) { s.ttft_target_seconds = seconds; });
+  add_deprecated_option<double>(command, "--tpot-target", "--tpot-target-ms (milliseconds; this one took seconds)",
+                                [&s](const double& seconds) { s.tpot_target_seconds = seconds; });
+  command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.prefix_caching,
+                    "reuse KV across requests that share a prefix (default: on)");
+  add_deprecated_flag(command, "--no-prefix-caching", "--no-enable-prefix-caching",
+                      [&args] { args.prefix_caching = false; });
   command->add_option("--speculative-config", args.speculative_config,
                       "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
-                      "\"num_speculative_tokens\":3}'; trees: \"speculative_eagle_topk\", "
+                      "\"num_speculative_tokens\":3}' (DeepSeek-V3/R1: '{\"method\":\"mtp\","
+                      "\"num_speculative_tokens\":3}', its MTP layer); trees: \"speculative_eagle_topk\", "
                       "\"speculative_num_draft_tokens\" (tokens verified per step, root included)");
 }
 
@@ -91,10 +117,30 @@ std::shared_ptr<speculative::Drafter> make_cuda_drafter(const speculative::Specu
   return make_cuda_eagle3_drafter(head, speculative::Eagle3Target::of(opened.checkpoint), options);
 }
 
+// A DeepSeek-V3 model drafts with its MTP layer (method mtp, or SGLang's eagle), with a latent pool of as many
+// blocks as the target's: a drafter block holds block_size positions of one layer.
+std::shared_ptr<speculative::Drafter> make_mtp_drafter(const speculative::SpeculativeConfig& spec,
+                                                       const OpenedRunner& opened, const EngineConfig& engine) {
+  MOESERVE_CHECK(spec.method == "mtp" || spec.method == "eagle",
+                 "--speculative-config method {}: a DeepSeek-V3 model drafts with its MTP layer (method mtp, or "
+                 "eagle as SGLang names it)",
+                 spec.method);
+  MOESERVE_CHECK(spec.model.empty(), "--speculative-config: the DeepSeek-V3 model drafts with its own MTP layer; leave "
+                 "out \"model\" (\"{}\")", spec.model);
+  speculative::MtpDrafterOptions options;
+  options.block_size = engine.block_size;
+  options.num_blocks = kv_blocks_for(*opened.runner, engine);
+  options.threads = opened.threads;
+  return std::make_shared<speculative::MtpDrafter>(opened.deepseek, options);
+}
+
 std::shared_ptr<speculative::Drafter> make_drafter(const speculative::SpeculativeConfig& spec, const OpenedRunner& opened,
                                                    const EngineConfig& engine) {
   const ModelRunner& runner = *opened.runner;
   if (spec.method == "test_random") return std::make_shared<speculative::RandomDrafter>(runner.config().vocab_size);
+  if (opened.deepseek) return make_mtp_drafter(spec, opened, engine);
+  MOESERVE_CHECK(spec.method == "eagle3", "--speculative-config method {} needs a DeepSeek-V3 model (its MTP layer); "
+                 "gpt-oss drafts with an EAGLE-3 head (method eagle3)", spec.method);
   if (runner.name() == "cuda") return make_cuda_drafter(spec, opened, engine);
   MOESERVE_CHECK(spec.model != "synthetic",
                  "--speculative-config \"model\": \"synthetic\" (random head weights) needs the CUDA runner "
@@ -131,6 +177,20 @@ OneSequence one_sequence(const ModelRunner& runner, const EngineConfig& c) {
 
 std::string mib_text(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
+// vLLM's --gpu-memory-utilization: the engine may use this share of the GPU's total memory; what the weights,
+// the runner's buffers (and a draft head) already hold counts against it, and the KV cache gets the rest.
+int64_t kv_bytes_for_utilization(const ModelRunner& runner, double utilization) {
+  const auto total = static_cast<double>(runner.device_memory_total());
+  const double in_use = total - static_cast<double>(runner.device_memory_free());
+  const double budget = utilization * total;
+  MOESERVE_CHECK(budget > in_use,
+                 "--gpu-memory-utilization {} allows {} of the GPU's {}, but {} is already in use (weights, buffers, "
+                 "other processes): nothing is left for the KV cache; raise it", utilization,
+                 mib_text(static_cast<int64_t>(budget)), mib_text(static_cast<int64_t>(total)),
+                 mib_text(static_cast<int64_t>(in_use)));
+  return static_cast<int64_t>(budget - in_use);
+}
+
 }  // namespace
 
 EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
@@ -142,16 +202,23 @@ EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
   c.scheduler.max_num_seqs = args.max_num_seqs.value_or(device_runner ? kGpuMaxNumSeqs : c.scheduler.max_num_seqs);
   c.scheduler.max_batched_tokens =
       args.max_batched_tokens.value_or(device_runner ? kGpuMaxBatchedTokens : c.scheduler.max_batched_tokens);
-  c.prefix_caching = !args.no_prefix_caching;
+  c.prefix_caching = args.prefix_caching;
   const OneSequence one = one_sequence(runner, c);
+  const int budgets = !args.kv_cache_size.empty() + args.gpu_memory_utilization.has_value() + (c.kv_cache_fraction > 0);
+  MOESERVE_CHECK(budgets <= 1, "give at most one of --kv-cache-size, --gpu-memory-utilization and --kv-cache-fraction");
+  std::optional<double> utilization = args.gpu_memory_utilization;
   if (!args.kv_cache_size.empty()) {
     c.kv_cache_bytes = parse_byte_size(args.kv_cache_size);
-    c.kv_cache_fraction = 0;
   } else if (c.kv_cache_fraction <= 0) {
-    if (device_runner)
-      c.kv_cache_fraction = 0.9;
-    else  // host memory: 1 GiB, or one full sequence where that is more
+    MOESERVE_CHECK(device_runner || !utilization,
+                   "--gpu-memory-utilization needs a GPU runner (--device cuda); the {} runner's KV cache is sized by "
+                   "--kv-cache-size", runner.name());
+    if (device_runner) {
+      if (!utilization) utilization = 0.9;
+      c.kv_cache_bytes = kv_bytes_for_utilization(runner, *utilization);
+    } else {  // host memory: 1 GiB, or one full sequence where that is more
       c.kv_cache_bytes = std::max(int64_t{1} << 30, one.bytes);
+    }
   }
   // vLLM refuses to start as well when the KV cache cannot hold one sequence of max_model_len: otherwise the
   // server would start and then refuse every long request.
@@ -164,7 +231,11 @@ EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
                  one.tokens, runner.config().max_position_embeddings, one.blocks, mib_text(one.bytes),
                  (one.bytes + (1 << 20) - 1) >> 20);
   c.speculative = speculative::parse_speculative_config(args.speculative_config);
-  if (c.speculative.enabled()) c.drafter = make_drafter(c.speculative, opened, c);
+  if (c.speculative.enabled()) {
+    c.drafter = make_drafter(c.speculative, opened, c);
+    // A draft head on the GPU took its memory out of the same budget.
+    if (utilization) c.kv_cache_bytes = kv_bytes_for_utilization(runner, *utilization);
+  }
   return c;
 }
 

@@ -2,7 +2,8 @@
 //   Offline: score outputs that exist, as MLPerf's eval_mlperf_accuracy.py (GPT-OSS) or eval_accuracy.py
 //     (DeepSeek-R1) does: --accuracy-log mlperf_log_accuracy.json (or --outputs, decoded text) against
 //     --reference (dataset and ground_truth per qsl_idx); prints the reference's report ending in 'exact_match'.
-//   End to end: --dataset NAME=PATH questions, rendered with Harmony and answered --repeats times each by the
+//   End to end: --dataset NAME=PATH questions, rendered in the model's chat format (Harmony, or DeepSeek-R1's
+//     template) and answered --repeats times each by the
 //     in-process engine on --model (CPU or CUDA runner) or by a server at --endpoint; prints Pass@1 per dataset
 //     with its 95% confidence interval.
 #include <fmt/core.h>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "bench/progress.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/exit_codes.h"
@@ -89,13 +91,13 @@ int run_offline(const EvalArgs& args) {
   std::vector<std::string> warnings;
   std::vector<ModelOutput> outputs;
   if (!args.accuracy_log.empty()) {
-    MOESERVE_CHECK(rules == Rules::gpt_oss,
-                   "eval: DeepSeek-R1 logs are decoded with DeepSeek's tokenizer, which moeserve does not have; "
-                   "give the decoded text with --outputs");
     const std::vector<AccuracyLogEntry> log = read_accuracy_log(args.accuracy_log);
     // An empty log is a run that answered nothing (or a wrong file), not an accuracy of 0.
     MOESERVE_CHECK(!log.empty(), "eval: the accuracy log {} has no entries: nothing to score", args.accuracy_log);
-    outputs = outputs_from_log(log, reference.size(), gpt_oss_detokenizer(args.tokenizer), rules, warnings);
+    outputs = outputs_from_log(log, reference.size(),
+                               rules == Rules::deepseek_r1 ? deepseek_r1_detokenizer(args.tokenizer)
+                                                           : gpt_oss_detokenizer(args.tokenizer),
+                               rules, warnings);
   } else {
     outputs = load_outputs(args.outputs);
     MOESERVE_CHECK(!outputs.empty(), "eval: {} has no outputs: nothing to score", args.outputs);
@@ -130,8 +132,8 @@ std::unique_ptr<CompletionSource> completion_source(const EvalArgs& args) {
   }
   OpenedRunner opened = open_runner(args.runner);
   std::shared_ptr<const Tokenizer> tokenizer =
-      args.tokenizer.empty() && opened.checkpoint ? Tokenizer::from_model_dir(args.runner.model)
-                                                  : open_gpt_oss_tokenizer(args.tokenizer);
+      args.tokenizer.empty() && (opened.checkpoint || opened.deepseek) ? Tokenizer::from_model_dir(args.runner.model)
+                                                                       : open_gpt_oss_tokenizer(args.tokenizer);
   EngineConfig engine_settings = engine_config(args.engine, opened);
   return std::make_unique<EngineCompletionSource>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), tokenizer,
                                                   engine_settings);
@@ -171,10 +173,15 @@ int run_end_to_end(const EvalArgs& args) {
   options.rules = parse_rules(args.rules);
   fmt::print(stderr, "generating {} samples ({} questions x {}) with the {}\n", questions.size() * args.repeats,
              questions.size(), args.repeats, source->describe());
+  bench::WorkProgress progress("eval: generating", questions.size() * args.repeats);
+  options.progress = &progress;
+  bench::ProgressLine line([&] { return progress.status(); }, bench::progress_mode(false));
   const EvalRunResult result = run_evaluation(questions, *source, runner.get(), options);
+  line.finish();
   // Nothing was generated at all: a setup error (the server is down, the model cannot run), not a score of 0.
-  MOESERVE_CHECK(result.failed_samples < result.samples.size(), "eval: all {} samples failed to generate; the first: {}",
-                 result.samples.size(), result.samples.front().completion.error);
+  MOESERVE_CHECK(result.failed_samples < result.samples.size(),
+                 "eval: all {} samples failed to generate; the first: {}", result.samples.size(),
+                 result.samples.front().completion.error);
   fmt::print("{}", eval_table_text(result));
   if (!args.samples_out.empty()) {
     std::ofstream out(args.samples_out);
@@ -225,7 +232,8 @@ void register_eval(CLI::App& app) {
   generate->add_option("--served-model", args->served_model, "the endpoint's model name (default: its first)");
   generate->add_option("--api-key", args->api_key,
                        "sent to --endpoint as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")->capture_default_str();
+  generate->add_option("--repeats", args->repeats, "answers per question (pass@1 averages them)")
+      ->capture_default_str();
   generate->add_option("--limit", args->limit, "first N questions of each dataset (0: all)")->capture_default_str();
   generate->add_option("--reasoning", args->reasoning, "reasoning effort")
       ->check(CLI::IsMember({"low", "medium", "high"}))

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "chat/r1_chat.h"
 #include "cli/runner_args.h"
 #include "engine/generate.h"
 #include "harmony/completion.h"
@@ -72,12 +73,16 @@ void register_generate(CLI::App& app) {
     std::string speculative_config;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand(
-      "generate", "generate from token ids (printed as ids), or from a text prompt rendered with Harmony (printed by channel)");
+  auto* cmd = app.add_subcommand("generate",
+                                 "generate from token ids (printed as ids), or from a text prompt rendered with the "
+                                 "model's chat format (Harmony, printed by channel; DeepSeek-R1's, reasoning apart "
+                                 "from the answer)");
   auto& o = args->options;
   add_runner_options(cmd, args->runner);
   auto* tokens = cmd->add_option("--tokens", args->tokens, "prompt token ids, comma-separated");
-  auto* text = cmd->add_option("--prompt", args->prompt, "a user message, rendered with Harmony's system message");
+  auto* text = cmd->add_option("--prompt", args->prompt,
+                               "a user message, rendered with Harmony's system message (gpt-oss) or DeepSeek-R1's "
+                               "chat template");
   tokens->excludes(text);
   cmd->add_option("--reasoning", args->reasoning, "reasoning effort for --prompt")
       ->check(CLI::IsMember({"low", "medium", "high"}))
@@ -91,17 +96,25 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's end-of-sequence tokens");
   cmd->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding as JSON, as for serve (runs the request through the engine)");
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     MOESERVE_CHECK(!args->tokens.empty() || !args->prompt.empty(), "give --tokens or --prompt");
     OpenedRunner opened = open_runner(args->runner);
     ModelRunner& runner = *opened.runner;
     GenerateOptions options = args->options;
     std::vector<int32_t> prompt;
     std::unique_ptr<Tokenizer> tokenizer;
+    const bool r1 = opened.deepseek != nullptr;
+    MOESERVE_CHECK(!r1 || cmd->count("--reasoning") == 0,
+                   "--reasoning is Harmony's reasoning effort; DeepSeek-R1 always reasons first");
     if (!args->prompt.empty()) {
       tokenizer = args->runner.model.empty() ? Tokenizer::o200k_harmony() : Tokenizer::from_model_dir(args->runner.model);
-      prompt = harmony::render_prompt(*tokenizer, args->prompt, harmony::parse_reasoning_effort(args->reasoning));
-      options.stop_tokens = harmony::assistant_stop_tokens();
+      if (r1) {
+        prompt = chat::render_r1_user_prompt(*tokenizer, args->prompt);
+        options.stop_tokens = runner.config().eos_token_ids;
+      } else {
+        prompt = harmony::render_prompt(*tokenizer, args->prompt, harmony::parse_reasoning_effort(args->reasoning));
+        options.stop_tokens = harmony::assistant_stop_tokens();
+      }
     } else {
       prompt = parse_token_list(args->tokens);
       if (!args->ignore_eos) options.stop_tokens = runner.config().eos_token_ids;
@@ -109,7 +122,11 @@ void register_generate(CLI::App& app) {
     GenerateResult result = args->speculative_config.empty()
                                 ? generate_sequence(runner, prompt, options)
                                 : generate_speculative(opened, prompt, options, args->speculative_config);
-    if (tokenizer) {
+    if (tokenizer && r1) {
+      const chat::R1Reply reply = chat::parse_r1_reply(*tokenizer, result.tokens);
+      fmt::print("reasoning: {}\ncontent: {}\n", reply.reasoning, reply.content);
+      if (!reply.stopped) fmt::print(stderr, "moeserve: the output was cut at --max-tokens {}\n", options.max_tokens);
+    } else if (tokenizer) {
       const harmony::AssistantReply reply = harmony::parse_assistant_reply(*tokenizer, result.tokens);
       fmt::print("analysis: {}\nfinal: {}\n", reply.analysis, reply.final);
       if (reply.error)

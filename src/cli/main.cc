@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cli_flags.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "util/error.h"
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
     return app.exit(e);  // a command's own exit code (cli/exit_codes.h)
+  } catch (const CLI::ExtrasError& e) {
+    app.exit(e);
+    for (const std::string& line : moeserve::cli::flag_suggestions(app)) fmt::print(stderr, "{}\n", line);
+    return moeserve::cli::kExitSetupError;
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; a usage error exits 2, as argparse's do, not with CLI11's own codes (100+).
     return app.exit(e) == 0 ? 0 : moeserve::cli::kExitSetupError;

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "model/make_tiny.h"
-#include "model/make_tiny_eagle3.h"
+#include "model/deepseek_v3/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
+#include "model/eagle3/make_tiny.h"
 #include "tokenizer/o200k.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
@@ -50,15 +51,25 @@ void register_make_tiny(CLI::App& app) {
     bool eagle3 = false;
     std::string target;
     TinyEagle3Options eagle3_options;
+    std::string family = "gpt-oss";
+    std::string dtype = "fp8";
     bool force = false;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("make-tiny", "write a deterministic GPT-OSS checkpoint with random weights");
+  auto* cmd = app.add_subcommand("make-tiny", "write a deterministic checkpoint with random weights");
   auto& o = args->options;
   cmd->add_option("--out", args->out, "output directory (new or empty, unless --force)")->required();
   cmd->add_flag("--force", args->force,
                 "write into a non-empty --out (an earlier checkpoint's *.safetensors, index and dtypes.json are "
                 "removed first)");
+  cmd->add_option("--family", args->family,
+                  "gpt-oss, or deepseek-v3 (DeepSeek-V3/R1: MLA, FP8 block-scaled weights, the MTP layer; takes "
+                  "--seed, --layers, --vocab, --shards, --shape deepseek-r1 and --dtype)")
+      ->check(CLI::IsMember({"gpt-oss", "deepseek-v3"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "deepseek-v3 weights: fp8 (e4m3, 128 x 128 block scales) or bf16")
+      ->check(CLI::IsMember({"fp8", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "random seed")->capture_default_str();
   cmd->add_option("--layers", o.layers, "layers (even: sliding, odd: full attention)")->capture_default_str();
   cmd->add_option("--hidden", o.hidden, "hidden size (multiple of 32)")->capture_default_str();
@@ -82,7 +93,7 @@ void register_make_tiny(CLI::App& app) {
       ->check(CLI::IsMember({"mxfp4", "dense"}))
       ->capture_default_str();
   cmd->add_option("--shape", o.shape, "full-size dimensions with random weights")
-      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
+      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b", "deepseek-r1"}));
   // --eagle3: a draft head for an existing tiny target instead of a target.
   auto& e = args->eagle3_options;
   auto* eagle3 = cmd->add_flag("--eagle3", args->eagle3, "write an EAGLE-3 draft head for --target");
@@ -96,8 +107,24 @@ void register_make_tiny(CLI::App& app) {
       ->needs(eagle3)
       ->capture_default_str();
   cmd->add_flag("--eagle3-input-norm", e.input_norm, "norm_before_fc, with input_norm.weight")->needs(eagle3);
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     prepare_output_dir(args->out, args->force);
+    if (args->family == "deepseek-v3") {
+      for (const char* gpt_oss_only : {"--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--top-k",
+                                       "--intermediate", "--window", "--layout", "--experts-format", "--eagle3"})
+        MOESERVE_CHECK(cmd->count(gpt_oss_only) == 0, "make-tiny: {} is for --family gpt-oss", gpt_oss_only);
+      deepseek_v3::TinyOptions d;
+      d.seed = args->options.seed;
+      d.layers = cmd->count("--layers") ? args->options.layers : 0;
+      d.vocab = cmd->count("--vocab") ? args->options.vocab : 0;
+      d.shards = args->options.shards;
+      d.shape = args->options.shape;
+      d.fp8 = args->dtype == "fp8";
+      deepseek_v3::make_tiny_checkpoint(d, args->out);
+      fmt::print("wrote {}\n", args->out);
+      return;
+    }
+    MOESERVE_CHECK(cmd->count("--dtype") == 0, "make-tiny: --dtype is for --family deepseek-v3");
     if (args->eagle3) {
       MOESERVE_CHECK(!args->target.empty(), "make-tiny --eagle3 needs --target DIR");
       args->eagle3_options.seed = args->options.seed;

@@ -2,22 +2,43 @@
 
 #include <filesystem>
 
+#include "cli/cli_flags.h"
 #include "runner/cpu/cpu_runner.h"
+#include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "util/error.h"
 
 namespace moeserve::cli {
 
+namespace {
+
+// vLLM's --dtype names for the CUDA runner's activations and KV cache: auto is bf16, GPT-OSS's own type.
+std::string precision_of_dtype(const std::string& dtype) {
+  if (dtype == "float32" || dtype == "float" || dtype == "f32") return "f32";
+  return "bf16";
+}
+
+}  // namespace
+
 void add_runner_options(CLI::App* command, RunnerArgs& args) {
-  command->add_option("--model", args.model, "model directory");
+  auto* model =
+      command->add_option("--model", args.model, "model directory (or give it first, as in 'vllm serve DIR')");
+  command->add_option("model", args.model, "model directory: config.json, the *.safetensors files, tokenizer.json")
+      ->excludes(model);
   command->add_option("--synthetic", args.synthetic, "random weights of a real shape, made on the GPU (--device cuda)")
       ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
   command->add_option("--device", args.device, "runner")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  command->add_option("--precision", args.precision, "CUDA activations and KV cache: bf16, or f32 (matches the CPU)")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
+  command
+      ->add_option_function<std::string>(
+          "--dtype", [&args](const std::string& dtype) { args.precision = precision_of_dtype(dtype); },
+          "CUDA activations and KV cache: auto (bfloat16), bfloat16, or float32 (matches the CPU runner); the CPU "
+          "runner computes in float32 whatever this says")
+      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "float", "f32"}));
+  add_deprecated_option<std::string>(command, "--precision", "--dtype (bfloat16 or float32)",
+                                     [&args](const std::string& precision) { args.precision = precision; })
+      ->check(CLI::IsMember({"bf16", "f32"}));
   command->add_option("--kv-cache-dtype", args.kv_cache_dtype,
-                      "CUDA KV cache: auto (the precision's type), bf16, or fp8_e4m3 (fp8; half the bytes, per-layer "
+                      "CUDA KV cache: auto (the --dtype's type), bf16, or fp8_e4m3 (fp8; half the bytes, per-layer "
                       "scales from the checkpoint or 1.0)")
       ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
@@ -25,6 +46,13 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
   command->add_option("--synthetic-router", args.synthetic_router,
                       "--synthetic expert popularity: uniform, or zipf[:S] (router bias S ln(1/(rank+1)); S = 1)")
       ->capture_default_str();
+}
+
+void check_model_directory(const std::string& model) {
+  MOESERVE_CHECK(!std::filesystem::exists(model) || std::filesystem::is_directory(model),
+                 "--model {} is a file, not a directory: give the model directory (the one holding config.json and "
+                 "the *.safetensors files)",
+                 model);
 }
 
 OpenedRunner open_runner(const RunnerArgs& args) {
@@ -45,10 +73,14 @@ OpenedRunner open_runner(const RunnerArgs& args) {
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);
     return opened;
   }
-  MOESERVE_CHECK(!std::filesystem::exists(args.model) || std::filesystem::is_directory(args.model),
-                 "--model {} is a file, not a directory: give the model directory (the one holding config.json and "
-                 "the *.safetensors files)",
-                 args.model);
+  check_model_directory(args.model);
+  if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
+    MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
+                   "(--device cpu)", args.model);
+    opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
+    opened.runner = std::make_unique<DeepseekV3CpuRunner>(opened.deepseek, args.threads);
+    return opened;
+  }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));
   if (args.device == "cuda")
     opened.runner = make_cuda_runner(opened.checkpoint, cuda);

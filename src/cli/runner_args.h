@@ -1,5 +1,6 @@
 // The options that choose and open a model runner, shared by the subcommands that run a model:
-// --model DIR or --synthetic SHAPE, --device cpu|cuda, --precision and --kv-cache-dtype (CUDA), --threads (CPU).
+// the model directory (positional, or --model DIR) or --synthetic SHAPE, --device cpu|cuda, --dtype and
+// --kv-cache-dtype (CUDA; vLLM's names), --threads (CPU).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,7 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "model/checkpoint.h"
+#include "model/deepseek_v3/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/runner.h"
 
 namespace moeserve::cli {
@@ -23,9 +25,14 @@ struct RunnerArgs {
 };
 
 void add_runner_options(CLI::App* command, RunnerArgs& args);
+// A --model that exists must be a directory: an Error saying so (a user who names config.json or a shard).
+void check_model_directory(const std::string& model);
 
+// --model opens the checkpoint of its family (config.json's model_type): GPT-OSS on the CPU or CUDA runner, the
+// DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on the CPU runner.
 struct OpenedRunner {
-  std::shared_ptr<const Checkpoint> checkpoint;  // null for a synthetic model
+  std::shared_ptr<const Checkpoint> checkpoint;  // GPT-OSS; null for a synthetic model or another family
+  std::shared_ptr<const deepseek_v3::Checkpoint> deepseek;  // the DeepSeek-V3 family
   std::unique_ptr<ModelRunner> runner;
   size_t threads = 0;  // --threads: CPU threads for the CPU runner and CPU-side helpers (a draft head); 0: all
 };

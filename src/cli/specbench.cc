@@ -1,14 +1,17 @@
 // moeserve specbench: SPEED-Bench's acceptance-length measurement (eval/specbench.h) on the in-process engine
 // with the speculation given by --speculative-config; prints a table per category and writes the numbers as JSON.
+#include "eval/specbench.h"
+
 #include <fmt/core.h>
 
 #include <memory>
 
+#include "bench/progress.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/runner_args.h"
 #include "engine/engine.h"
-#include "eval/specbench.h"
+#include "eval/chat_format.h"
 #include "harmony/message.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -28,13 +31,15 @@ void register_specbench(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "specbench", "SPEED-Bench acceptance length: multi-turn Harmony conversations at temperature 0 with speculation");
+      "specbench",
+      "SPEED-Bench acceptance length: multi-turn conversations in the model's chat format at temperature 0 with "
+      "speculation");
   add_runner_options(cmd, args->runner);
   add_engine_options(cmd, args->engine);
   cmd->add_option("--dataset", args->dataset,
                   "prepared SPEED-Bench parquet (question_id, category, turns) or JSON lines of that shape (MT-Bench)")
       ->required();
-  cmd->add_option("--reasoning", args->reasoning, "reasoning effort of the Harmony system message")
+  cmd->add_option("--reasoning", args->reasoning, "reasoning effort of the Harmony system message (gpt-oss)")
       ->check(CLI::IsMember({"low", "medium", "high"}))
       ->capture_default_str();
   cmd->add_option("--max-tokens", args->max_tokens, "tokens per turn at most")->capture_default_str();
@@ -54,9 +59,15 @@ void register_specbench(CLI::App& app) {
     MOESERVE_CHECK(settings.speculative.enabled(),
                    "specbench measures speculation: give --speculative-config (e.g. num_speculative_tokens 7)");
     Engine engine(std::shared_ptr<ModelRunner>(std::move(opened.runner)), settings);
+    size_t turns = 0;
+    for (const eval::SpecBenchItem& item : items) turns += item.turns.size();
+    bench::WorkProgress progress("specbench: turns", turns);
+    bench::ProgressLine line([&] { return progress.status(); }, bench::progress_mode(false));
     const eval::SpecBenchResult result =
         eval::run_specbench(items, *tokenizer, harmony::parse_reasoning_effort(args->reasoning),
-                            eval::engine_turn_generator(engine, args->max_tokens, args->concurrency));
+                            eval::engine_turn_generator(engine, args->max_tokens, args->concurrency,
+                                                        eval::EvalChatFormat(*tokenizer).stop_tokens(), &progress));
+    line.finish();
     fmt::print("{}", result.table());
     size_t failed = 0;
     for (const auto& r : result.requests) failed += !r.error.empty();

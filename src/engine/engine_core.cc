@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "engine/sampler.h"
 #include "engine/speculative/draft_round.h"
 #include "engine/speculative/verifier.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -48,6 +48,10 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig config, NowFn now)
       cost_(config.initial_step_cost),
       scheduler_(config.scheduler, kv_, cost_) {
   metrics_.kv_blocks_total = kv_.pool().num_blocks();
+  metrics_.block_size = config_.block_size;
+  metrics_.prefix_caching = config_.prefix_caching;
+  metrics_.request_prompt_tokens = Histogram(token_count_buckets(max_sequence_tokens()));
+  metrics_.request_generation_tokens = Histogram(token_count_buckets(max_sequence_tokens()));
   if (config_.drafter) {
     aux_layers_ = config_.drafter->aux_layers();
     kv_.set_drafter(config_.drafter.get());
@@ -145,6 +149,12 @@ void EngineCore::record_finish_metrics(const Sequence& seq, FinishReason reason)
   if (t.first_scheduled) metrics_.queue_time.observe(t.queue_seconds());
   if (t.first_token) metrics_.ttft.observe(t.ttft_seconds());
   if (t.output_tokens >= 2) metrics_.tpot.observe(t.tpot_seconds());
+  auto seconds = [](TimePoint from, TimePoint to) { return std::chrono::duration<double>(to - from).count(); };
+  if (t.first_scheduled && t.first_token) metrics_.prefill_time.observe(seconds(*t.first_scheduled, *t.first_token));
+  if (t.first_token && t.last_token) metrics_.decode_time.observe(seconds(*t.first_token, *t.last_token));
+  if (t.first_scheduled && t.last_token) metrics_.inference_time.observe(seconds(*t.first_scheduled, *t.last_token));
+  metrics_.request_prompt_tokens.observe(static_cast<double>(seq.prompt_length));
+  metrics_.request_generation_tokens.observe(static_cast<double>(t.output_tokens));
   if (t.finished) metrics_.e2e_latency.observe(std::chrono::duration<double>(*t.finished - t.arrival).count());
 }
 
@@ -202,6 +212,9 @@ bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::ve
     seq.timing.first_token = produced;
     event.prompt_logprobs = std::move(seq.prompt_logprobs);
   }
+  if (seq.timing.last_token)
+    metrics_.inter_token_latency.observe(std::chrono::duration<double>(produced - *seq.timing.last_token).count());
+  seq.timing.last_token = produced;
   for (size_t i = 0; i < tokens.size(); ++i) {
     seq.tokens.push_back(tokens[i]);
     if (seq.spec.processing.penalises()) seq.history.add_output(tokens[i]);

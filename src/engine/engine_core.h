@@ -13,9 +13,9 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
-#include "engine/speculative/drafter.h"
 #include "engine/speculative/speculative_config.h"
 #include "engine/step_cost.h"
+#include "runner/drafter.h"
 #include "runner/runner.h"
 
 namespace moeserve {

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <numeric>
 
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace moeserve {

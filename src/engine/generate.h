@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
-#include "engine/sampling_params.h"
 #include "runner/runner.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/kv_blocks.h"
 #include "engine/sequence.h"
+#include "runner/kv_blocks.h"
 #include "runner/runner.h"
 
 namespace moeserve {

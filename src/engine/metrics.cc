@@ -25,4 +25,13 @@ std::vector<double> latency_buckets_seconds() {
           0.5,   0.75,   1.0,   1.5,  2.0,   2.5,  3.0,   5.0,  7.5,  10,  20,  40,   80,  160};
 }
 
+std::vector<double> token_count_buckets(int64_t max) {
+  std::vector<double> bounds;
+  for (double decade = 1;; decade *= 10)
+    for (double step : {1.0, 2.0, 5.0}) {
+      bounds.push_back(step * decade);
+      if (bounds.back() >= static_cast<double>(max)) return bounds;
+    }
+}
+
 }  // namespace moeserve

@@ -31,8 +31,14 @@ class Histogram {
 
 // Bucket bounds for latencies from a millisecond to a few minutes.
 std::vector<double> latency_buckets_seconds();
+// Bucket bounds for token counts: 1, 2, 5, 10, 20, 50, ... up to the first at or above `max` (vLLM's for its
+// request_prompt_tokens and request_generation_tokens, with max its max_model_len).
+std::vector<double> token_count_buckets(int64_t max);
 
 struct EngineMetrics {
+  // Fixed at start.
+  int block_size = 0;
+  bool prefix_caching = false;
   // Now.
   size_t running = 0;
   size_t waiting = 0;
@@ -70,8 +76,15 @@ struct EngineMetrics {
 
   Histogram ttft{latency_buckets_seconds()};
   Histogram tpot{latency_buckets_seconds()};
+  Histogram inter_token_latency{latency_buckets_seconds()};  // between a request's successive token emissions
   Histogram queue_time{latency_buckets_seconds()};
+  Histogram prefill_time{latency_buckets_seconds()};  // first scheduled to first token
+  Histogram decode_time{latency_buckets_seconds()};   // first token to last token
+  Histogram inference_time{latency_buckets_seconds()};  // first scheduled to last token
   Histogram e2e_latency{latency_buckets_seconds()};
+  // Per finished request; bounds set by the engine from its longest sequence.
+  Histogram request_prompt_tokens{token_count_buckets(1)};
+  Histogram request_generation_tokens{token_count_buckets(1)};
   Histogram step_time{latency_buckets_seconds()};
   Histogram tokens_per_step{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
 };

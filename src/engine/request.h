@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/logits_processing.h"
-#include "engine/logprobs.h"
-#include "engine/sampling_params.h"
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
+#include "sampling/logits_processing.h"
+#include "sampling/logprobs.h"
+#include "sampling/sampling_params.h"
 #include "structured/token_mask.h"
 
 namespace moeserve {
@@ -68,6 +68,7 @@ struct RequestTiming {
   TimePoint arrival;
   std::optional<TimePoint> first_scheduled;
   std::optional<TimePoint> first_token;
+  std::optional<TimePoint> last_token;
   std::optional<TimePoint> finished;
   int prompt_tokens = 0;
   int output_tokens = 0;

@@ -1,8 +1,10 @@
 // Where `moeserve eval` gets completions: an abstract source of model replies to Harmony conversations, so that
-// the evaluation does not care whether the model runs in this process or behind an endpoint.
+// the evaluation does not care whether the model runs in this process or behind an endpoint. The conversation is
+// rendered in the model's chat format (chat_format.h: Harmony, or DeepSeek-R1's template).
 //
-// A completion's text is the reply as MLPerf's scorer reads it: the generated tokens decoded with special tokens
-// kept by name ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...").
+// A completion's text is the reply as MLPerf's scorer reads it: for gpt-oss the generated tokens decoded with
+// special tokens kept by name ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final..."),
+// for DeepSeek-R1 with them skipped.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/progress.h"
 #include "bench/sut_http.h"
 #include "engine/engine.h"
-#include "engine/sampling_params.h"
+#include "eval/chat_format.h"
 #include "harmony/message.h"
+#include "sampling/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::eval {
@@ -27,7 +31,7 @@ struct CompletionRequest {
 struct Completion {
   std::string text;
   int64_t tokens = 0;
-  bool stopped = false;  // ended on <|return|> or <|call|> (else it was cut at max_tokens, or failed)
+  bool stopped = false;  // ended on a stop token of the format (else it was cut at max_tokens, or failed)
   std::string error;     // set when the request failed
 };
 
@@ -35,8 +39,10 @@ class CompletionSource {
  public:
   virtual ~CompletionSource() = default;
   virtual std::string describe() const = 0;
-  // All requests, in any order or concurrently; replies in request order.
-  virtual std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) = 0;
+  // All requests, in any order or concurrently; replies in request order. Each finished request is counted in
+  // `progress` (may be null) as it finishes.
+  virtual std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                           bench::WorkProgress* progress) = 0;
 };
 
 // The in-process engine (engine.h) on a runner: every request submitted at once, so the scheduler batches them.
@@ -45,10 +51,12 @@ class EngineCompletionSource : public CompletionSource {
   EngineCompletionSource(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
                          EngineConfig config);
   std::string describe() const override;
-  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                   bench::WorkProgress* progress) override;
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;
+  EvalChatFormat format_;
   std::string runner_name_;
   Engine engine_;
 };
@@ -61,11 +69,13 @@ class HttpCompletionSource : public CompletionSource {
  public:
   HttpCompletionSource(bench::HttpSutOptions options, std::shared_ptr<const Tokenizer> tokenizer);
   std::string describe() const override;
-  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests) override;
+  std::vector<Completion> complete(const std::vector<CompletionRequest>& requests,
+                                   bench::WorkProgress* progress) override;
 
  private:
   bench::HttpSutOptions options_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  EvalChatFormat format_;
 };
 
 }  // namespace moeserve::eval

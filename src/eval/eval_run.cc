@@ -25,7 +25,7 @@ EvalRunResult run_evaluation(const std::vector<EvalQuestion>& questions, Complet
       result.samples.push_back({&q, r, {}, {}});
     }
   }
-  const std::vector<Completion> completions = source.complete(requests);
+  const std::vector<Completion> completions = source.complete(requests, options.progress);
   std::vector<SampleToScore> to_score;
   for (size_t i = 0; i < result.samples.size(); ++i) {
     result.samples[i].completion = completions[i];
@@ -67,8 +67,8 @@ EvalRunResult run_evaluation(const std::vector<EvalQuestion>& questions, Complet
 }
 
 std::string eval_table_text(const EvalRunResult& result) {
-  std::string out = fmt::format("{:24} {:>9} {:>8} {:>8} {:>17}\n", "dataset", "questions", "samples", "pass@1",
-                                "95% CI");
+  std::string out =
+      fmt::format("{:24} {:>9} {:>8} {:>8} {:>17}\n", "dataset", "questions", "samples", "pass@1", "95% CI");
   for (const DatasetSummary& d : result.datasets) {
     out += fmt::format("{:24} {:9} {:8} {:7.2f}% {:>7.2f}% - {:.2f}%\n", d.dataset, d.pass.questions, d.pass.samples,
                        100 * d.pass.pass_at_1, 100 * d.pass.ci_low, 100 * d.pass.ci_high);

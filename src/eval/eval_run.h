@@ -3,10 +3,9 @@
 // with its confidence interval, plus MLPerf's repeats-weighted exact_match over all of them.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "eval/completion_source.h"
 #include "eval/datasets.h"
@@ -20,6 +19,7 @@ struct EvalRunOptions {
   SamplingParams sampling;  // temperature 1, top_p 1 (MLPerf's generation_config.json); seed + sample index
   int max_tokens = 32768;
   Rules rules = Rules::gpt_oss;
+  bench::WorkProgress* progress = nullptr;  // counts generations as they finish (may be null)
 };
 
 struct EvalSample {

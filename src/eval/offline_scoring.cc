@@ -34,6 +34,16 @@ Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path) {
   return [tokenizer](std::span<const int32_t> tokens) { return tokenizer->decode(tokens); };
 }
 
+Detokenizer deepseek_r1_detokenizer(const std::string& tokenizer_path) {
+  MOESERVE_CHECK(!tokenizer_path.empty(),
+                 "deepseek-r1 rules decode the log with DeepSeek-R1's tokenizer: give --tokenizer (its tokenizer.json or "
+                 "the model directory)");
+  std::shared_ptr<const Tokenizer> tokenizer = open_gpt_oss_tokenizer(tokenizer_path);
+  MOESERVE_CHECK(tokenizer->merges_by_list(), "{} is not a DeepSeek tokenizer (o200k's cannot decode DeepSeek-R1 ids)",
+                 tokenizer_path);
+  return [tokenizer](std::span<const int32_t> tokens) { return tokenizer->decode_skipping_special(tokens); };
+}
+
 std::vector<ReferenceRow> load_reference(const std::string& path) {
   std::vector<ReferenceRow> rows;
   if (path.ends_with(".parquet")) {

@@ -49,6 +49,9 @@ std::shared_ptr<const Tokenizer> open_gpt_oss_tokenizer(const std::string& token
 // Its decoding as eval_mlperf_accuracy.py decodes (skip_special_tokens=False: special tokens by name; ill-formed
 // UTF-8 replaced).
 Detokenizer gpt_oss_detokenizer(const std::string& tokenizer_path);
+// DeepSeek-R1's decoding of a log (language/deepseek-r1/eval_accuracy.py: batch_decode(skip_special_tokens=True))
+// with its tokenizer.json or a model directory holding it, which must be given.
+Detokenizer deepseek_r1_detokenizer(const std::string& tokenizer_path);
 
 // The log's records as outputs, by the rules above (duplicates and out-of-range qsl_idx); what was skipped is
 // added to warnings.

@@ -1,5 +1,7 @@
 #include "eval/specbench.h"
 
+#include "eval/chat_format.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,9 +10,9 @@
 #include <mutex>
 
 #include "bench/parquet/reader.h"
+#include "eval/chat_format.h"
 #include "eval/json_lines.h"
 #include "harmony/completion.h"
-#include "harmony/render.h"
 #include "util/error.h"
 
 namespace moeserve::eval {
@@ -49,8 +51,8 @@ std::vector<SpecBenchItem> load_jsonl(const std::string& path) {
     for (const char* field : {"question_id", "category", "turns"})
       MOESERVE_CHECK(row.contains(field), "{}: missing \"{}\"", where, field);
     const auto& id = row["question_id"];
-    MOESERVE_CHECK(id.is_string() || id.is_number_integer(), "{}: \"question_id\" is {}, not text or an integer",
-                   where, id.dump());
+    MOESERVE_CHECK(id.is_string() || id.is_number_integer(), "{}: \"question_id\" is {}, not text or an integer", where,
+                   id.dump());
     MOESERVE_CHECK(row["category"].is_string(), "{}: \"category\" is not text", where);
     MOESERVE_CHECK(row["turns"].is_array(), "{}: \"turns\" is not a list", where);
     SpecBenchItem item{id.is_string() ? id.get<std::string>() : id.dump(), row["category"].get<std::string>(), {}};
@@ -79,8 +81,9 @@ std::vector<SpecBenchItem> load_specbench_items(const std::string& path) {
   return items;
 }
 
-TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency) {
-  return [&engine, max_tokens, concurrency](const std::vector<std::vector<int32_t>>& prompts) {
+TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens,
+                                    bench::WorkProgress* progress) {
+  return [&engine, max_tokens, concurrency, stop_tokens, progress](const std::vector<std::vector<int32_t>>& prompts) {
     std::vector<TurnOutput> outputs(prompts.size());
     std::mutex mutex;
     std::condition_variable changed;
@@ -94,7 +97,7 @@ TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurre
       spec.prompt = prompts[next];
       spec.sampling.temperature = 0.0f;  // SPEED-Bench's default: greedy
       spec.max_tokens = max_tokens;
-      spec.stop_tokens = harmony::assistant_stop_tokens();
+      spec.stop_tokens = stop_tokens;
       const size_t i = next++;
       ++in_flight;
       // Not holding the lock while submitting: the engine thread may be delivering an event into the callback.
@@ -110,6 +113,7 @@ TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurre
           if (event.finish == FinishReason::none) return;
           if (event.finish == FinishReason::error || event.finish == FinishReason::cancelled)
             out.error = event.error.empty() ? finish_reason_name(event.finish) : event.error;
+          if (progress) progress->finished(static_cast<int64_t>(out.tokens.size()), !out.error.empty());
           --in_flight;
           changed.notify_all();
         });
@@ -117,6 +121,7 @@ TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurre
       } catch (const Error& e) {
         lock.lock();
         outputs[i].error = e.what();
+        if (progress) progress->finished(0, true);
         --in_flight;
       }
     }
@@ -160,6 +165,7 @@ void average_acceptance(SpecBenchResult& result) {
 SpecBenchResult run_specbench(const std::vector<SpecBenchItem>& items, const Tokenizer& tokenizer,
                               harmony::ReasoningEffort effort, const TurnGenerator& generate) {
   SpecBenchResult result;
+  const EvalChatFormat format(tokenizer);
   std::vector<harmony::Conversation> conversations(items.size(), {harmony::system_message(effort)});
   for (const SpecBenchItem& item : items) {
     SpecBenchRequestResult request;
@@ -175,7 +181,7 @@ SpecBenchResult run_specbench(const std::vector<SpecBenchItem>& items, const Tok
     for (size_t i = 0; i < items.size(); ++i) {
       if (turn >= items[i].turns.size() || !result.requests[i].error.empty()) continue;
       conversations[i].push_back(harmony::Message::text(harmony::Role::user, items[i].turns[turn]));
-      prompts.push_back(harmony::render_conversation_for_completion(tokenizer, conversations[i]));
+      prompts.push_back(format.render(conversations[i]));
       active.push_back(i);
     }
     const std::vector<TurnOutput> outputs = generate(prompts);
@@ -188,10 +194,9 @@ SpecBenchResult run_specbench(const std::vector<SpecBenchItem>& items, const Tok
         continue;
       }
       count_turn_steps(outputs[a].event_tokens, request);
-      // specdec_bench's gptoss postprocessing: only the final channel's text goes into the history.
-      const harmony::AssistantReply reply = harmony::parse_assistant_reply(tokenizer, outputs[a].tokens);
+      // specdec_bench's postprocessing: only the answer goes into the history.
       conversations[active[a]].push_back(
-          harmony::Message::text(harmony::Role::assistant, reply.final).with_channel("final"));
+          harmony::Message::text(harmony::Role::assistant, format.answer(outputs[a].tokens)).with_channel("final"));
     }
   }
   average_acceptance(result);
@@ -208,8 +213,11 @@ nlohmann::json SpecBenchResult::to_json() const {
   j["requests"] = nlohmann::json::array();
   for (const SpecBenchRequestResult& r : requests) {
     const std::optional<double> al = r.acceptance_length();
-    nlohmann::json row = {{"question_id", r.question_id}, {"category", r.category},   {"turns", r.turns},
-                          {"steps", r.steps},             {"tokens", r.tokens},
+    nlohmann::json row = {{"question_id", r.question_id},
+                          {"category", r.category},
+                          {"turns", r.turns},
+                          {"steps", r.steps},
+                          {"tokens", r.tokens},
                           {"acceptance_length", al ? nlohmann::json(*al) : nullptr}};
     if (!r.error.empty()) row["error"] = r.error;
     j["requests"].push_back(std::move(row));

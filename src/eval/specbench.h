@@ -1,22 +1,23 @@
 // SPEED-Bench's protocol for speculative decoding (NVIDIA Model-Optimizer examples/specdec_bench; reference
 // the nvidia/SPEED-Bench dataset, arXiv 2604.09557): every request is a categorised multi-turn
-// conversation; each turn is rendered with Harmony, with only the final channel of earlier replies kept as
-// history, and generated greedily (temperature 0) with the engine's speculation. The measure is the acceptance
+// conversation; each turn is rendered in the model's chat format (chat_format.h: Harmony, or DeepSeek-R1's
+// template), with only the answer of earlier replies kept as history (Harmony's final channel, R1's text after
+// </think>), and generated greedily (temperature 0) with the engine's speculation. The measure is the acceptance
 // length: tokens per engine step, i.e. per streamed event, since the engine emits one event per verify step with
 // every token it accepted. Request AL = the mean over all steps of all its turns, the first event of each turn
 // (the prefill's token, which no draft produced) left out; category AL = the mean of its requests' ALs; the
 // overall AL = the mean over all requests.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/progress.h"
 #include "engine/engine.h"
 #include "harmony/message.h"
 #include "tokenizer/tokenizer.h"
@@ -44,8 +45,10 @@ struct TurnOutput {
 using TurnGenerator = std::function<std::vector<TurnOutput>(const std::vector<std::vector<int32_t>>& prompts)>;
 
 // Greedy generation on an in-process engine with its configured speculation, up to `concurrency` requests in
-// flight (0: all), stopping at Harmony's end of an assistant turn.
-TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency);
+// flight (0: all), stopping at one of stop_tokens (the chat format's end of an assistant turn); each finished turn
+// is counted in `progress` (may be null).
+TurnGenerator engine_turn_generator(Engine& engine, int max_tokens, int concurrency, std::vector<int32_t> stop_tokens,
+                                    bench::WorkProgress* progress = nullptr);
 
 struct SpecBenchRequestResult {
   std::string question_id;
@@ -77,8 +80,8 @@ void count_turn_steps(const std::vector<int>& event_tokens, SpecBenchRequestResu
 // Category and overall means of the requests' acceptance lengths.
 void average_acceptance(SpecBenchResult& result);
 
-// Runs the protocol: turn t of every request goes out together, each rendered from its own history (system
-// message with `effort`, the user turns, and the final-channel text of each earlier reply).
+// Runs the protocol: turn t of every request goes out together, each rendered from its own history (Harmony's
+// system message with `effort`, the user turns, and the answer of each earlier reply) in the tokenizer's format.
 SpecBenchResult run_specbench(const std::vector<SpecBenchItem>& items, const Tokenizer& tokenizer,
                               harmony::ReasoningEffort effort, const TurnGenerator& generate);
 

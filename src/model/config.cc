@@ -192,13 +192,36 @@ ModelConfig parse_original_config(const json& j, const std::string& where) {
   return c;
 }
 
-ModelConfig load_model_config(const std::string& dir) {
+json read_config_json(const std::string& dir, std::string& path) {
   namespace fs = std::filesystem;
   MOESERVE_CHECK(fs::is_directory(dir), "model directory {} does not exist", dir);
-  std::string path = (fs::path(dir) / "config.json").string();
+  path = (fs::path(dir) / "config.json").string();
   MOESERVE_CHECK(file_exists(path), "{} has no config.json", dir);
   json j = read_json_file(path);
   MOESERVE_CHECK(j.is_object(), "{}: not a JSON object", path);
+  return j;
+}
+
+ModelFamily model_family_of(const std::string& dir) {
+  std::string path;
+  if (!file_exists((std::filesystem::path(dir) / "config.json").string())) return ModelFamily::gpt_oss;
+  const json j = read_config_json(dir, path);
+  return optional_field<std::string>(j, "model_type", "", path) == "deepseek_v3" ? ModelFamily::deepseek_v3
+                                                                                 : ModelFamily::gpt_oss;
+}
+
+void read_generation_eos(const std::string& dir, std::vector<int32_t>& ids) {
+  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  if (!file_exists(path)) return;
+  const json g = read_json_file(path);
+  MOESERVE_CHECK(g.is_object(), "{}: not a JSON object", path);
+  // Absent or null: the ids of config.json stand.
+  if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) ids = parse_eos_token_ids(g, path);
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  std::string path;
+  const json j = read_config_json(dir, path);
   ModelConfig config;
   if (j.contains("model_type")) {
     config = parse_hf_config(j, path);
@@ -207,14 +230,7 @@ ModelConfig load_model_config(const std::string& dir) {
   } else {
     fail("{}: neither a Hugging Face config (model_type) nor an OpenAI original config (num_experts)", path);
   }
-  std::string generation_path = (fs::path(dir) / "generation_config.json").string();
-  if (file_exists(generation_path)) {
-    const json g = read_json_file(generation_path);
-    MOESERVE_CHECK(g.is_object(), "{}: not a JSON object", generation_path);
-    // Absent or null: the ids of config.json stand.
-    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null())
-      config.eos_token_ids = parse_eos_token_ids(g, generation_path);
-  }
+  read_generation_eos(dir, config.eos_token_ids);
   return config;
 }
 
@@ -292,18 +308,17 @@ json to_original_config_json(const ModelConfig& c) {
               {"rope_ntk_beta", c.rope.beta_fast}};
 }
 
-std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
+std::vector<float> yarn_inverse_frequencies(const RopeConfig& rope, int dim) {
   // transformers _compute_yarn_parameters / gpt_oss RotaryEmbedding._compute_concentration_and_inv_freq.
-  const int dim = c.head_dim;
   const int half = dim / 2;
-  const double base = c.rope.theta;
+  const double base = rope.theta;
   auto correction_dim = [&](double rotations) {
-    return dim * std::log(static_cast<double>(c.rope.original_max_position) / (rotations * 2 * std::numbers::pi)) /
+    return dim * std::log(static_cast<double>(rope.original_max_position) / (rotations * 2 * std::numbers::pi)) /
            (2 * std::log(base));
   };
-  double low = correction_dim(c.rope.beta_fast);
-  double high = correction_dim(c.rope.beta_slow);
-  if (c.rope.truncate) {
+  double low = correction_dim(rope.beta_fast);
+  double high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
     low = std::floor(low);
     high = std::ceil(high);
   }
@@ -315,12 +330,14 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
     // transformers computes base ** (2i/dim) in float32; so do we, for the same rounding.
     float pos_freq = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(dim));
     float extrapolation = 1.0f / pos_freq;
-    float interpolation = 1.0f / (static_cast<float>(c.rope.factor) * pos_freq);
+    float interpolation = 1.0f / (static_cast<float>(rope.factor) * pos_freq);
     float ramp = std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
     float extrapolation_weight = 1.0f - ramp;
     inv_freq[i] = interpolation * (1.0f - extrapolation_weight) + extrapolation * extrapolation_weight;
   }
   return inv_freq;
 }
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c) { return yarn_inverse_frequencies(c.rope, c.head_dim); }
 
 }  // namespace moeserve

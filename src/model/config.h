@@ -11,6 +11,9 @@
 namespace moeserve {
 
 enum class CheckpointLayout { huggingface, original };
+// The model families moeserve runs: GPT-OSS (this file's ModelConfig) and DeepSeek-V3 / R1
+// (model/deepseek_v3/config.h, which presents itself to the engine as a ModelConfig).
+enum class ModelFamily { gpt_oss, deepseek_v3 };
 
 // Bounds on a config's sizes, checked as config.json is read and before anything is sized by them: far above
 // every GPT-OSS (and DeepSeek) shape, far below what would exhaust memory or overflow the int arithmetic of
@@ -58,6 +61,7 @@ struct ModelConfig {
   std::vector<AttentionKind> layer_types;
   std::vector<int32_t> eos_token_ids;  // generation_config.json's eos_token_id
   CheckpointLayout layout = CheckpointLayout::huggingface;
+  ModelFamily family = ModelFamily::gpt_oss;
   nlohmann::json source;  // the config file as read, recorded in benchmark results
 
   int q_dim() const { return num_heads * head_dim; }
@@ -71,6 +75,18 @@ struct ModelConfig {
   void validate(const std::string& where) const;
 };
 
+// DIR/config.json as a JSON object (path: where it was read); fails naming what is missing or malformed.
+nlohmann::json read_config_json(const std::string& dir, std::string& path);
+
+// The family of a checkpoint directory, from its config.json: model_type deepseek_v3, else GPT-OSS (model_type
+// gpt_oss or OpenAI's original keys; load_model_config checks which). A directory without config.json is GPT-OSS's
+// too, so that its loaders report what is missing exactly as before a second family existed.
+ModelFamily model_family_of(const std::string& dir);
+
+// generation_config.json's eos_token_id (an id or a list), when the file exists and names one; ids untouched
+// otherwise.
+void read_generation_eos(const std::string& dir, std::vector<int32_t>& ids);
+
 // Reads DIR/config.json (and DIR/generation_config.json when present). An OpenAI original-layout directory is
 // recognised by its keys (num_experts, experts_per_token, no model_type).
 ModelConfig load_model_config(const std::string& dir);
@@ -82,7 +98,9 @@ ModelConfig parse_original_config(const nlohmann::json& json, const std::string&
 nlohmann::json to_hf_config_json(const ModelConfig& config);
 nlohmann::json to_original_config_json(const ModelConfig& config);
 
-// YaRN inverse frequencies for the head_dim / 2 rotary pairs.
+// YaRN inverse frequencies for the dim / 2 rotary pairs (transformers' _compute_yarn_parameters).
+std::vector<float> yarn_inverse_frequencies(const RopeConfig& rope, int dim);
+// GPT-OSS: yarn_inverse_frequencies over head_dim.
 std::vector<float> rope_inverse_frequencies(const ModelConfig& config);
 
 }  // namespace moeserve

@@ -23,7 +23,7 @@ DType parse_dtype(const std::string& name, const std::string& where) {
   static const std::map<std::string, DType> kNames = {{"BF16", DType::BF16}, {"F16", DType::F16},
                                                       {"F32", DType::F32},   {"U8", DType::U8},
                                                       {"I32", DType::I32},   {"I64", DType::I64},
-                                                      {"BOOL", DType::BOOL}};
+                                                      {"BOOL", DType::BOOL}, {"F8_E4M3", DType::F8_E4M3}};
   auto it = kNames.find(name);
   MOESERVE_CHECK(it != kNames.end(), "{}: unsupported dtype \"{}\"", where, name);
   return it->second;
@@ -41,6 +41,7 @@ size_t dtype_size(DType dtype) {
       return 4;
     case DType::U8:
     case DType::BOOL:
+    case DType::F8_E4M3:
       return 1;
     case DType::I64:
       return 8;
@@ -64,6 +65,8 @@ const char* dtype_name(DType dtype) {
       return "I64";
     case DType::BOOL:
       return "BOOL";
+    case DType::F8_E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }

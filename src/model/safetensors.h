@@ -16,7 +16,7 @@
 
 namespace moeserve {
 
-enum class DType { BF16, F16, F32, U8, I32, I64, BOOL };  // BOOL: one byte, 0 or 1
+enum class DType { BF16, F16, F32, U8, I32, I64, BOOL, F8_E4M3 };  // BOOL: one byte, 0 or 1; F8_E4M3: model/fp8_blocks.h
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

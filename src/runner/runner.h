@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/logit_edit.h"
-#include "engine/logprobs.h"
-#include "engine/sampling_params.h"
+#include "sampling/logit_edit.h"
+#include "sampling/logprobs.h"
 #include "model/config.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve {
 
@@ -54,11 +54,11 @@ struct SequenceStep {
   // start_position + i, not at its position: siblings share a position but not a slot. A path is committed to
   // contiguous positions with ModelRunner::move_kv_slots. Empty: the tokens are a causal run (slot = position).
   std::span<const int32_t> tree_parent;
-  // Logits processing (engine/logits_processing.h) of the rows that sample: these edits (ascending distinct
+  // Logits processing (sampling/logits_processing.h) of the rows that sample: these edits (ascending distinct
   // tokens), then every token outside allowed_tokens (one bit per token; empty allows all) to -inf.
   std::span<const LogitEdit> logit_edits;
   std::span<const uint32_t> allowed_tokens;
-  // Raw logprobs (engine/logprobs.h) of every logits row with this many top tokens; -1: none.
+  // Raw logprobs (sampling/logprobs.h) of every logits row with this many top tokens; -1: none.
   int32_t top_logprobs = -1;
   // Per logits row, the token whose logprob is reported (prompt logprobs: the prompt's next token); -1, or an
   // empty span, reports the sampled token. A row with a token given here is scored, not sampled.
@@ -100,8 +100,10 @@ class ModelRunner {
   // Bytes one KV block takes; the engine divides its memory budget by this.
   virtual size_t kv_block_bytes(int block_size) const = 0;
   // Device memory still free after the weights (0 for a runner on host memory); the engine sizes its KV pool as a
-  // fraction of it when asked to (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static).
+  // fraction of it when asked to (SGLang's --mem-fraction-static; the old --kv-cache-fraction).
   virtual size_t device_memory_free() const { return 0; }
+  // The device's whole memory (0 for a runner on host memory): vLLM's --gpu-memory-utilization is a share of it.
+  virtual size_t device_memory_total() const { return 0; }
   // (Re)allocates the KV pool; contents are undefined until written by forward().
   virtual void allocate_kv_cache(const KvCacheLayout& layout) = 0;
   virtual const KvCacheLayout& kv_cache_layout() const = 0;

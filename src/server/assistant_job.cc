@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/assistant_stream.h"
 #include "server/logprobs_json.h"
+#include "server/response_items.h"
 
 #include <utility>
 
@@ -19,16 +20,20 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   using Api = AssistantApi;
 
   AssistantJob(JobContext ctx, std::shared_ptr<ResponseChannel> channel, Api api, bool stream, bool include_usage,
-               std::vector<std::string> stops)
+               std::vector<std::string> stops, bool r1_reply, std::function<void(const json&)> keep)
       : ctx_(std::move(ctx)),
         channel_(std::move(channel)),
         api_(api),
         stream_(stream),
         include_usage_(include_usage),
-        assistant_(ctx_.tokenizer, std::move(stops)),
+        assistant_(r1_reply ? AssistantStream(ctx_.tokenizer, std::move(stops), AssistantStream::R1Reply{})
+                            : AssistantStream(ctx_.tokenizer, std::move(stops))),
+        items_(stream ? ResponseItems::Emit([this](const char* type, json fields) {
+                          send_response_event(type, std::move(fields));
+                        })
+                      : ResponseItems::Emit()),
+        keep_(std::move(keep)),
         id_(random_id(api == Api::chat ? "chatcmpl-" : "resp_")),
-        message_id_(random_id("msg_")),
-        reasoning_id_(random_id("rs_")),
         created_(unix_now()) {}
 
   void start(RequestSpec spec, const std::vector<TokenId>& primed) {
@@ -41,7 +46,9 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
       if (api_ == Api::chat) {
         send_chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
       } else {
-        send_response_event("response.created", {{"response", response_object("in_progress")}});
+        const json response = response_object("in_progress");
+        send_response_event("response.created", {{"response", response}});
+        send_response_event("response.in_progress", {{"response", response}});
       }
     }
     // A forced tool call's header ends the prompt: read as the output's start, it opens the call.
@@ -89,35 +96,27 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
 
   // logprobs (chat only): the token's, sent with the first chunk of its delta, or alone when it has none.
   void emit(const AssistantDelta& d, json logprobs = nullptr) {
-    if (!stream_) return;
-    if (api_ == Api::chat && d.empty() && !logprobs.is_null()) send_chunk(json::object(), nullptr, std::move(logprobs));
-    if (d.empty()) return;
-    if (api_ == Api::chat) {
-      if (!d.reasoning.empty()) send_chunk({{"reasoning_content", d.reasoning}}, nullptr, std::exchange(logprobs, nullptr));
-      if (!d.content.empty()) send_chunk({{"content", d.content}}, nullptr, std::exchange(logprobs, nullptr));
-      if (d.tool_index) {
-        const ToolCall& call = assistant_.tool_calls()[*d.tool_index];
-        json entry = {{"index", *d.tool_index}, {"function", {{"arguments", d.tool_arguments}}}};
-        if (d.tool_started) {
-          entry["id"] = call.id;
-          entry["type"] = "function";
-          entry["function"]["name"] = call.name;
-        }
-        send_chunk({{"tool_calls", json::array({entry})}}, nullptr, std::exchange(logprobs, nullptr));
-      }
+    if (api_ == Api::responses) {
+      if (!d.empty()) items_.push(d, assistant_.tool_calls());  // non-streaming too: the items make the answer's output
       return;
     }
-    if (!d.reasoning.empty())
-      send_response_event("response.reasoning_text.delta",
-                          {{"item_id", reasoning_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", d.reasoning}});
-    if (!d.content.empty())
-      send_response_event("response.output_text.delta",
-                          {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", d.content}});
-    if (d.tool_index && !d.tool_arguments.empty())
-      send_response_event("response.function_call_arguments.delta",
-                          {{"item_id", assistant_.tool_calls()[*d.tool_index].id},
-                           {"output_index", *d.tool_index},
-                           {"delta", d.tool_arguments}});
+    if (!stream_) return;
+    if (d.empty()) {
+      if (!logprobs.is_null()) send_chunk(json::object(), nullptr, std::move(logprobs));
+      return;
+    }
+    if (!d.reasoning.empty()) send_chunk({{"reasoning_content", d.reasoning}}, nullptr, std::exchange(logprobs, nullptr));
+    if (!d.content.empty()) send_chunk({{"content", d.content}}, nullptr, std::exchange(logprobs, nullptr));
+    if (d.tool_index) {
+      const ToolCall& call = assistant_.tool_calls()[*d.tool_index];
+      json entry = {{"index", *d.tool_index}, {"function", {{"arguments", d.tool_arguments}}}};
+      if (d.tool_started) {
+        entry["id"] = call.id;
+        entry["type"] = "function";
+        entry["function"]["name"] = call.name;
+      }
+      send_chunk({{"tool_calls", json::array({entry})}}, nullptr, std::exchange(logprobs, nullptr));
+    }
   }
 
   void send_chunk(json delta, json finish_reason, json logprobs = nullptr) {
@@ -151,26 +150,17 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
     return message;
   }
 
+  // A Responses API response object; its output is empty until generation ends (the stream's items carry it).
   json response_object(const std::string& status) const {
-    json output = json::array();
-    if (!assistant_.reasoning().empty())
-      output.push_back({{"type", "reasoning"},
-                        {"id", reasoning_id_},
-                        {"summary", json::array()},
-                        {"content", json::array({{{"type", "reasoning_text"}, {"text", assistant_.reasoning()}}})}});
-    if (!assistant_.content().empty() || (status != "in_progress" && assistant_.tool_calls().empty()))
-      output.push_back({{"type", "message"},
-                        {"id", message_id_},
-                        {"status", status == "in_progress" ? "in_progress" : "completed"},
-                        {"role", "assistant"},
-                        {"content", json::array({{{"type", "output_text"}, {"text", assistant_.content()},
-                                                  {"annotations", json::array()}}})}});
-    for (const auto& c : assistant_.tool_calls())
-      output.push_back({{"type", "function_call"}, {"id", c.id}, {"call_id", c.id}, {"name", c.name},
-                        {"arguments", c.arguments}, {"status", "completed"}});
-    json r = {{"id", id_},     {"object", "response"},  {"created_at", created_},
-              {"status", status}, {"model", ctx_.served_model_name}, {"output", output},
-              {"incomplete_details", nullptr}};
+    json r = {{"id", id_},
+              {"object", "response"},
+              {"created_at", created_},
+              {"status", status},
+              {"model", ctx_.served_model_name},
+              {"output", status == "in_progress" ? json::array() : items_.output()},
+              {"error", nullptr},
+              {"incomplete_details", nullptr},
+              {"usage", nullptr}};
     if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
     if (status != "in_progress") {
       Usage u = usage_;
@@ -184,7 +174,12 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
     finished_ = true;
     if (reason == "error") {
       ApiError failure(500, "generation failed: " + error, "server_error");
-      if (stream_) {
+      if (stream_ && api_ == Api::responses) {
+        json response = response_object("failed");
+        response["error"] = {{"code", "server_error"}, {"message", failure.what()}};
+        send_response_event("response.failed", {{"response", response}});
+        channel_->finish_events();
+      } else if (stream_) {
         channel_->event(dump(failure.to_json()));
         if (api_ == Api::chat) channel_->event("[DONE]");
         channel_->finish_events();
@@ -216,9 +211,12 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
                       {"usage", u.chat()}});
       }
     } else {
-      const json response = response_object(reason == "length" ? "incomplete" : "completed");
+      const bool cut_off = reason == "length";
+      items_.finish(cut_off);
+      const json response = response_object(cut_off ? "incomplete" : "completed");
+      if (keep_) keep_(response);
       if (stream_) {
-        send_response_event("response.completed", {{"response", response}});
+        send_response_event(cut_off ? "response.incomplete" : "response.completed", {{"response", response}});
         channel_->finish_events();
       } else {
         respond_json(*channel_, 200, response);
@@ -233,6 +231,8 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   bool stream_;
   bool include_usage_;
   AssistantStream assistant_;
+  ResponseItems items_;  // the Responses API's output items (unused for chat)
+  std::function<void(const json&)> keep_;
   EngineJob job_;
   Usage usage_;
   TokenId last_token_ = -1;
@@ -240,16 +240,17 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   std::vector<TokenLogprobs> logprobs_;
   bool finished_ = false;
   int64_t sequence_ = 0;
-  std::string id_, message_id_, reasoning_id_;
+  std::string id_;
   int64_t created_;
 };
 
 }  // namespace
 
 void start_assistant_job(JobContext ctx, std::shared_ptr<ResponseChannel> channel, AssistantApi api,
-                         AssistantRequest request) {
+                         AssistantRequest request, std::function<void(const json&)> keep) {
   auto job = std::make_shared<AssistantJob>(std::move(ctx), std::move(channel), api, request.stream,
-                                            request.include_usage, std::move(request.stops));
+                                            request.include_usage, std::move(request.stops), request.r1_reply,
+                                            std::move(keep));
   job->start(std::move(request.spec), request.primed);
 }
 

@@ -12,8 +12,9 @@ namespace moeserve::server {
 
 enum class AssistantApi { chat, responses };
 
-// Submits the request (the server has admitted it: its one place is taken).
+// Submits the request (the server has admitted it: its one place is taken). A Responses API response that
+// completes (or is cut off) goes to `keep` too, when given (the response store).
 void start_assistant_job(JobContext ctx, std::shared_ptr<ResponseChannel> channel, AssistantApi api,
-                         AssistantRequest request);
+                         AssistantRequest request, std::function<void(const nlohmann::json&)> keep = {});
 
 }  // namespace moeserve::server

@@ -24,6 +24,17 @@ AssistantStream::AssistantStream(const Tokenizer& tokenizer, std::vector<std::st
   unparsed_decoder_.emplace(tokenizer_);
 }
 
+AssistantStream::AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, R1Reply)
+    : AssistantStream(tokenizer, std::move(stop_strings)) {
+  r1_.emplace(tokenizer);
+}
+
+void AssistantStream::add_r1(const chat::R1ReplyStream::Delta& d, AssistantDelta& delta) {
+  delta.reasoning += d.reasoning;
+  reasoning_ += d.reasoning;
+  add_content(d.content, delta);
+}
+
 void AssistantStream::add_content(std::string_view text, AssistantDelta& delta) {
   const std::string released = stops_.push(text);
   delta.content += released;
@@ -71,6 +82,11 @@ void AssistantStream::route(const harmony::Message& message, const std::string& 
 
 AssistantDelta AssistantStream::push(TokenId token) {
   AssistantDelta delta;
+  if (r1_) {
+    if (r1_->in_reasoning() && !r1_->stopped()) ++reasoning_tokens_;
+    add_r1(r1_->push(token), delta);
+    return delta;
+  }
   if (raw_) {
     add_content(raw_->push(token), delta);
     return delta;
@@ -103,7 +119,9 @@ AssistantDelta AssistantStream::push(TokenId token) {
 
 AssistantDelta AssistantStream::finish() {
   AssistantDelta delta;
-  if (raw_) {
+  if (r1_) {
+    add_r1(r1_->finish(), delta);
+  } else if (raw_) {
     add_content(raw_->finish(), delta);
   } else if (parser_.state() == harmony::StreamingParser::State::header && !unparsed_.empty()) {
     // Cut off inside a header: show what was generated rather than drop it.

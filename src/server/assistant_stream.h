@@ -6,7 +6,8 @@
 // also apply to a header being read: output that never leaves a header (plain text from a model that does not
 // write Harmony) would otherwise show no content, and hit no stop string, until generation ends; a stop string
 // in a header's text makes that message plain content, cut there (vLLM matches stop strings on all the output
-// text, headers included).
+// text, headers included). For DeepSeek-R1 models the reply is read as R1's instead (chat/r1_chat.h):
+// reasoning up to </think>, then content.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/r1_chat.h"
 #include "harmony/parser.h"
 #include "server/stop_string_filter.h"
 #include "tokenizer/incremental_decoder.h"
@@ -41,6 +43,9 @@ struct AssistantDelta {
 class AssistantStream {
  public:
   AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings);
+  // A DeepSeek-R1 reply.
+  struct R1Reply {};
+  AssistantStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, R1Reply);
 
   AssistantDelta push(TokenId token);
   // The end of generation: flushes what is pending.
@@ -54,6 +59,7 @@ class AssistantStream {
 
  private:
   void add_content(std::string_view text, AssistantDelta& delta);
+  void add_r1(const chat::R1ReplyStream::Delta& d, AssistantDelta& delta);
   void route(const harmony::Message& message, const std::string& text, AssistantDelta& delta);
   // From here on the output is plain text: the unfinished message's tokens, then every token, become content.
   void become_raw(AssistantDelta& delta);
@@ -63,6 +69,7 @@ class AssistantStream {
   const Tokenizer& tokenizer_;
   StopStringFilter stops_;
   harmony::StreamingParser parser_;
+  std::optional<chat::R1ReplyStream> r1_;  // set for a DeepSeek-R1 reply
   std::optional<IncrementalDecoder> raw_;  // set once the output stopped being Harmony
   std::vector<TokenId> unparsed_;          // tokens of the message being read (for the fallback)
   std::optional<IncrementalDecoder> unparsed_decoder_;  // the text of those before the content (the header)

@@ -4,7 +4,9 @@
 
 #include "harmony/completion.h"
 #include "harmony/render.h"
+#include "chat/r1_chat.h"
 #include "server/conversation.h"
+#include "server/r1_conversation.h"
 #include "server/structured_outputs.h"
 #include "server/unsupported_parameters.h"
 #include "util/error.h"
@@ -54,12 +56,17 @@ int max_new_tokens(const Field& body, const RequestContext& ctx, const Field& pr
 
 bool include_usage(const Field& body) { return body["stream_options"]["include_usage"].optional_bool().value_or(false); }
 
-std::vector<TokenId> render(const ConversationRequest& conversation, const RequestContext& ctx) {
+template <typename Render>
+std::vector<TokenId> render(const Render& render_prompt) {
   try {
-    return harmony::render_conversation_for_completion(ctx.tokenizer, conversation.conversation);
+    return render_prompt();
   } catch (const Error& e) {
     throw bad_request(fmt::format("the conversation cannot be rendered: {}", e.what()));
   }
+}
+
+std::vector<TokenId> render(const ConversationRequest& conversation, const RequestContext& ctx) {
+  return render([&] { return harmony::render_conversation_for_completion(ctx.tokenizer, conversation.conversation); });
 }
 
 // vLLM's min_tokens holds the request's stop tokens back (the engine bans them) and checks no stop string before
@@ -69,15 +76,17 @@ void check_min_tokens_without_stops(const Field& body, const LogitsProcessing& p
     body["min_tokens"].fail("is not supported together with stop strings (only with stop_token_ids)");
 }
 
-AssistantRequest assistant_request(const Field& body, const Field& input, const ConversationRequest& conversation,
+// model_stops: the tokens that end the model's turn (Harmony's, or the family's EOS), which ignore_eos drops.
+AssistantRequest assistant_request(const Field& body, const Field& input, std::vector<TokenId> prompt,
+                                   const std::vector<TokenId>& model_stops,
                                    const RequestContext& ctx, std::initializer_list<const char*> max_token_fields) {
   AssistantRequest out;
-  out.spec.prompt = render(conversation, ctx);
+  out.spec.prompt = std::move(prompt);
   out.spec.sampling = sampling_params(body, ctx.draw_seed());
   out.spec.max_tokens = max_new_tokens(body, ctx, input, out.spec.prompt.size(), max_token_fields, INT32_MAX);
   out.spec.processing = logits_processing(body, ctx.vocab_size, out.spec.max_tokens);
-  // vLLM's ignore_eos: generation goes on past Harmony's stop tokens; stop_token_ids end it too.
-  if (!body["ignore_eos"].optional_bool().value_or(false)) out.spec.stop_tokens = harmony::assistant_stop_tokens();
+  // vLLM's ignore_eos: generation goes on past the model's stop tokens; stop_token_ids end it too.
+  if (!body["ignore_eos"].optional_bool().value_or(false)) out.spec.stop_tokens = model_stops;
   for (int32_t id : stop_token_ids(body, ctx.vocab_size)) out.spec.stop_tokens.push_back(id);
   check_min_tokens_without_stops(body, out.spec.processing);
   out.stream = body["stream"].optional_bool().value_or(false);
@@ -162,20 +171,33 @@ AssistantRequest chat_request(std::string_view body_text, const RequestContext& 
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::chat);
-  const ConversationRequest conversation = chat_conversation(body, ctx.limits);
-  AssistantRequest out =
-      assistant_request(body, body["messages"], conversation, ctx, {"max_completion_tokens", "max_tokens"});
-  // Structured outputs constrain the final channel only: the grammar starts after its header.
-  out.spec.grammar = response_format_grammar(body, ctx.grammars);
-  if (out.spec.grammar) {
-    if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
-    out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
-  }
-  if (conversation.forced_tool) force_tool_call(body, *conversation.forced_tool, ctx, out);
   // OpenAI: logprobs true returns each output token's logprob; top_logprobs (0-20) needs it.
   const bool logprobs = body["logprobs"].optional_bool().value_or(false);
   const std::optional<int64_t> top = body["top_logprobs"].optional_int(0, kMaxTopLogprobs);
   if (top && !logprobs && *top > 0) body["top_logprobs"].fail("needs 'logprobs' to be true");
+  AssistantRequest out;
+  if (ctx.r1_chat) {
+    // DeepSeek-R1: its template, stopping at end of sentence (generation_config.json's eos_token_id). Its reply
+    // reasons before it answers, with no channel header to start a grammar at: response_format is refused.
+    const std::vector<chat::ChatTurn> turns = r1_chat_turns(body, ctx.limits);
+    if (response_format_grammar(body, ctx.grammars))
+      body["response_format"].fail("is not supported for DeepSeek-R1 models (constrained decoding is for gpt-oss)");
+    const auto r1_prompt = [&] { return chat::render_r1_prompt(ctx.tokenizer, turns); };
+    out = assistant_request(body, body["messages"], render(r1_prompt), ctx.eos_token_ids, ctx,
+                            {"max_completion_tokens", "max_tokens"});
+    out.r1_reply = true;
+  } else {
+    const ConversationRequest conversation = chat_conversation(body, ctx.limits);
+    out = assistant_request(body, body["messages"], render(conversation, ctx), harmony::assistant_stop_tokens(), ctx,
+                            {"max_completion_tokens", "max_tokens"});
+    // Structured outputs constrain the final channel only: the grammar starts after its header.
+    out.spec.grammar = response_format_grammar(body, ctx.grammars);
+    if (out.spec.grammar) {
+      if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
+      out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
+    }
+    if (conversation.forced_tool) force_tool_call(body, *conversation.forced_tool, ctx, out);
+  }
   if (logprobs) out.spec.top_logprobs = static_cast<int>(top.value_or(0));
   out.include_usage = include_usage(body);
   out.stops = stop_strings(body, ctx.limits);
@@ -186,7 +208,10 @@ AssistantRequest responses_request(std::string_view body_text, const RequestCont
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
   check_common(body, ctx, Endpoint::responses);
-  return assistant_request(body, body["input"], responses_conversation(body, ctx.limits), ctx, {"max_output_tokens"});
+  if (ctx.r1_chat)
+    throw bad_request("the Responses API is served for gpt-oss models; DeepSeek-R1 answers /v1/chat/completions");
+  return assistant_request(body, body["input"], render(responses_conversation(body, ctx.limits), ctx),
+                           harmony::assistant_stop_tokens(), ctx, {"max_output_tokens"});
 }
 
 CompletionRequest completion_request(std::string_view body_text, const RequestContext& ctx) {

@@ -30,9 +30,11 @@ struct RequestContext {
   std::function<uint64_t()> draw_seed;
   // Compiled response_format grammars; null: structured outputs are refused.
   structured::GrammarCache* grammars = nullptr;
+  // A DeepSeek-R1 model (the DeepSeek-V3 family): chat in R1's template (r1_conversation.h), no Responses API.
+  bool r1_chat = false;
 };
 
-// A chat completion or a Responses API response: Harmony in, Harmony out.
+// A chat completion or a Responses API response: Harmony in, Harmony out (or R1's template and replies).
 struct AssistantRequest {
   RequestSpec spec;
   bool stream = false;
@@ -41,6 +43,7 @@ struct AssistantRequest {
   // A forced tool call: the call's header, which ends the prompt; the answer's reader takes it as the output's
   // start, so that the generated arguments come back as that call's.
   std::vector<TokenId> primed;
+  bool r1_reply = false;  // the reply is read as DeepSeek-R1's: reasoning up to </think>, then content
 };
 
 AssistantRequest chat_request(std::string_view body, const RequestContext& ctx);

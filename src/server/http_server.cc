@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
 #include "server/api_error.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace moeserve::server {
 
@@ -79,6 +81,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_more();
   void dispatch();
   void reject(unsigned status, const std::string& message);
+  // A CORS preflight (OPTIONS with Access-Control-Request-Method) from an allowed origin: answered 204 here.
+  bool answer_preflight(const HttpRequest& request);
+  void log_access(unsigned status) const;
   void watch_for_disconnect();
   void queue(std::string bytes, bool ends_response);
   void write_next();
@@ -110,6 +115,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = false;
   bool http10_ = false;       // the client speaks HTTP/1.0: no chunked encoding
   bool head_request_ = false;  // HEAD: headers only
+  std::string cors_headers_;   // for an allowed Origin: the Access-Control-* lines every response carries
   bool error_reply_ = false;   // the reply refuses the request: the connection closes after it
   std::string route_;          // "METHOD target", for the log
 
@@ -215,6 +221,13 @@ void Session::dispatch() {
   http10_ = request.version() < 11;
   head_request_ = request.method() == http::verb::head;
   route_ = fmt::format("{} {}", std::string(request.method_string()), std::string(request.target().substr(0, 200)));
+  cors_headers_.clear();
+  const auto origin = request[http::field::origin];
+  const auto& allowed = options_.allowed_origins;
+  if (!origin.empty() && (std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
+                          std::find(allowed.begin(), allowed.end(), std::string(origin)) != allowed.end()))
+    cors_headers_ = fmt::format("Access-Control-Allow-Origin: {}\r\nVary: Origin\r\n", std::string(origin));
+  if (answer_preflight(request)) return;
   watch_for_disconnect();
   // The handler gets a copy of the channel: this one outlives a throwing handler's, so the 500 below is posted
   // before the channel's release reports it unanswered.
@@ -234,6 +247,30 @@ void Session::dispatch() {
   });
 }
 
+bool Session::answer_preflight(const HttpRequest& request) {
+  if (request.method() != http::verb::options || cors_headers_.empty()) return false;
+  const auto method = request[http::field::access_control_request_method];
+  if (method.empty()) return false;
+  const auto headers = request[http::field::access_control_request_headers];
+  // Fetch's CORS protocol: the methods and headers the actual request may use, and how long to cache the answer.
+  std::string allow = cors_headers_ + "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n";
+  if (!headers.empty()) allow += fmt::format("Access-Control-Allow-Headers: {}\r\n", std::string(headers));
+  reply_ = Reply::done;
+  log_access(204);
+  queue(status_line(204) + allow + (keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"),
+        true);
+  return true;
+}
+
+void Session::log_access(unsigned status) const {
+  if (!options_.access_log) return;
+  error_code ec;
+  const auto peer = socket_.remote_endpoint(ec);
+  const std::string client = ec ? "-" : fmt::format("{}:{}", peer.address().to_string(), peer.port());
+  log_info("{} - \"{} HTTP/1.{}\" {} {}", client, route_, http10_ ? 0 : 1, status,
+           std::string(http::obsolete_reason(static_cast<http::status>(status))));
+}
+
 void Session::reject(unsigned status, const std::string& message) {
   ++generation_;
   phase_ = Phase::answering;
@@ -242,6 +279,8 @@ void Session::reject(unsigned status, const std::string& message) {
   http10_ = false;
   head_request_ = false;
   error_reply_ = true;
+  cors_headers_.clear();
+  route_ = "(unreadable request)";
   respond(generation_, status, "application/json", error_body(status, message), {});
 }
 
@@ -300,7 +339,8 @@ void Session::set_disconnect(uint64_t generation, std::function<void()> callback
 void Session::respond(uint64_t generation, unsigned status, std::string content_type, std::string body, Headers extra) {
   if (!current(generation) || reply_ != Reply::none) return;
   reply_ = Reply::done;
-  std::string message = status_line(status);
+  log_access(status);
+  std::string message = status_line(status) + cors_headers_;
   message += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\nConnection: {}\r\n", content_type, body.size(),
                          keep_alive_ ? "keep-alive" : "close");
   for (const auto& [name, value] : extra) message += fmt::format("{}: {}\r\n", name, value);
@@ -314,7 +354,8 @@ void Session::start_events(uint64_t generation) {
   reply_ = Reply::streaming;
   // RFC 9112 §6.3 and §7: HTTP/1.0 has no chunked coding; the stream's end is the connection's close.
   if (http10_) keep_alive_ = false;
-  std::string head = status_line(200) + "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
+  log_access(200);
+  std::string head = status_line(200) + cors_headers_ + "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
   if (!http10_) head += "Transfer-Encoding: chunked\r\n";
   head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   queue(std::move(head), false);

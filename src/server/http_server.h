@@ -45,6 +45,12 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{5'000};
   std::chrono::milliseconds write_timeout{60'000};  // one write of a response that the client does not read
   std::chrono::milliseconds accept_backoff{100};    // accepts pause this long when descriptors run out
+  // CORS (vLLM's --allowed-origins): origins whose browser pages may call the server ("*": any). Responses to an
+  // allowed Origin carry Access-Control-Allow-Origin, and preflight OPTIONS requests are answered here (204),
+  // before the handler and its API key check, as browsers send them without credentials. Empty: no CORS headers.
+  std::vector<std::string> allowed_origins;
+  // One line per response on stderr as uvicorn writes them under vLLM: client "METHOD target HTTP/1.1" status.
+  bool access_log = false;
 };
 
 class ResponseChannel {

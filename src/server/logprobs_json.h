@@ -11,7 +11,7 @@
 #include <span>
 #include <string>
 
-#include "engine/logprobs.h"
+#include "sampling/logprobs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/logits_processing.h"
-#include "engine/sampling_params.h"
+#include "sampling/logits_processing.h"
+#include "sampling/sampling_params.h"
 #include "server/api_error.h"
 
 namespace moeserve::server {

@@ -20,7 +20,7 @@
 
 namespace moeserve::structured {
 
-// One bit per token: bit t % 32 of word t / 32 (engine/logit_edit.h's token_allowed()).
+// One bit per token: bit t % 32 of word t / 32 (sampling/logit_edit.h's token_allowed()).
 using TokenMask = std::vector<uint32_t>;
 
 class TokenVocabulary {

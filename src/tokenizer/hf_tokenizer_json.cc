@@ -1,11 +1,15 @@
 // Hugging Face tokenizer.json: see tokenizer_files.h. Read with nlohmann's SAX interface: the file is ~27 MB,
 // mostly "vocab" and "merges", which are checked as they stream past instead of being built into a DOM.
+// Two kinds: GPT-OSS's (one Split, ignore_merges: tiktoken's rule over the vocab's ranks) and DeepSeek-V3's (a
+// Sequence of several Splits, no ignore_merges: the merges list decides). The pre-tokenizer, which every file
+// Hugging Face tokenizers writes puts before the model, tells them apart.
 #include <fmt/format.h>
 
 #include <array>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tokenizer/tokenizer_files.h"
 #include "util/bounded_read.h"
@@ -101,6 +105,17 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
     return p;
   }
   bool in_vocab() const { return stack_.size() == 3 && stack_[0].key == "model" && stack_[1].key == "vocab"; }
+  // DeepSeek-V3's kind: the pre-tokenizer is a Sequence of two or more Split steps (decided once, at the vocab).
+  bool merges_list() {
+    if (!merges_list_) {
+      int splits = 0;
+      for (auto it = leaves_.find("pre_tokenizer/pretokenizers/0/type"); it != leaves_.end() && it->second == "Split";
+           it = leaves_.find(fmt::format("pre_tokenizer/pretokenizers/{}/type", ++splits))) {
+      }
+      merges_list_ = splits >= 2;
+    }
+    return *merges_list_;
+  }
   bool in_merges() const { return stack_.size() >= 3 && stack_[0].key == "model" && stack_[1].key == "merges"; }
 
   template <typename V>
@@ -124,18 +139,34 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
     MOESERVE_CHECK(id.is_number_unsigned(), "{}: vocab entry {} has id {}, not a token id", path_, json_quoted(key),
                    id.dump());
     const uint64_t rank = id.get<uint64_t>();
-    if (rank >= static_cast<uint64_t>(o200k::kMergeableTokens)) {
-      vocab_specials_.emplace_back(rank, key);  // must be one of added_tokens (checked in finish)
-      return;
-    }
     std::string bytes;
-    MOESERVE_CHECK(byte_level_decode(key, bytes), "{}: vocab entry {} is not a byte-level string", path_, json_quoted(key));
+    if (merges_list()) {
+      MOESERVE_CHECK(rank < kMaxVocabulary, "{}: vocab entry {} has id {}, beyond {} tokens", path_, json_quoted(key),
+                     rank, kMaxVocabulary);
+      // An entry that is no byte-level string is an added token inside the vocab (DeepSeek's ids 0..2), checked
+      // against added_tokens in finish; its name stands for its bytes.
+      if (!byte_level_decode(key, bytes)) {
+        vocab_specials_.emplace_back(rank, key);
+        bytes = key;
+      }
+    } else {
+      if (rank >= static_cast<uint64_t>(o200k::kMergeableTokens)) {
+        vocab_specials_.emplace_back(rank, key);  // must be one of added_tokens (checked in finish)
+        return;
+      }
+      MOESERVE_CHECK(byte_level_decode(key, bytes), "{}: vocab entry {} is not a byte-level string", path_,
+                     json_quoted(key));
+    }
     if (rank >= tokens_.size()) tokens_.resize(rank + 1);
     MOESERVE_CHECK(tokens_[rank].empty(), "{}: vocab id {} appears twice", path_, rank);
     tokens_[rank] = std::move(bytes);
   }
   void vocab_done() {
     for (size_t r = 0; r < tokens_.size(); ++r) MOESERVE_CHECK(!tokens_[r].empty(), "{}: vocab lacks id {}", path_, r);
+    if (merges_list()) {
+      ranks_ = RankTable(tokens_);
+      return;
+    }
     MOESERVE_CHECK(tokens_.size() == static_cast<size_t>(o200k::kMergeableTokens),
                    "{}: vocab has {} mergeable tokens, o200k_base has {}", path_, tokens_.size(),
                    o200k::kMergeableTokens);
@@ -162,6 +193,11 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
                        merged != RankTable::kNoRank,
                    "{}: merge {} ({} {}) joins strings that are not in the vocab", path_, merges_, left.dump(),
                    right.dump());
+    if (merges_list()) {
+      merge_list_.push_back({ranks_.find(l), ranks_.find(r), merged});
+      ++merges_;
+      return;
+    }
     MOESERVE_CHECK(merged >= last_merged_, "{}: merge {} is out of rank order: {} after {}", path_, merges_, merged,
                    last_merged_);
     last_merged_ = merged;
@@ -177,7 +213,18 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
     return it->second;
   }
 
+  TokenizerFileContents finish_merges_list();
+  // added_tokens' (id, content) pairs; fails naming the entry when one lacks either, or when its id is beyond
+  // last_id (`bound` says what last_id is, for the message).
+  std::vector<std::pair<TokenId, std::string>> added_tokens(uint64_t last_id, std::string_view bound) const;
+  void check_vocab_specials(const std::vector<std::pair<TokenId, std::string>>& added) const;
+
+  // Ids of a merges-list vocabulary are bounded before anything is sized by them.
+  static constexpr uint64_t kMaxVocabulary = uint64_t{1} << 22;
+
   std::string path_;
+  std::optional<bool> merges_list_;
+  std::vector<BpeMerge> merge_list_;
   std::vector<Level> stack_;
   Leaves leaves_;
   std::vector<std::string> tokens_;
@@ -189,8 +236,88 @@ class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
   size_t merges_ = 0;
 };
 
+std::vector<std::pair<TokenId, std::string>> TokenizerJsonReader::added_tokens(uint64_t last_id,
+                                                                              std::string_view bound) const {
+  std::vector<std::pair<TokenId, std::string>> added;
+  for (int i = 0;; ++i) {
+    const std::string prefix = fmt::format("added_tokens/{}/", i);
+    const auto id = leaves_.find(prefix + "id");
+    const auto content = leaves_.find(prefix + "content");
+    if (id == leaves_.end() && content == leaves_.end()) break;
+    MOESERVE_CHECK(id != leaves_.end() && content != leaves_.end() && id->second.is_number_unsigned() &&
+                       content->second.is_string(),
+                   "{}: added_tokens[{}] needs an id and a content", path_, i);
+    const uint64_t value = id->second.get<uint64_t>();
+    MOESERVE_CHECK(value <= last_id, "{}: added_tokens[{}] has id {}, beyond {} {}", path_, i, value, bound, last_id);
+    added.emplace_back(static_cast<TokenId>(value), content->second.get<std::string>());
+  }
+  return added;
+}
+
+void TokenizerJsonReader::check_vocab_specials(const std::vector<std::pair<TokenId, std::string>>& added) const {
+  for (const auto& special : vocab_specials_) {
+    const uint64_t id = special.first;
+    const std::string& key = special.second;
+    const bool named = std::any_of(added.begin(), added.end(),
+                                   [&](const auto& s) { return static_cast<uint64_t>(s.first) == id; });
+    MOESERVE_CHECK(named, "{}: vocab id {} ({}) is neither mergeable nor an added token", path_, id, json_quoted(key));
+  }
+}
+
+// DeepSeek-V3's kind: byte-level BPE by the merges list over a Split sequence; no normalizer; added tokens
+// matched as they are (no lstrip, rstrip or single_word).
+TokenizerFileContents TokenizerJsonReader::finish_merges_list() {
+  require("model/type", "BPE");
+  auto absent_or = [&](const std::string& key, const nlohmann::json& allowed) {
+    const auto it = leaves_.find(key);
+    MOESERVE_CHECK(it == leaves_.end() || it->second == allowed || it->second.is_null(),
+                   "{}: {} is {}, moeserve supports only {}", path_, key,
+                   it == leaves_.end() ? "" : it->second.dump(), allowed.dump());
+  };
+  absent_or("model/ignore_merges", false);
+  absent_or("model/byte_fallback", false);
+  absent_or("model/continuing_subword_prefix", nullptr);
+  absent_or("model/end_of_word_suffix", nullptr);
+  absent_or("model/dropout", nullptr);
+  if (leaves_.contains("normalizer/type"))
+    MOESERVE_CHECK(leaves_.at("normalizer/type") == "Sequence" && !leaves_.contains("normalizer/normalizers/0/type"),
+                   "{}: only an empty normalizer Sequence is supported", path_);
+  require("pre_tokenizer/type", "Sequence");
+  TokenizerFileContents contents;
+  int step = 0;
+  for (;; ++step) {
+    const std::string prefix = fmt::format("pre_tokenizer/pretokenizers/{}/", step);
+    const auto type = leaves_.find(prefix + "type");
+    if (type == leaves_.end() || type->second != "Split") break;
+    require(prefix + "behavior", "Isolated");
+    require(prefix + "invert", false);
+    const nlohmann::json& pattern = require(prefix + "pattern/Regex", nullptr);
+    MOESERVE_CHECK(pattern.is_string(), "{}: the Split pattern {} is not a string", path_, step);
+    contents.split_patterns.push_back(pattern.get<std::string>());
+  }
+  const std::string byte_level = fmt::format("pre_tokenizer/pretokenizers/{}/", step);
+  require(byte_level + "type", "ByteLevel");
+  require(byte_level + "use_regex", false);
+  absent_or(byte_level + "add_prefix_space", false);
+  MOESERVE_CHECK(!leaves_.contains(fmt::format("pre_tokenizer/pretokenizers/{}/type", step + 1)),
+                 "{}: unexpected pre-tokenizer after ByteLevel", path_);
+  for (int i = 0; leaves_.contains(fmt::format("added_tokens/{}/id", i)); ++i)
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      absent_or(fmt::format("added_tokens/{}/{}", i, flag), false);
+  contents.special_names = added_tokens(kMaxVocabulary - 1, "the largest vocabulary id moeserve reads,");
+  check_vocab_specials(contents.special_names);
+  for (size_t i = 0; i < contents.special_names.size(); ++i)
+    if (const auto flag = leaves_.find(fmt::format("added_tokens/{}/special", i)); flag != leaves_.end() && flag->second == true)
+      contents.special_flagged.push_back(contents.special_names[i].first);
+  MOESERVE_CHECK(!merge_list_.empty(), "{}: model.merges is empty", path_);
+  contents.merges = std::move(merge_list_);
+  contents.mergeable = std::move(tokens_);
+  return contents;
+}
+
 TokenizerFileContents TokenizerJsonReader::finish() {
   MOESERVE_CHECK(ranks_.size() > 0, "{}: model.vocab is missing", path_);
+  if (merges_list()) return finish_merges_list();
   require("model/type", "BPE");
   require("model/ignore_merges", true);  // tiktoken: a piece that is a token is that token, whatever the merges
   for (size_t r = 256; r < produced_.size(); ++r) {
@@ -211,27 +338,8 @@ TokenizerFileContents TokenizerJsonReader::finish() {
   require("pre_tokenizer/pretokenizers/1/use_regex", false);
   MOESERVE_CHECK(!leaves_.contains("pre_tokenizer/pretokenizers/2/type"), "{}: unexpected third pre-tokenizer",
                  path_);
-  for (int i = 0;; ++i) {
-    const std::string prefix = fmt::format("added_tokens/{}/", i);
-    const auto id = leaves_.find(prefix + "id");
-    const auto content = leaves_.find(prefix + "content");
-    if (id == leaves_.end() && content == leaves_.end()) break;
-    MOESERVE_CHECK(id != leaves_.end() && content != leaves_.end() && id->second.is_number_unsigned() &&
-                       content->second.is_string(),
-                   "{}: added_tokens[{}] needs an id and a content", path_, i);
-    MOESERVE_CHECK(id->second.get<uint64_t>() <= static_cast<uint64_t>(o200k::kLastSpecial),
-                   "{}: added_tokens[{}] has id {}, beyond o200k_harmony's last id {}", path_, i,
-                   id->second.get<uint64_t>(), o200k::kLastSpecial);
-    const std::string name = content->second.get<std::string>();
-    contents.special_names.emplace_back(static_cast<TokenId>(id->second.get<uint64_t>()), name);
-  }
-  for (const auto& special : vocab_specials_) {
-    const uint64_t id = special.first;
-    const std::string& key = special.second;
-    const bool added = std::any_of(contents.special_names.begin(), contents.special_names.end(),
-                                   [&](const auto& s) { return static_cast<uint64_t>(s.first) == id; });
-    MOESERVE_CHECK(added, "{}: vocab id {} ({}) is neither mergeable nor an added token", path_, id, json_quoted(key));
-  }
+  contents.special_names = added_tokens(o200k::kLastSpecial, "o200k_harmony's last id");
+  check_vocab_specials(contents.special_names);
   contents.mergeable = std::move(tokens_);
   return contents;
 }

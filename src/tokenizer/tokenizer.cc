@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/hf_bpe_model.h"
 #include "tokenizer/tokenizer_files.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
@@ -46,10 +47,13 @@ bool AllowedSpecial::allows(TokenId id) const {
   return all_ || std::find(ids_.begin(), ids_.end(), id) != ids_.end();
 }
 
-Tokenizer::Tokenizer(TokenizerFileContents contents)
-    : ranks_(contents.mergeable),
-      pretokenizer_(std::make_unique<Pretokenizer>(contents.pattern)),
-      id_(next_tokenizer_id++) {
+Tokenizer::Tokenizer(TokenizerFileContents contents) : ranks_(contents.mergeable), id_(next_tokenizer_id++) {
+  if (!contents.merges.empty()) {
+    hf_bpe_ = std::make_unique<HfBpeModel>(std::move(contents.split_patterns), contents.merges, ranks_);
+    init_added_tokens(contents);
+    return;
+  }
+  pretokenizer_ = std::make_unique<Pretokenizer>(contents.pattern);
   MOESERVE_CHECK(ranks_.size() == static_cast<size_t>(o200k::kMergeableTokens),
                  "o200k_harmony needs {} mergeable ranks, the tokenizer file has {}", o200k::kMergeableTokens,
                  ranks_.size());
@@ -77,6 +81,26 @@ Tokenizer::Tokenizer(TokenizerFileContents contents)
         special_ids_.emplace(special_names_[i], static_cast<TokenId>(o200k::kFirstSpecial + i));
     MOESERVE_CHECK(inserted, "special token name {} is used twice", special_names_[i]);
   }
+}
+
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::init_added_tokens(const TokenizerFileContents& contents) {
+  added_by_first_byte_.resize(256);
+  special_flagged_.insert(contents.special_flagged.begin(), contents.special_flagged.end());
+  for (const auto& [id, name] : contents.special_names) {
+    MOESERVE_CHECK(id >= 0 && !name.empty(), "added token {} has id {} or an empty name", name, id);
+    MOESERVE_CHECK(static_cast<size_t>(id) >= ranks_.size() || ranks_.token(id) == name,
+                   "added token {} has id {}, which the vocab gives to another token", name, id);
+    const auto [it, inserted] = added_names_.emplace(id, name);
+    MOESERVE_CHECK(inserted, "added token id {} is used twice", id);
+    const auto [by_name, new_name] = special_ids_.emplace(it->second, id);
+    MOESERVE_CHECK(new_name, "added token name {} is used twice", name);
+    added_by_first_byte_[static_cast<uint8_t>(name[0])].emplace_back(it->second, id);
+  }
+  for (auto& candidates : added_by_first_byte_)
+    std::sort(candidates.begin(), candidates.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
@@ -116,6 +140,10 @@ std::unique_ptr<Tokenizer> Tokenizer::o200k_harmony() {
 }
 
 void Tokenizer::encode_checked_into(std::string_view text, std::vector<TokenId>& out) const {
+  if (hf_bpe_) {
+    hf_bpe_->encode(text, out);
+    return;
+  }
   PieceCache& cache = piece_cache;
   if (cache.owner != id_) {
     cache.pieces.clear();
@@ -162,6 +190,7 @@ std::vector<TokenId> Tokenizer::encode_ordinary(std::string_view text) const {
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, const AllowedSpecial& allowed) const {
+  if (hf_bpe_) return encode_with_added_tokens(text, allowed);
   check_utf8(text);
   std::vector<TokenId> out;
   out.reserve(text.size() / 3);
@@ -196,7 +225,54 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const AllowedSpeci
   return out;
 }
 
+// Added tokens are cut out of the text first, each time the longest one that starts leftmost (Hugging Face
+// tokenizers' AddedVocabulary, transformers.js's DictionarySplitter), and the text between them is ordinary.
+std::vector<TokenId> Tokenizer::encode_with_added_tokens(std::string_view text, const AllowedSpecial& allowed) const {
+  check_utf8(text);
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3);
+  size_t ordinary_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    const std::pair<std::string_view, TokenId>* found = nullptr;
+    for (const auto& candidate : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {
+      if (text.compare(i, candidate.first.size(), candidate.first) == 0) {
+        found = &candidate;
+        break;
+      }
+    }
+    if (found == nullptr) {
+      ++i;
+      continue;
+    }
+    MOESERVE_CHECK(allowed.allows(found->second), "special token {} at byte offset {} is not allowed in this text",
+                   found->first, i);
+    encode_checked_into(text.substr(ordinary_start, i - ordinary_start), out);
+    out.push_back(found->second);
+    i += found->first.size();
+    ordinary_start = i;
+  }
+  encode_checked_into(text.substr(ordinary_start), out);
+  return out;
+}
+
+bool Tokenizer::is_special(TokenId id) const {
+  if (hf_bpe_) return added_names_.contains(id);
+  return id >= o200k::kFirstSpecial && id <= o200k::kLastSpecial;
+}
+
+const std::string& Tokenizer::pattern() const {
+  MOESERVE_CHECK(pretokenizer_ != nullptr, "this tokenizer pre-tokenises by a Split sequence, not one pattern");
+  return pretokenizer_->pattern();
+}
+
 std::string_view Tokenizer::token_bytes(TokenId id) const {
+  if (hf_bpe_) {
+    if (const auto it = added_names_.find(id); it != added_names_.end()) return it->second;
+    MOESERVE_CHECK(id >= 0, "token id {} is negative", id);
+    // An id with no token decodes to nothing, as Hugging Face tokenizers' decode skips it: DeepSeek-V3's embedding
+    // has 465 rows past the tokenizer's last id, which a model may still sample.
+    return static_cast<size_t>(id) < ranks_.size() ? ranks_.token(id) : std::string_view();
+  }
   if (id >= 0 && id < o200k::kMergeableTokens) return ranks_.token(id);
   MOESERVE_CHECK(is_special(id), "token id {} is not in o200k_harmony (0..{})", id, o200k::kLastSpecial);
   return special_names_[id - o200k::kFirstSpecial];
@@ -209,6 +285,13 @@ std::string Tokenizer::decode_bytes(std::span<const TokenId> ids) const {
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids) const { return utf8_lossy(decode_bytes(ids)); }
+
+std::string Tokenizer::decode_skipping_special(std::span<const TokenId> ids) const {
+  std::vector<TokenId> kept;
+  for (TokenId id : ids)
+    if (hf_bpe_ ? !special_flagged_.contains(id) : !is_special(id)) kept.push_back(id);
+  return decode(kept);
+}
 
 std::string Tokenizer::decode_utf8(std::span<const TokenId> ids) const {
   std::string bytes = decode_bytes(ids);

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "fake_server.h"
@@ -103,8 +105,8 @@ TEST(BenchCli, TheApiKeyIsAskedForThenSentFromTheFlagOrTheEnvironmentAndNotRecor
       << missing.output;
 
   const std::string dir = moeserve::testing::temp_dir("bench-cli-key");
-  const auto flag =
-      moeserve::testing::run_command(bench_command(dir, server.url(), "--scenario offline --accuracy --api-key sekret"));
+  const auto flag = moeserve::testing::run_command(
+      bench_command(dir, server.url(), "--scenario offline --accuracy --api-key sekret"));
   EXPECT_EQ(flag.exit_code, 0) << flag.output;
   const std::string result = read_text_file(dir + "/out/moeserve_result.json");
   EXPECT_FALSE(contains(result, "sekret"));
@@ -125,7 +127,8 @@ std::pair<int, std::string> interrupted_run(int signal) {
   moeserve::testing::CommandResult result;
   std::atomic<bool> ended{false};
   std::thread run([&] {
-    result = moeserve::testing::run_command("{ " + command + " & echo $! > " + dir + "/pid; wait $!; echo \"rc=$?\"; }");
+    result =
+        moeserve::testing::run_command("{ " + command + " & echo $! > " + dir + "/pid; wait $!; echo \"rc=$?\"; }");
     ended = true;
   });
   while (server.requests().size() < 2 && !ended) std::this_thread::sleep_for(10ms);
@@ -135,6 +138,10 @@ std::pair<int, std::string> interrupted_run(int signal) {
   const size_t rc = result.output.rfind("rc=");
   EXPECT_NE(rc, std::string::npos) << result.output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/out/mlperf_log_summary.txt"));  // the logs are still written
+  // And the report says so: the banner and the constraint row.
+  const std::string html = read_text_file(dir + "/out/moeserve_report.html");
+  EXPECT_TRUE(contains(html, "<span class=\"word\">INVALID (interrupted)</span>")) << html;
+  EXPECT_TRUE(contains(html, "<th>run completed</th><td>interrupted (Ctrl-C or SIGTERM)</td>")) << html;
   return {rc == std::string::npos ? -1 : std::stoi(result.output.substr(rc + 3)), result.output};
 }
 
@@ -144,6 +151,78 @@ TEST(BenchCli, SigintAndSigtermExit130AfterWritingTheLogs) {
     EXPECT_EQ(code, 130) << output;
     EXPECT_TRUE(contains(output, "Ending early: interrupted; outstanding samples were cancelled")) << output;
   }
+}
+
+TEST(BenchCli, ProgressPrintsPlainLinesOffATerminal) {
+  FakeStreamingServer server(FakeServerOptions{});
+  const std::string dir = moeserve::testing::temp_dir("bench-cli-progress");
+  // Not --no-progress: the test's stderr is a pipe, so the progress comes as plain lines (the last at the end).
+  const auto r = moeserve::testing::run_command(
+      fmt::format("{} bench --endpoint {} --dataset {} --output-dir {}/out --scenario server --target-qps 50 "
+                  "--min-duration 0.05 --min-query-count 4",
+                  MOESERVE_BINARY, server.url(), write_prompts(dir, 4), dir));
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // four queries cannot meet early stopping
+  EXPECT_TRUE(contains(r.output, "Server PerformanceOnly: ")) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("issued (\\d+)/\\1 samples \\(min_query_count 4"))) << r.output;
+  EXPECT_TRUE(contains(r.output, "p99 TTFT ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 0 errors | ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "ETA 0s")) << r.output;
+  EXPECT_FALSE(contains(r.output, "\r")) << r.output;
+}
+
+TEST(BenchCli, FindPeakProbesRecordsEveryProbeAndConfirms) {
+  FakeStreamingServer server(FakeServerOptions{});
+  const std::string dir = moeserve::testing::temp_dir("bench-cli-find-peak");
+  // The fake server answers at once: every probe passes, so three probes bracket upwards and the search confirms
+  // at the last; 16 queries cannot meet early stopping, so each confirmation fails and backs off.
+  const auto r = moeserve::testing::run_command(
+      fmt::format("{} bench --endpoint {} --dataset {} --no-progress --output-dir {}/out --scenario server "
+                  "--target-qps 20 --find-peak --find-peak-max-probes 3 --find-peak-probe-duration 0.2 "
+                  "--min-duration 0.2 --min-query-count 4",
+                  MOESERVE_BINARY, server.url(), write_prompts(dir, 4), dir));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* line : {"find-peak: probe at 20 qps", "find-peak: 40 qps VALID", "find-peak: probe at 80 qps",
+                           "find-peak: confirming run at 80 qps (full settings)", "confirming run at 72 qps",
+                           "find-peak: no confirming run was VALID (3 tried, down to 64.8 qps)"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
+  const nlohmann::json result = nlohmann::json::parse(read_text_file(dir + "/out/moeserve_result.json"));
+  ASSERT_TRUE(result.contains("find_peak"));
+  EXPECT_EQ(result["find_peak"]["probes"].size(), 6u);
+  EXPECT_EQ(result["find_peak"]["probes"][0]["kind"], "bracket");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/out/find_peak/probe_01_qps_20/mlperf_log_summary.txt"));
+  const std::string html = read_text_file(dir + "/out/moeserve_report.html");
+  EXPECT_TRUE(contains(html, "<table id=\"find-peak-probes\">"));
+  EXPECT_TRUE(contains(html, "<p class=\"sub\">endpoint " + server.url() + " (model ")) << html;
+}
+
+TEST(BenchCli, CompareTwoRunsGivesTheRatiosAndAPage) {
+  FakeStreamingServer fast(FakeServerOptions{});
+  FakeServerOptions slow_options;
+  slow_options.token_interval = 20ms;
+  FakeStreamingServer slow(slow_options);
+  const std::string dir = moeserve::testing::temp_dir("bench-cli-compare");
+  for (const auto& [name, url] : {std::pair{"fast", fast.url()}, {"slow", slow.url()}}) {
+    const auto r = moeserve::testing::run_command(
+        fmt::format("{} bench --endpoint {} --dataset {} --no-progress --output-dir {}/{} --scenario offline "
+                    "--min-duration 0 --min-query-count 4",
+                    MOESERVE_BINARY, url, write_prompts(dir, 4), dir, name));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const auto compared = moeserve::testing::run_command(
+      fmt::format("{} bench compare {}/fast {}/slow/moeserve_result.json --output {}/compare.html", MOESERVE_BINARY,
+                  dir, dir, dir));
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_TRUE(contains(compared.output, "throughput (output tokens/s)")) << compared.output;
+  EXPECT_TRUE(contains(compared.output, "(x0.")) << compared.output;  // the slow server's throughput ratio
+  EXPECT_TRUE(contains(compared.output, "[2] " + dir + "/slow/moeserve_result.json")) << compared.output;
+  EXPECT_TRUE(contains(read_text_file(dir + "/compare.html"), "<table id=\"compare\">"));
+  // One file is not a comparison; a file that is not a result says so.
+  EXPECT_EQ(moeserve::testing::run_command(fmt::format("{} bench compare {}/fast", MOESERVE_BINARY, dir)).exit_code, 2);
+  write_text_file(dir + "/other.json", "{}");
+  const auto other = moeserve::testing::run_command(
+      fmt::format("{} bench compare {}/fast {}/other.json --output {}/x.html", MOESERVE_BINARY, dir, dir, dir));
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_TRUE(contains(other.output, "is not a moeserve bench result")) << other.output;
 }
 
 }  // namespace

@@ -16,10 +16,11 @@
 #include "bench_test_util.h"
 #include "engine/generate.h"
 #include "eval/accuracy_log.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
+#include "util/files.h"
 
 namespace moeserve::bench {
 namespace {
@@ -127,6 +128,20 @@ TEST(BenchEndToEnd, InProcessTimesAreTheEnginesOwn) {
   const std::string html = write_reports(config.output_dir, json);
   EXPECT_TRUE(std::filesystem::exists(html));
   EXPECT_EQ(json["result"]["samples"], r.samples.size());
+  // The engine's own series over the run: the tokens the samples hold, but perhaps the last step's (the engine
+  // publishes its counters a moment after a step's events, at most one token per sample here), and the batch.
+  const nlohmann::json& engine_series = json["sut_timeline"];
+  ASSERT_FALSE(engine_series.is_null());
+  uint64_t generated = 0;
+  size_t widest = 0;
+  for (const auto& n : engine_series["generated_tokens"]) generated += n.get<uint64_t>();
+  for (const auto& n : engine_series["running"]) widest = std::max(widest, n.get<size_t>());
+  uint64_t tokens = 0;
+  for (const SampleRecord& s : r.samples) tokens += static_cast<uint64_t>(s.token_count);
+  EXPECT_LE(generated, tokens) << engine_series.dump();
+  EXPECT_GE(generated + r.samples.size(), tokens) << engine_series.dump();
+  EXPECT_GE(widest, 1u);
+  EXPECT_NE(read_text_file(html).find("data-chart=\"engine-batch\""), std::string::npos);
 }
 
 struct ServedTiny {

@@ -1,9 +1,10 @@
 // The first things a user meets, through the moeserve binary: make-tiny does not write over a directory unless
 // told to, and names original-layout shards as OpenAI does; --model naming a file, a KV cache that cannot hold one
 // sequence of --max-model-len and --device cuda without a GPU each fail at start saying what is wrong; acceptance by
-// position reads zeros when nothing was accepted.
+// position reads zeros when nothing was accepted; vLLM's flag names, positional model and "did you mean".
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <map>
@@ -100,12 +101,13 @@ TEST(GenerateCli, AcceptanceByPositionIsZeroWhenNothingWasAccepted) {
   EXPECT_THAT(result.output, HasSubstr("acceptance by position [0, 0, 0]"));
 }
 
-// Every flag the README's command examples use exists: each `build/moeserve COMMAND ...` line of a code block, with
-// its continuation lines, against `moeserve COMMAND --help`.
+// Every flag the README's command examples use exists: each `build/moeserve COMMAND [SUBCOMMAND] ...` line of a
+// code block, with its continuation lines, against `moeserve COMMAND [SUBCOMMAND] --help` (a subcommand is a
+// lower-case word after the command: `bench compare`).
 TEST(Readme, EveryFlagOfTheExamplesExists) {
   std::istringstream readme(read_text_file(MOESERVE_SOURCE_DIR "/README.md"));
   std::map<std::string, std::set<std::string>> flags;
-  const std::regex command_line(R"(^    build/moeserve ([a-z-]+)(.*))");
+  const std::regex command_line(R"(^    build/moeserve ([a-z-]+(?: [a-z][a-z-]*(?= |$))?)(.*))");
   const std::regex flag(R"(--[a-z0-9][a-z0-9-]*)");
   std::string command;
   for (std::string line; std::getline(readme, line);) {
@@ -125,6 +127,7 @@ TEST(Readme, EveryFlagOfTheExamplesExists) {
   }
   ASSERT_GE(flags.size(), 8u);
   EXPECT_TRUE(flags["bench"].contains("--max-consecutive-failures"));  // continuation lines are read
+  EXPECT_TRUE(flags["bench compare"].contains("--output"));            // and subcommands
   for (const auto& [name, used] : flags) {
     const auto help = moeserve(name + " --help");
     ASSERT_EQ(help.exit_code, 0) << name;
@@ -132,6 +135,88 @@ TEST(Readme, EveryFlagOfTheExamplesExists) {
       EXPECT_TRUE(std::regex_search(help.output, std::regex(f + "(?![a-z0-9-])")))
           << "README: moeserve " << name << " " << f;
   }
+}
+
+// vLLM's command line: the model directory as the first argument, vLLM's flag names, the old names still
+// working with one deprecation line each, and "did you mean" for a mistyped flag.
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// A short in-process bench that ends by itself; returns its moeserve_result.json's engine description.
+nlohmann::json bench_engine(const std::string& flags, testing::CommandResult& result) {
+  const std::string dir = testing::temp_dir("vllm-flags");
+  result = moeserve("bench " + testing::tiny_model() + " --kv-cache-size 16MiB --max-model-len 512 " + flags +
+                    " --dataset synthetic --synthetic-samples 2 --synthetic-input 8 --synthetic-output 2 --accuracy "
+                    "--scenario offline --no-progress --output-dir " + dir);
+  if (result.exit_code != 0) return nullptr;
+  return nlohmann::json::parse(read_text_file(dir + "/moeserve_result.json"))["reproducibility"]["system_under_test"]["engine"];
+}
+
+TEST(VllmFlags, TheModelDirectoryMayComeFirst) {
+  const auto result = moeserve("generate " + testing::tiny_model() + " --tokens 200006,17360 --max-tokens 2 --temperature 0");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  const auto both = moeserve("generate " + testing::tiny_model() + " --model " + testing::tiny_model() + " --tokens 1");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.output, HasSubstr("--model excludes model"));
+}
+
+TEST(VllmFlags, VllmNamesSetTheEngine) {
+  testing::CommandResult result;
+  const auto engine = bench_engine("--max-num-batched-tokens 64 --max-num-seqs 3 --no-enable-prefix-caching", result);
+  ASSERT_FALSE(engine.is_null()) << result.output;
+  EXPECT_EQ(engine["max_batched_tokens"], 64);
+  EXPECT_EQ(engine["max_num_seqs"], 3);
+  EXPECT_EQ(engine["prefix_caching"], false);
+  EXPECT_THAT(result.output, Not(HasSubstr("deprecated")));
+}
+
+TEST(VllmFlags, OldNamesStillWorkAndSaySoOnce) {
+  testing::CommandResult result;
+  const auto engine = bench_engine(
+      "--max-batched-tokens 32 --no-prefix-caching --precision f32 --ttft-target 2", result);
+  ASSERT_FALSE(engine.is_null()) << result.output;
+  EXPECT_EQ(engine["max_batched_tokens"], 32);
+  EXPECT_EQ(engine["prefix_caching"], false);
+  EXPECT_EQ(occurrences(result.output, "warning: --max-batched-tokens is deprecated: use --max-num-batched-tokens"), 1u);
+  EXPECT_EQ(occurrences(result.output, "warning: --no-prefix-caching is deprecated: use --no-enable-prefix-caching"), 1u);
+  EXPECT_EQ(occurrences(result.output, "warning: --precision is deprecated: use --dtype"), 1u);
+  EXPECT_EQ(occurrences(result.output, "warning: --ttft-target is deprecated: use --ttft-target-ms"), 1u);
+}
+
+TEST(VllmFlags, DtypeTakesVllmsNames) {
+  for (const char* dtype : {"auto", "bfloat16", "float32"}) {
+    const auto result = moeserve(std::string("generate ") + testing::tiny_model() + " --dtype " + dtype +
+                                 " --tokens 200006 --max-tokens 1 --temperature 0");
+    EXPECT_EQ(result.exit_code, 0) << dtype << ": " << result.output;
+  }
+  const auto half = moeserve("generate " + testing::tiny_model() + " --dtype float16 --tokens 1 --max-tokens 1");
+  EXPECT_EQ(half.exit_code, 2);
+  EXPECT_THAT(half.output, HasSubstr("float16"));
+}
+
+TEST(VllmFlags, GpuMemoryUtilizationNeedsAGpuRunner) {
+  const auto result = moeserve("serve " + testing::tiny_model() + " --port 0 --gpu-memory-utilization 0.5");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.output, HasSubstr("--gpu-memory-utilization needs a GPU runner"));
+}
+
+TEST(VllmFlags, AnUnknownFlagGetsTheNearestKnownOne) {
+  const auto typo = moeserve("serve " + testing::tiny_model() + " --max-num-seq 4");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.output, HasSubstr("moeserve serve: unknown flag --max-num-seq; did you mean --max-num-seqs?"));
+  const auto spelling = moeserve("serve " + testing::tiny_model() + " --gpu-memory-utilisation=0.8");
+  EXPECT_THAT(spelling.output, HasSubstr("did you mean --gpu-memory-utilization?"));
+  const auto bench = moeserve("bench --dataset synthetic --senario offline");
+  EXPECT_EQ(bench.exit_code, 2);
+  EXPECT_THAT(bench.output, HasSubstr("moeserve bench: unknown flag --senario; did you mean --scenario?"));
+  // Nothing near: CLI11's own message only.
+  const auto far = moeserve("serve " + testing::tiny_model() + " --frobnicate-widgets");
+  EXPECT_EQ(far.exit_code, 2);
+  EXPECT_THAT(far.output, HasSubstr("--frobnicate-widgets"));
+  EXPECT_THAT(far.output, Not(HasSubstr("did you mean")));
 }
 
 }  // namespace

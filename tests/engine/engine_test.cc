@@ -7,7 +7,7 @@
 #include "engine/engine.h"
 #include "engine/engine_harness.h"
 #include "engine/generate.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "test_util.h"
 #include "util/error.h"

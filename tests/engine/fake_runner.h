@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
 #include "runner/runner.h"
+#include "sampling/sampler.h"
 
 namespace moeserve::testing {
 

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "engine/engine_core.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "test_util.h"
 

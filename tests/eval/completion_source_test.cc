@@ -1,10 +1,11 @@
 // The HTTP completion source against the bench's fake streaming server: prompts go out as the Harmony rendering's
 // token ids, replies come back as token ids and are decoded here; a server without token ids is reported.
+#include "eval/completion_source.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "bench/fake_server.h"
-#include "eval/completion_source.h"
 #include "eval/prompts.h"
 #include "harmony/render.h"
 
@@ -30,8 +31,12 @@ TEST(HttpCompletionSource, SendsRenderedPromptsAndReadsTokenIds) {
   HttpCompletionSource source({server.url(), bench::HttpApi::openai, "tiny"}, tokenizer);
   EXPECT_THAT(source.describe(), ::testing::HasSubstr("OpenAI API"));
   const std::vector<CompletionRequest> requests = two_requests();
-  const std::vector<Completion> completions = source.complete(requests);
+  bench::WorkProgress progress("test", requests.size());
+  const std::vector<Completion> completions = source.complete(requests, &progress);
   ASSERT_EQ(completions.size(), 2u);
+  // Both counted as they finished; the generations succeeded (decoding, which fails below, comes after).
+  EXPECT_EQ(progress.done(), 2u);
+  EXPECT_THAT(progress.status(), ::testing::HasSubstr("test: 2/2 done, 0 failed"));
   const std::vector<TokenId> prompt = harmony::render_conversation_for_completion(*tokenizer, requests[0].conversation);
   ASSERT_EQ(server.requests().size(), 2u);
   EXPECT_EQ(server.requests()[0]["prompt"].get<std::vector<int32_t>>(), prompt);
@@ -48,7 +53,7 @@ TEST(HttpCompletionSource, ServersWithoutTokenIdsCannotBeScored) {
   options.send_token_ids = false;
   FakeStreamingServer server(options);
   HttpCompletionSource source({server.url(), bench::HttpApi::openai, "tiny"}, Tokenizer::o200k_harmony());
-  for (const Completion& c : source.complete(two_requests())) {
+  for (const Completion& c : source.complete(two_requests(), nullptr)) {
     EXPECT_EQ(c.error, "the server returned text without token ids");
   }
 }

@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/checkpoint.h"
+#include "error_checks.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "model/mxfp4.h"
 #include "runner/cpu/cpu_runner.h"
-#include "error_checks.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/files.h"

@@ -32,8 +32,8 @@ TEST(MoePlan, PathFollowsRowsPerExpert) {
   EXPECT_EQ(choose_moe_path(true, 769, 4, 128), MoePath::decode_wgmma_n32);
   EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_wgmma_n32);
   EXPECT_EQ(choose_moe_path(true, 1025, 4, 128), MoePath::decode_wgmma_n64);
-  EXPECT_EQ(choose_moe_path(true, 3072, 4, 128), MoePath::decode_wgmma_n64);
-  EXPECT_EQ(choose_moe_path(true, 3073, 4, 128), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(true, 2048, 4, 128), MoePath::decode_wgmma_n64);
+  EXPECT_EQ(choose_moe_path(true, 2049, 4, 128), MoePath::prefill_wgmma);
   EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma);
   // gpt-oss-20b: top-4 of 32.
   EXPECT_EQ(choose_moe_path(true, 31, 4, 32), MoePath::decode_x1);

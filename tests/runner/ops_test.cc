@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/dot.h"
 #include "runner/cpu/ops.h"
 #include "test_util.h"

@@ -6,7 +6,7 @@
 
 #include <numeric>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/sequence_step.h"
 #include "test_util.h"

@@ -117,7 +117,7 @@ TEST(BadRequests, UnsupportedParametersAre400AndNeutralValuesAreAccepted) {
   expect_error(post_json(h.port, "/v1/completions", {{"model", "tiny"}, {"prompt", "x"}, {"suffix", "y"}}), 400,
                "'suffix' is not supported", "suffix");
   expect_error(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"}, {"previous_response_id", "r"}}),
-               400, "'previous_response_id' is not supported", "previous_response_id");
+               400, "'previous_response_id' is 'r': no stored response has that id", "previous_response_id");
   expect_error(post_json(h.port, "/v1/responses",
                          {{"model", "tiny"}, {"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}}),
                400, "'text.format' is not supported", "text.format");

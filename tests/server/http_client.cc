@@ -65,4 +65,21 @@ std::string raw_exchange(uint16_t port, const std::string& bytes, int timeout_ms
   return received;
 }
 
+StreamedChat collect_chat_stream(const std::vector<std::string>& events) {
+  StreamedChat out;
+  for (const std::string& event : events) {
+    if (event == "[DONE]") continue;
+    const nlohmann::json chunk = nlohmann::json::parse(event);
+    if (chunk["choices"].empty()) {
+      out.usage = chunk["usage"];
+      continue;
+    }
+    const nlohmann::json& d = chunk["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) out.content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) out.reasoning += d["reasoning_content"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) out.finish = chunk["choices"][0]["finish_reason"];
+  }
+  return out;
+}
+
 }  // namespace moeserve::testing

@@ -25,6 +25,14 @@ inline HttpResult post_json(uint16_t port, const std::string& target, const nloh
 // The "data:" payloads of an event-stream body, in order.
 std::vector<std::string> sse_data(const std::string& body);
 
+// The chat completion chunks of an event stream put together: content, reasoning and the finish reason; `usage`
+// gets the usage chunk's usage when there is one.
+struct StreamedChat {
+  std::string content, reasoning, finish;
+  nlohmann::json usage;
+};
+StreamedChat collect_chat_stream(const std::vector<std::string>& events);
+
 // Sends raw bytes on a fresh connection and returns whatever the server sends back until it closes (or the
 // timeout passes).
 std::string raw_exchange(uint16_t port, const std::string& bytes, int timeout_ms);

@@ -8,7 +8,7 @@
 #include <boost/beast/http.hpp>
 
 #include "engine/generate.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"

@@ -1,5 +1,5 @@
 // The generation parameters over HTTP with the official openai npm client (tests/server/openai_sampling_client.mjs),
-// on the tiny model's CPU runner. Every answer is checked against an oracle (tests/engine/logits_oracle.h):
+// on the tiny model's CPU runner. Every answer is checked against an oracle (tests/sampling/logits_oracle.h):
 // logprobs and echoed prompt logprobs against the log-softmax of the runner's logits, penalised tokens against
 // the draws from the oracle's edit of those logits; streamed answers equal the non-streamed ones; logit_bias,
 // stop_token_ids, min_tokens and ignore_eos by what they force; out-of-range values are 400s naming the field.
@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "engine/logits_oracle.h"
-#include "engine/sampler.h"
+#include "sampling/logits_oracle.h"
+#include "sampling/sampler.h"
 #include "server/logprobs_json.h"
 #include "server/server_harness.h"
 #include "structured/schema_testing.h"

@@ -20,6 +20,8 @@ ScriptedRunner::ScriptedRunner(Script script) : script_(std::move(script)) {
   config_.eos_token_ids = {200002, 199999, 200012};
 }
 
+ScriptedRunner::ScriptedRunner(Script script, ModelConfig config) : config_(std::move(config)), script_(std::move(script)) {}
+
 void ScriptedRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   layout_ = layout;
   slots_.assign(layout.num_blocks * layout.block_size, -1);

@@ -14,6 +14,8 @@ class ScriptedRunner : public ModelRunner {
  public:
   using Script = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt)>;
   explicit ScriptedRunner(Script script);
+  // A model of another shape (a DeepSeek-V3 one: its family, vocabulary and end-of-sequence ids).
+  ScriptedRunner(Script script, ModelConfig config);
 
   std::string name() const override { return "scripted"; }
   const ModelConfig& config() const override { return config_; }

@@ -28,12 +28,29 @@ std::shared_ptr<ModelRunner> tiny_runner() { return std::make_shared<CpuRunner>(
 
 std::vector<int32_t> encode(const std::string& text) { return tokenizer()->encode(text, AllowedSpecial::all()); }
 
-ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config) {
+std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt) {
+  const std::string text = tokenizer()->decode(prompt);
+  if (text.find("functions.get_weather to=assistant") != std::string::npos)
+    return encode("<|channel|>final<|message|>It is sunny in Paris.<|return|>");
+  if (text.find("namespace functions") != std::string::npos)
+    return encode("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                  "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+  if (text.find("Hello! How can I help?") != std::string::npos)
+    return encode("<|channel|>final<|message|>As I said: hello.<|return|>");
+  return encode("<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final"
+                "<|message|>Hello! How can I help?<|return|>");
+}
+
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options, EngineConfig config)
+    : ServerHarness(std::move(runner), testing::tokenizer(), std::move(options), std::move(config)) {}
+
+ServerHarness::ServerHarness(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                             server::ServerOptions options, EngineConfig config) {
   if (config.num_kv_blocks == 0 && config.kv_cache_bytes == 0) config.num_kv_blocks = 4096;
   engine = std::make_shared<Engine>(std::move(runner), config);
   options.http.port = 0;
   options.served_model_name = "tiny";
-  server = std::make_unique<server::OpenAiServer>(engine, tokenizer(), options);
+  server = std::make_unique<server::OpenAiServer>(engine, std::move(tokenizer), options);
   server->start();
   port = server->port();
 }
@@ -72,6 +89,13 @@ ServeProcess::ServeProcess(const std::vector<std::string>& arguments)
       break;
     }
   }
+  // The port is bound before the model loads: ready once /health answers 200.
+  for (int i = 0; i < 1200 && port_ != 0 && !exited_; ++i) {
+    if (http_request(port_, "GET", "/health").status == 200) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) exited_ = true;
+  }
+  port_ = 0;
 }
 
 ServeProcess::~ServeProcess() {

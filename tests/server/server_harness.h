@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
@@ -22,6 +22,9 @@ std::shared_ptr<const Tokenizer> tokenizer();
 std::shared_ptr<const Checkpoint> tiny_checkpoint();
 std::shared_ptr<ModelRunner> tiny_runner();
 std::vector<int32_t> encode(const std::string& text);
+// Replies scripted in Harmony for a ScriptedRunner: analysis then final; with tools, analysis then a call to
+// get_weather; after its result, a final answer; and in a conversation that holds the first answer, another.
+std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt);
 
 // A server named "tiny" on a free port over a fresh engine (4096 KV blocks unless the config says otherwise).
 struct ServerHarness {
@@ -31,6 +34,9 @@ struct ServerHarness {
 
   explicit ServerHarness(std::shared_ptr<ModelRunner> runner, server::ServerOptions options = {},
                          EngineConfig config = {});
+  // Another model's tokenizer (DeepSeek-R1's).
+  ServerHarness(std::shared_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+                server::ServerOptions options = {}, EngineConfig config = {});
   ~ServerHarness() { server->shutdown(); }
 };
 
@@ -45,7 +51,7 @@ class ServeProcess {
   ~ServeProcess();  // kills the process if it is still running
 
   pid_t pid() const { return pid_; }
-  uint16_t port() const { return port_; }  // 0: it did not start
+  uint16_t port() const { return port_; }  // 0: it did not start or did not become ready
   std::string log() const;
   // Sends SIGTERM and waits for the exit; the exit status as waitpid reports it.
   int terminate_and_wait();

@@ -7,7 +7,7 @@
 
 #include "engine/generate.h"
 #include "harmony/completion.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/http_client.h"
 #include "server/openai_server.h"
@@ -23,22 +23,11 @@ using testing::post_json;
 
 using testing::encode;
 using testing::expect_error;
+using testing::harmony_reply;
 using testing::ServerHarness;
 using testing::tiny_checkpoint;
 using testing::tiny_runner;
 using testing::tokenizer;
-
-// Replies scripted in Harmony: analysis then final, or a tool call, or (after a tool result) a final answer.
-std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt) {
-  const std::string text = tokenizer()->decode(prompt);
-  if (text.find("functions.get_weather to=assistant") != std::string::npos)
-    return encode("<|channel|>final<|message|>It is sunny in Paris.<|return|>");
-  if (text.find("namespace functions") != std::string::npos)
-    return encode("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
-                  "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
-  return encode("<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final"
-                "<|message|>Hello! How can I help?<|return|>");
-}
 
 TEST(Server, HealthModelsAndMetrics) {
   ServerHarness h(tiny_runner());

@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "engine/generate.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "server/http_client.h"
 #include "test_util.h"

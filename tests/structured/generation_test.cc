@@ -8,7 +8,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/speculative/verifier.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "structured/schema_testing.h"
 #include "structured/token_mask.h"

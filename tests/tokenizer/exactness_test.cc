@@ -2,22 +2,14 @@
 // on the generated corpus. scripts/setup.sh installs node and the package; their absence fails this test.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "test_util.h"
 #include "tokenizer/corpus.h"
+#include "tokenizer/id_compare.h"
 #include "tokenizer/tokenizer.h"
 #include "util/files.h"
 
 namespace moeserve {
 namespace {
-
-std::vector<TokenId> read_ids(const std::string& path) {
-  const std::string bytes = read_text_file(path);
-  std::vector<TokenId> ids(bytes.size() / 4);
-  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
-  return ids;
-}
 
 // tiktoken's ids for the text, from node (the test fails when node or the package is missing).
 std::vector<TokenId> tiktoken_ids(const std::string& text, const std::string& name) {
@@ -28,7 +20,7 @@ std::vector<TokenId> tiktoken_ids(const std::string& text, const std::string& na
                            "/text.txt " + dir + "/tiktoken.ids");
   EXPECT_EQ(node.exit_code, 0) << "node with the npm package tiktoken is needed (scripts/setup.sh installs it):\n"
                                << node.output;
-  return read_ids(dir + "/tiktoken.ids");
+  return testing::read_id_file(dir + "/tiktoken.ids");
 }
 
 void expect_tiktoken_ids(const std::string& text, const std::string& name) {
@@ -36,22 +28,8 @@ void expect_tiktoken_ids(const std::string& text, const std::string& name) {
   ASSERT_FALSE(expected.empty());
   const auto tokenizer = Tokenizer::o200k_harmony();
   const std::vector<TokenId> actual = tokenizer->encode_ordinary(text);
-  size_t first_difference = 0;
-  while (first_difference < std::min(expected.size(), actual.size()) &&
-         expected[first_difference] == actual[first_difference]) {
-    ++first_difference;
-  }
-  if (first_difference < std::max(expected.size(), actual.size())) {
-    const size_t from = first_difference >= 5 ? first_difference - 5 : 0;
-    auto context = [&](const std::vector<TokenId>& ids) {
-      const size_t to = std::min(ids.size(), first_difference + 5);
-      std::string ids_text;
-      for (size_t i = from; i < to; ++i) ids_text += std::to_string(ids[i]) + " ";
-      return ids_text + "= \"" + tokenizer->decode(std::span(ids).subspan(from, to - from)) + "\"";
-    };
-    FAIL() << "first difference at token " << first_difference << " of " << expected.size() << " (ours "
-           << actual.size() << ")\n tiktoken: " << context(expected) << "\n ours:     " << context(actual);
-  }
+  const std::string difference = testing::first_difference(expected, actual, *tokenizer);
+  ASSERT_TRUE(difference.empty()) << difference;
   EXPECT_EQ(actual.size(), expected.size());
   EXPECT_EQ(tokenizer->decode_utf8(actual), text);
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
 #include "runner/runner.h"
 
 namespace moeserve::speculative {

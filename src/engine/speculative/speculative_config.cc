@@ -60,8 +60,14 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
            key);
     }
   }
-  MOESERVE_CHECK(config.method == "eagle3" || config.method == "test_random",
-                 "--speculative-config: unknown method \"{}\" (eagle3 or test_random)", config.method);
+  if (config.method == "deepseek_mtp") config.method = "mtp";
+  MOESERVE_CHECK(config.method == "eagle3" || config.method == "mtp" || config.method == "eagle" ||
+                     config.method == "test_random",
+                 "--speculative-config: unknown method \"{}\" (eagle3, mtp, eagle or test_random)", config.method);
+  MOESERVE_CHECK(config.method != "mtp" || config.model.empty(),
+                 "--speculative-config: method mtp drafts with the target checkpoint's own MTP layer; leave out "
+                 "\"model\" (\"{}\")",
+                 config.model);
   MOESERVE_CHECK(config.method != "eagle3" || !config.model.empty(),
                  "--speculative-config: method eagle3 needs \"model\", the draft head's directory");
   MOESERVE_CHECK(config.num_speculative_tokens >= 1, "--speculative-config: num_speculative_tokens {} must be >= 1",

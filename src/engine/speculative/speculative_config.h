@@ -2,13 +2,17 @@
 // options. Parsed strictly: an unknown key, a wrong type or an out-of-range value is an error naming it.
 //
 //   {"method": "eagle3", "model": "DIR", "num_speculative_tokens": 3}            a chain of 3 draft tokens
+//   {"method": "mtp", "num_speculative_tokens": 3}                               DeepSeek's MTP head drafts 3
 //   {"method": "eagle3", "model": "DIR", "num_speculative_tokens": 5,
 //    "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}              a tree (EAGLE-2/3 dynamic tree)
 //
 // Keys:
-//   method                        "eagle3" (an EAGLE-3 draft head), or "test_random" (random drafts, for measuring
-//                                 the engine's cost without a draft head)
-//   model                         the draft head's directory (eagle3), or "synthetic": random weights of
+//   method                        "eagle3" (an EAGLE-3 draft head); "mtp" (a DeepSeek-V3/R1 model's own MTP layer;
+//                                 vLLM's "deepseek_mtp" and SGLang's "eagle" on such a model mean the same, and are
+//                                 read as "mtp" there); or "test_random" (random drafts, for measuring the engine's
+//                                 cost without a draft head)
+//   model                         the draft head's directory (eagle3; not with mtp, whose head is the target's own
+//                                 layer), or "synthetic": random weights of
 //                                 gpt-oss-120b's head shape made on the GPU, for benchmarks (CUDA runner only;
 //                                 also with --synthetic targets, which have no checkpoint)
 //   num_speculative_tokens        k >= 1: draft depth (vLLM's name; SGLang's --speculative-num-steps)
@@ -24,7 +28,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
 
 namespace moeserve::speculative {
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
 #include "runner/runner.h"
 
 namespace moeserve::speculative {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace moeserve::speculative {

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/sampling_params.h"
-#include "engine/speculative/drafter.h"
+#include "runner/drafter.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::speculative {
 

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/logits_processing.h"
-#include "engine/sampler.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
 
@@ -57,64 +55,16 @@ void CpuRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_ta
         std::copy_n(kv_slot(layer, block_tables, move.from, kv), kv_dim, kv_slot(layer, block_tables, move.to, kv));
 }
 
-void CpuRunner::key_slots(const SequenceStep& step, const TokenInfo& token, bool sliding,
-                          std::vector<int32_t>& slots) const {
-  const ModelConfig& c = config();
-  const int32_t lo = sliding ? std::max(0, token.position - c.sliding_window + 1) : 0;
-  slots.clear();
-  for (int32_t p = lo; p < step.start_position; ++p) slots.push_back(p);
-  if (step.tree_parent.empty()) {
-    for (int32_t p = std::max(lo, step.start_position); p <= token.position; ++p) slots.push_back(p);
-    return;
-  }
-  // Ancestors from the token up, kept while inside the window (positions only fall going up), then reversed.
-  const size_t prefix = slots.size();
-  int32_t position = token.position;
-  for (int32_t i = token.index; i >= 0 && position >= lo; i = step.tree_parent[i], --position)
-    slots.push_back(step.start_position + i);
-  std::reverse(slots.begin() + static_cast<std::ptrdiff_t>(prefix), slots.end());
-}
-
 void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   const ModelConfig& c = config();
   const ModelWeights& w = checkpoint_->weights();
   MOESERVE_CHECK(!kv_cache_.empty(), "forward() before allocate_kv_cache()");
   const int64_t H = c.hidden_size;
 
-  std::vector<TokenInfo> tokens;
-  std::vector<int32_t> ids;
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceStep& step = batch.sequences[s];
-    MOESERVE_CHECK(static_cast<int>(step.block_tables.size()) == groups_.num_groups(),
-                   "sequence {}: {} block tables for {} KV groups", s, step.block_tables.size(), groups_.num_groups());
-    MOESERVE_CHECK(step.num_logits >= 0 && step.num_logits <= static_cast<int32_t>(step.tokens.size()),
-                   "sequence {}: num_logits {} for {} tokens", s, step.num_logits, step.tokens.size());
-    MOESERVE_CHECK(step.start_position >= 0 &&
-                       step.start_position + static_cast<int64_t>(step.tokens.size()) <= c.max_position_embeddings,
-                   "sequence {}: positions {}..{} exceed the model's context of {}", s, step.start_position,
-                   step.start_position + step.tokens.size(), c.max_position_embeddings);
-    const bool tree = !step.tree_parent.empty();
-    MOESERVE_CHECK(!tree || step.tree_parent.size() == step.tokens.size(), "sequence {}: {} tree parents for {} tokens",
-                   s, step.tree_parent.size(), step.tokens.size());
-    const size_t first = tokens.size();
-    for (size_t i = 0; i < step.tokens.size(); ++i) {
-      MOESERVE_CHECK(step.tokens[i] >= 0 && step.tokens[i] < c.vocab_size, "sequence {}: token id {} is outside the vocabulary of {}",
-                     s, step.tokens[i], c.vocab_size);
-      const int32_t index = static_cast<int32_t>(i);
-      int32_t depth = index;
-      if (tree) {
-        const int32_t parent = step.tree_parent[i];
-        MOESERVE_CHECK(parent >= -1 && parent < index, "sequence {}: token {} has tree parent {} (must be -1 or earlier)",
-                       s, i, parent);
-        depth = parent < 0 ? 0 : tokens[first + parent].position - step.start_position + 1;
-      }
-      tokens.push_back({static_cast<int32_t>(s), index, step.start_position + depth, step.start_position + index});
-      ids.push_back(step.tokens[i]);
-    }
-  }
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  positions_.resize(T);
-  for (int64_t t = 0; t < T; ++t) positions_[t] = tokens[t].position;
+  const cpu::StepTokens step = cpu::collect_step_tokens(batch, groups_.num_groups(), c.vocab_size,
+                                                        c.max_position_embeddings);
+  const std::vector<int32_t>& ids = step.ids;
+  const int64_t T = static_cast<int64_t>(ids.size());
 
   x_.resize(T * H);
   for (int64_t t = 0; t < T; ++t)
@@ -122,28 +72,14 @@ void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
 
   output.captured.assign(batch.capture_layers.size(), {});
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    attention_layer(layer, batch, tokens);
+    attention_layer(layer, batch, step);
     moe_layer(layer, T);
     for (size_t j = 0; j < batch.capture_layers.size(); ++j)
       if (batch.capture_layers[j] == layer) output.captured[j].assign(x_.begin(), x_.end());
   }
 
   // Logits rows: the last num_logits tokens of each sequence.
-  std::vector<int64_t> rows;
-  std::vector<const SequenceStep*> row_step;
-  std::vector<int32_t> row_in_step;
-  int64_t first = 0;
-  for (const SequenceStep& step : batch.sequences) {
-    const int64_t n = static_cast<int64_t>(step.tokens.size());
-    MOESERVE_CHECK(step.logprob_tokens.empty() || static_cast<int64_t>(step.logprob_tokens.size()) == step.num_logits,
-                   "{} logprob tokens for {} logits rows", step.logprob_tokens.size(), step.num_logits);
-    for (int64_t j = n - step.num_logits; j < n; ++j) {
-      rows.push_back(first + j);
-      row_step.push_back(&step);
-      row_in_step.push_back(static_cast<int32_t>(j - (n - step.num_logits)));
-    }
-    first += n;
-  }
+  const std::vector<int64_t>& rows = step.logit_rows;
   const int64_t R = static_cast<int64_t>(rows.size());
   normed_.resize(R * H);
   for (int64_t r = 0; r < R; ++r)
@@ -151,34 +87,13 @@ void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   output.rows = R;
   output.logits.resize(R * c.vocab_size);
   cpu::linear(pool_, normed_.data(), R, w.unembedding, nullptr, output.logits.data());
-  output.sampled.assign(R, -1);
-  output.logprobs.clear();
-  std::vector<float> raw_row;
-  for (int64_t r = 0; r < R; ++r) {
-    const SequenceStep& step = *row_step[r];
-    const std::span<float> row(output.logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size));
-    const bool wants_logprobs = step.top_logprobs >= 0;
-    if (wants_logprobs) output.logprobs.resize(R);
-    const int32_t k = row_in_step[r];
-    if (!step.logprob_tokens.empty() && step.logprob_tokens[k] >= 0) {  // scored, not sampled
-      if (wants_logprobs) output.logprobs[r] = token_logprobs(row, step.logprob_tokens[k], step.top_logprobs);
-      continue;
-    }
-    if (!row_samples(step, k)) continue;
-    // Raw logprobs are of the logits before any edit: the row is kept aside when edits change it.
-    const bool edited = !step.logit_edits.empty() || !step.allowed_tokens.empty();
-    if (edited && wants_logprobs) raw_row.assign(row.begin(), row.end());
-    if (edited) apply_logit_edits(row, step.logit_edits, step.allowed_tokens);
-    output.sampled[r] = sample_token(row, *step.sampling, row_sample_index(step, k));
-    if (wants_logprobs)
-      output.logprobs[r] =
-          token_logprobs(edited ? std::span<const float>(raw_row) : row, output.sampled[r], step.top_logprobs);
-  }
+  cpu::sample_logit_rows(step, c.vocab_size, output);
   if (!batch.return_logits) output.logits.clear();
 }
 
-void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const std::vector<TokenInfo>& tokens) {
+void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const cpu::StepTokens& step_tokens) {
   const ModelConfig& c = config();
+  const std::vector<cpu::StepToken>& tokens = step_tokens.tokens;
   const LayerWeights& w = checkpoint_->weights().layers[layer];
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
@@ -193,8 +108,8 @@ void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const std:
   cpu::linear(pool_, normed_.data(), T, w.k, w.k_bias.data(), k_.data());
   cpu::linear(pool_, normed_.data(), T, w.v, w.v_bias.data(), v_.data());
   const float concentration = static_cast<float>(c.rope_concentration());
-  cpu::apply_rope(q_.data(), T, c.num_heads, D, positions_.data(), inv_freq_, concentration);
-  cpu::apply_rope(k_.data(), T, c.num_kv_heads, D, positions_.data(), inv_freq_, concentration);
+  cpu::apply_rope(q_.data(), T, c.num_heads, D, step_tokens.positions.data(), inv_freq_, concentration);
+  cpu::apply_rope(k_.data(), T, c.num_kv_heads, D, step_tokens.positions.data(), inv_freq_, concentration);
 
   for (int64_t t = 0; t < T; ++t) {
     const SequenceStep& step = batch.sequences[tokens[t].sequence];
@@ -216,7 +131,8 @@ void CpuRunner::attention_layer(int layer, const ForwardBatch& batch, const std:
       const int64_t t = static_cast<int64_t>(item) / c.num_kv_heads;
       const int kv_head = static_cast<int>(item % c.num_kv_heads);
       const SequenceStep& step = batch.sequences[tokens[t].sequence];
-      key_slots(step, tokens[t], sliding, slots);
+      const int32_t lo = sliding ? std::max(0, tokens[t].position - c.sliding_window + 1) : 0;
+      cpu::key_slots(step, tokens[t], lo, slots);
       const int64_t n = static_cast<int64_t>(slots.size());
       key_rows.resize(n);
       value_rows.resize(n);

@@ -5,8 +5,9 @@
 #include <memory>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/ops.h"
+#include "runner/cpu/step_tokens.h"
 #include "runner/runner.h"
 #include "util/thread_pool.h"
 
@@ -29,19 +30,9 @@ class CpuRunner : public ModelRunner {
   const cpu::SwigluCounters& swiglu_counters() const { return swiglu_counters_; }
 
  private:
-  struct TokenInfo {
-    int32_t sequence;
-    int32_t index;     // within its sequence's step
-    int32_t position;  // for RoPE and the window: start + index, or start + depth in a tree step
-    int32_t slot;      // where its KV goes: start + index
-  };
-
-  void attention_layer(int layer, const ForwardBatch& batch, const std::vector<TokenInfo>& tokens);
+  void attention_layer(int layer, const ForwardBatch& batch, const cpu::StepTokens& tokens);
   void moe_layer(int layer, int64_t T);
   float* kv_slot(int layer, std::span<const std::span<const int32_t>> block_tables, int32_t slot, int kv);
-  // Slots of the keys token t attends to, in position order: the window's share of the cached prefix, then (tree
-  // steps) its ancestors root first, or (causal runs) the step's tokens up to itself.
-  void key_slots(const SequenceStep& step, const TokenInfo& token, bool sliding, std::vector<int32_t>& slots) const;
 
   std::shared_ptr<const Checkpoint> checkpoint_;
   ThreadPool pool_;
@@ -54,7 +45,6 @@ class CpuRunner : public ModelRunner {
 
   // Activations of the step in flight, [T, width].
   std::vector<float> x_, normed_, q_, k_, v_, attn_, proj_;
-  std::vector<int32_t> positions_;
 };
 
 }  // namespace moeserve

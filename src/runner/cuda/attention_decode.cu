@@ -32,7 +32,7 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kHeadDim = 64;
+constexpr int kHeadDim = kAttentionHeadDim;
 constexpr int kRows = kDecodeTileRows;
 constexpr int kWarps = 4;
 constexpr int kTileKeys = 32;   // keys per warp per pipeline stage

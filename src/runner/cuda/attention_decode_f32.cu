@@ -20,7 +20,7 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kHeadDim = 64;
+constexpr int kHeadDim = kAttentionHeadDim;
 constexpr int kWarps = 4;
 using Elem = float;
 

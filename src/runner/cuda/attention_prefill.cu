@@ -41,7 +41,7 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kHeadDim = 64;
+constexpr int kHeadDim = kAttentionHeadDim;
 constexpr int kWgRows = 64;     // wgmma's M: (token, query head) rows of one consumer warpgroup
 constexpr int kConsumers = 2;   // consumer warpgroups
 constexpr int kThreads = 128 * (1 + kConsumers);

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <memory>
 
-#include "engine/speculative/drafter.h"
-#include "engine/speculative/eagle3_checkpoint.h"
-#include "engine/speculative/eagle3_drafter.h"
 #include "model/config.h"
+#include "model/eagle3/checkpoint.h"
+#include "runner/cpu/eagle3_drafter.h"
+#include "runner/drafter.h"
 
 namespace moeserve {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cuda/graph_capture.h"
 #include "util/error.h"
 
@@ -30,7 +30,7 @@ KvDtype parse_kv_dtype(const std::string& name, Precision precision) {
   const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
   MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
   MOESERVE_CHECK(precision == Precision::bf16,
-                 "--kv-cache-dtype {} needs --precision bf16: the f32 precision keeps an f32 KV cache (use auto)", name);
+                 "--kv-cache-dtype {} needs --dtype bfloat16: float32 keeps an f32 KV cache (use auto)", name);
   return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
 }
 
@@ -46,12 +46,14 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
       kv_scales_(std::move(scales)),
       groups_(kv_groups_of(config_)) {
   const ModelConfig& c = config_;
-  MOESERVE_CHECK(c.head_dim == 64, "CUDA runner: head_dim {} (the attention kernels need 64)", c.head_dim);
+  MOESERVE_CHECK(c.head_dim == kAttentionHeadDim, "CUDA runner: head_dim {} (the attention kernels need {})",
+                 c.head_dim, kAttentionHeadDim);
   const int per_kv = c.heads_per_kv();
   MOESERVE_CHECK(per_kv == 1 || per_kv == 2 || per_kv == 4 || per_kv == 8,
                  "CUDA runner: {} query heads per KV head (1, 2, 4 or 8 supported)", per_kv);
-  MOESERVE_CHECK(c.num_experts <= 256 && c.experts_per_token <= 8,
-                 "CUDA runner: {} experts, top-{} (at most 256 and top-8)", c.num_experts, c.experts_per_token);
+  MOESERVE_CHECK(c.num_experts <= kMaxExperts && c.experts_per_token <= kMaxTopK,
+                 "CUDA runner: {} experts, top-{} (at most {} and top-{})", c.num_experts, c.experts_per_token,
+                 kMaxExperts, kMaxTopK);
   if (kv_scales_.k.empty()) kv_scales_ = KvScales::ones(c.num_layers);
   MOESERVE_CHECK(static_cast<int>(kv_scales_.k.size()) == c.num_layers && kv_scales_.v.size() == kv_scales_.k.size(),
                  "CUDA runner: {} K and {} V scales for {} layers", kv_scales_.k.size(), kv_scales_.v.size(),
@@ -82,6 +84,12 @@ size_t CudaRunner::device_memory_free() const {
   size_t free_bytes = 0, total_bytes = 0;
   MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return free_bytes + kv_.bytes();  // allocate_kv_cache() gives the current pool back first
+}
+
+size_t CudaRunner::device_memory_total() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
 }
 
 void CudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
@@ -485,13 +493,11 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
 
 std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape, uint64_t seed,
                                                         const CudaRunnerOptions& options) {
-  MOESERVE_CHECK(shape == "gpt-oss-20b" || shape == "gpt-oss-120b", "--synthetic \"{}\" (gpt-oss-20b or gpt-oss-120b)",
-                 shape);
+  TinyModelOptions tiny;
+  tiny.shape = shape;  // a published shape (model/gpt_oss/shapes.h), checked before any device is touched
+  ModelConfig config = tiny_model_config(tiny);
   const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
-  TinyModelOptions tiny;
-  tiny.shape = shape;
-  ModelConfig config = tiny_model_config(tiny);
   auto weights = cuda::DeviceWeights::synthetic(config, seed, precision, parse_synthetic_router(options.synthetic_router));
   return std::make_unique<cuda::CudaRunner>(std::move(config), std::move(weights), precision, options);
 }

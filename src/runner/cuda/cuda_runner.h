@@ -37,6 +37,7 @@ class CudaRunner : public ModelRunner {
   const ModelConfig& config() const override { return config_; }
   size_t kv_block_bytes(int block_size) const override;
   size_t device_memory_free() const override;
+  size_t device_memory_total() const override;
   void allocate_kv_cache(const KvCacheLayout& layout) override;
   const KvCacheLayout& kv_cache_layout() const override { return layout_; }
   void forward(const ForwardBatch& batch, ForwardOutput& output) override;

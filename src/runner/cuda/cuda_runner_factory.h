@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/runner.h"
 
 namespace moeserve {

@@ -9,6 +9,7 @@
 #include "model/mxfp4.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace moeserve::cuda {
 std::vector<uint8_t> dense_rows(const std::vector<const Matrix*>& parts, Precision dense) {
@@ -56,7 +57,7 @@ std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts
   return out;
 }
 
-// The power of two make-tiny uses for MXFP4 magnitudes (model/make_tiny.cc): outputs of standard deviation
+// The power of two make-tiny uses for MXFP4 magnitudes (model/gpt_oss/make_tiny.cc): outputs of standard deviation
 // `target` for unit-RMS inputs of dimension fan_in (e2m1 values drawn uniformly have an RMS of about 2.93).
 int mxfp4_exponent(int64_t fan_in, double target) {
   return static_cast<int>(std::lround(std::log2(target / (std::sqrt(static_cast<double>(fan_in)) * 2.93))));
@@ -121,6 +122,9 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
     layer.mlp1 = put_experts(l.mlp1, "layer " + std::to_string(i) + " mlp1");
     layer.mlp2 = put_experts(l.mlp2, "layer " + std::to_string(i) + " mlp2");
     d.layers.push_back(layer);
+    // A 120b checkpoint takes minutes to upload: a line at each quarter shows it moving.
+    const size_t n = w.layers.size();
+    if ((i + 1) * 4 / n != i * 4 / n) log_info("weights on the GPU: {} of {} layers", i + 1, n);
   }
   MOESERVE_CHECK(static_cast<int>(d.layers.size()) == c.num_layers, "{}: {} layers bound for {} in config.json",
                  checkpoint.directory(), d.layers.size(), c.num_layers);
@@ -131,7 +135,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
   DeviceWeights d;
   d.dense = dense;
   uint64_t next_key = seed * 0x100000001b3ull + 1;
-  // Gains as make-tiny's (model/make_tiny.cc), so activations stay O(1) and the SwiGLU clamp is reached.
+  // Gains as make-tiny's (model/gpt_oss/make_tiny.cc), so activations stay O(1) and the SwiGLU clamp is reached.
   const float in_gain = 1.0f / std::sqrt(static_cast<float>(c.hidden_size));
   auto fill = [&](Precision type, int64_t n, float mean, float std) {
     void* p = d.allocate(n * element_bytes(type));

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <unordered_set>
 
-#include "engine/speculative/eagle3_tree.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/kernels.h"
+#include "runner/eagle3_tree.h"
 #include "util/error.h"
 
 namespace moeserve::cuda {

@@ -23,14 +23,14 @@
 #include <utility>
 #include <vector>
 
-#include "engine/speculative/draft_kv.h"
-#include "engine/speculative/drafter.h"
-#include "engine/speculative/eagle3_config.h"
+#include "model/eagle3/config.h"
 #include "runner/cuda/blas.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/eagle3_device_weights.h"
 #include "runner/cuda/eagle3_kernels.h"
+#include "runner/draft_kv.h"
+#include "runner/drafter.h"
 
 namespace moeserve::cuda {
 

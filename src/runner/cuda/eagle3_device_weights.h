@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/speculative/eagle3_checkpoint.h"
-#include "engine/speculative/eagle3_drafter.h"
+#include "model/eagle3/checkpoint.h"
+#include "runner/cpu/eagle3_drafter.h"
 #include "runner/cuda/device_buffer.h"
 
 namespace moeserve::cuda {

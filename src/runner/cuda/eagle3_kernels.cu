@@ -3,7 +3,7 @@
 // activation, chain token mapping and per-row top-k log-probabilities for tree search. One version each but
 // attention: the head's cost is otherwise its weight bytes (see eagle3_cuda_drafter.h), so those favour
 // simplicity, while attention's KV bytes grow with batch and context (gpt-oss's head: 85 MB at 32 rows of 1,300).
-// CPU reference: speculative::Eagle3Drafter::forward_rows and draft_log_probs (engine/speculative/eagle3_drafter.cc).
+// CPU reference: speculative::Eagle3Drafter::forward_rows and draft_log_probs (runner/cpu/eagle3_drafter.cc).
 #include <algorithm>
 #include <cfloat>
 

@@ -4,7 +4,7 @@
 //
 // A row's metadata holds base values; kernels add `step` to its position, KV slot and prefix, so a chain's k
 // draft steps replay one set of metadata (step j runs at base position + j). CPU reference: the decoder layer of
-// speculative::Eagle3Drafter (engine/speculative/eagle3_drafter.cc), which the tests compare with.
+// speculative::Eagle3Drafter (runner/cpu/eagle3_drafter.cc), which the tests compare with.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/sampling_params.h"
 #include "runner/cuda/moe_plan.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::cuda {
 
@@ -55,6 +55,12 @@ struct StepView {
   const int32_t* tree_masks = nullptr;
 };
 inline constexpr int kMaxTreeTokens = 64;  // one mask bit per token of a tree
+// What the target model's kernels are built for, checked against a model's config before it runs (CudaRunner):
+// the attention kernels (attention_decode*, attention_prefill) handle heads of 64 dims; the router and the expert
+// grouping (router, moe_grouping) up to 256 experts, top-8.
+inline constexpr int kAttentionHeadDim = 64;
+inline constexpr int kMaxExperts = 256;
+inline constexpr int kMaxTopK = 8;
 inline constexpr int kDecodeTileRows = 16;  // decode attention's (token, head) rows per group: the mma's M
 inline int decode_group_tokens(int heads_per_kv) { return kDecodeTileRows / heads_per_kv; }
 // Prefill attention's work list: tiles of this many consecutive query tokens of one sequence (q_tile_*); the

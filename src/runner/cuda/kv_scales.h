@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
 
 namespace moeserve::cuda {
 

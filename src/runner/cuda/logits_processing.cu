@@ -1,6 +1,6 @@
 // Logits processing and logprobs on the GPU (logits_processing.h has the order of a step's launches).
-// CPU references: moeserve::apply_logit_edits (engine/logits_processing.cc) and moeserve::token_logprobs
-// (engine/logprobs.cc); tests/runner/cuda/logits_processing_test.cc checks these kernels against them.
+// CPU references: moeserve::apply_logit_edits (sampling/logits_processing.cc) and moeserve::token_logprobs
+// (sampling/logprobs.cc); tests/runner/cuda/logits_processing_test.cc checks these kernels against them.
 //
 // Row logprobs: one block of 256 threads per row. The log-sum-exp is the CPU's: the float max, then the sum of
 // exp(double(x - max)) (in another order, so equal to ~1e-13 relative, not bit for bit). The top k: each thread

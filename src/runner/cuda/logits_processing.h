@@ -1,6 +1,6 @@
 // Logits processing and logprobs on the GPU, so that neither a penalised draw nor a logprob needs the logits row
 // on the host: the CPU references are moeserve::apply_logit_edits and moeserve::token_logprobs
-// (engine/logits_processing.h, engine/logprobs.h), whose rules these kernels follow. A step runs, after the
+// (sampling/logits_processing.h, sampling/logprobs.h), whose rules these kernels follow. A step runs, after the
 // logits (and every row's argmax) are made:
 //   1. launch_row_logprobs over the rows that want logprobs: the raw row's log-sum-exp and its top k;
 //   2. launch_logit_edits over the rows that sample with edits: the edits in place (each edited token's raw
@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "engine/logit_edit.h"
+#include "sampling/logit_edit.h"
 
 namespace moeserve::cuda {
 

@@ -15,8 +15,8 @@
 //   the async proxy after their wait, as in moe_prefill_wgmma.cu).
 //   Two consumer warpgroups: per k16 slab, dequantise their 4 blocks' fragments (one 32-bit word of an MXFP4 block
 //   per thread and row: 8 values) while the previous slab's wgmmas run, then issue the slab's 4 wgmmas; the stage
-//   goes back on "empty" when the last wgmma reading it completed. Epilogue: bias, SwiGLU (gate and up rows are
-//   one thread's fragment rows g and g + 8), bf16 or fp32 out.
+//   goes back on "empty" (every consumer thread arrives) when the last wgmma reading it completed. Epilogue:
+//   bias, SwiGLU (gate and up rows are one thread's fragment rows g and g + 8), bf16 or fp32 out.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
@@ -254,7 +254,10 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
         uint32_t(&a)[kBlocksPerGroup][4] = frag[half];
         wgmma_wait<1>();  // slab k16 - 2, the last reader of frag[half], is done
         wgmma_fence_registers(acc);
-        if (k16 == 1 && step > 0 && f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
+        // Every consumer thread arrives: each read the previous stage's raw blocks and scales itself (ld.shared),
+        // and its own release orders those reads before the producer's next copies into the stage (with lane 0
+        // alone arriving, racecheck reported the other lanes' reads against those copies).
+        if (k16 == 1 && step > 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
 #pragma unroll
         for (int j = 0; j < kBlocksPerGroup; ++j) {
           mxfp4_word_half_to_bf16(words[j][0], factors[j][0], half, a[j][0], a[j][2]);
@@ -271,7 +274,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
   }
   wgmma_wait<0>();
   wgmma_fence_registers(acc);
-  if (f.lane == 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
+  mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
   store_item<kSwiglu, kN>(p, it, f, acc);
   return g;
 }
@@ -285,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_decode_wgmma_kernel(const __g
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + L::kStages;
-  init_stage_barriers(s.full, s.empty, L::kStages, kProducerThreads, kConsumerWarps);
+  init_stage_barriers(s.full, s.empty, L::kStages, kProducerThreads, 32 * kConsumerWarps);  // consumer threads
   const int items = *p.routing.num_tiles * n_blocks;
   const int ksteps = static_cast<int>((p.w.in_features + kTileK - 1) / kTileK);
   if (threadIdx.x < kProducerThreads) {

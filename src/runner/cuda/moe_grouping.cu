@@ -11,7 +11,6 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kMaxExperts = 256;  // the router's limit too
 constexpr int kExpertsPerLane = kMaxExperts / 32;
 
 // One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles, and a warp

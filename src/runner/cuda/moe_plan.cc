@@ -53,12 +53,13 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts) {
   const double per_expert = static_cast<double>(tokens) * top_k / num_experts;
   // The fastest path by rows per expert in moe_bench on an H200 (docs/PERF.md, 2026-12-01), uniform and Zipf
   // routing alike: the GEMV up to 24 (its 8- then 16-row tiles), the wgmma decode kernel's n32 / n64 tiles up to
-  // 32 / 96 (each touched expert read once or twice; their tensor rate grows with the tile's N), then the grouped
-  // GEMM (measured at 1, 2, 4, ..., 1,024 rows; the boundaries between the points are interpolated).
+  // 32 / 64 (each touched expert read once; their tensor rate grows with the tile's N), then the grouped GEMM
+  // (version 3: 2,265 us at 64 rows against n64's 2,060, 2,556 at 128 against 3,991; measured at 1, 2, 4, ...,
+  // 1,024 rows, the boundaries between the points interpolated).
   if (per_expert < 4) return MoePath::decode_x1;
   if (per_expert <= 24) return MoePath::decode_x2;
   if (per_expert <= 32) return MoePath::decode_wgmma_n32;
-  if (per_expert <= 96) return MoePath::decode_wgmma_n64;
+  if (per_expert <= 64) return MoePath::decode_wgmma_n64;
   return MoePath::prefill_wgmma;
 }
 

@@ -41,7 +41,7 @@ int moe_rows_per_tile(MoePath path);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
 // (bf16; fp32 steps use the reference), from moe_bench's measurements on an H200 (docs/PERF.md): decode_x1 for
-// r < 4, decode_x2 up to 24, decode_wgmma_n32 up to 32, decode_wgmma_n64 up to 96, prefill_wgmma beyond.
+// r < 4, decode_x2 up to 24, decode_wgmma_n32 up to 32, decode_wgmma_n64 up to 64, prefill_wgmma beyond.
 // decode_wgmma_n16 and prefill_mma won at no measured point and are kept for moe_bench's comparison only.
 MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts);
 

@@ -72,14 +72,14 @@ __device__ __forceinline__ unsigned char* swizzle_aligned(unsigned char* dynamic
 }
 
 // `stages` pairs of stage barriers: full[i] completes when `producers` threads arrived (the stage is filled),
-// empty[i] when `consumer_warps` warps did (it was read). Every thread of the CTA calls it: it ends in
-// __syncthreads.
+// empty[i] when `consumers` arrivals came (a lane per warp, or every thread: it was read). Every thread of the CTA
+// calls it: it ends in __syncthreads.
 __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty, int stages, int producers,
-                                                    int consumer_warps) {
+                                                    int consumers) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbarrier_init(&full[i], producers);
-      mbarrier_init(&empty[i], consumer_warps);
+      mbarrier_init(&empty[i], consumers);
     }
     mbarrier_init_fence();
   }

@@ -10,9 +10,7 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kMaxExperts = 256;
 constexpr int kPerLane = kMaxExperts / 32;
-constexpr int kMaxTopK = 8;
 
 __global__ void route_top_k_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights,
                                    int32_t* expert_counts) {

@@ -1,6 +1,6 @@
 // Sampling on the GPU. Greedy rows: the argmax of each row (the lowest id among equal maxima). Rows that sample:
 // the same token as the CPU sampler for the same (logits, params, seed, sample index).
-// CPU reference: moeserve::argmax and moeserve::sample_token (engine/sampler.cc), whose rules this file follows.
+// CPU reference: moeserve::argmax and moeserve::sample_token (sampling/sampler.cc), whose rules this file follows.
 //
 // What sample_token computes, restated so that it parallelises. Weights are w = exp(double(x - max) / T). Let O
 // be the ids in descending weight order, ties by ascending id (the CPU's stable sort). Then top-k keeps the first
@@ -37,8 +37,8 @@
 #include <climits>
 #include <cmath>
 
-#include "engine/sampling_uniform.h"
 #include "runner/cuda/device_common.cuh"
+#include "sampling/sampling_uniform.h"
 
 namespace moeserve::cuda {
 namespace {

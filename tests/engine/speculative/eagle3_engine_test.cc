@@ -4,10 +4,10 @@
 
 #include <random>
 
-#include "eagle3_fixture.h"
 #include "engine/engine_harness.h"
-#include "engine/speculative/eagle3_drafter.h"
 #include "engine/speculative/spec_engine_harness.h"
+#include "model/eagle3_fixture.h"
+#include "runner/cpu/eagle3_drafter.h"
 
 namespace moeserve::speculative {
 namespace {
@@ -22,38 +22,13 @@ std::shared_ptr<Drafter> eagle3_drafter(const TinyEagle3Options& options) {
                                          Eagle3DrafterOptions{8, 1024, 2});
 }
 
-std::vector<Arrival> arrivals(uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, 511);
-  const std::vector<std::optional<DraftShape>> shapes = {testing::chain(3), testing::tree(3, 2, 5), std::nullopt,
-                                                         testing::chain(1), testing::tree(4, 3, 8)};
-  std::vector<Arrival> out;
-  for (int i = 0; i < 10; ++i) {
-    Arrival a;
-    a.step = std::uniform_int_distribution<int>(0, 5)(rng);
-    a.spec.prompt.resize(std::uniform_int_distribution<int>(1, 70)(rng));  // some beyond the window and a chunk
-    for (auto& t : a.spec.prompt) t = id(rng);
-    a.spec.sampling.temperature = 0.0f;
-    a.spec.max_tokens = std::uniform_int_distribution<int>(1, 24)(rng);
-    a.spec.speculation = shapes[i % shapes.size()].value_or(DraftShape{});
-    out.push_back(a);
-  }
-  return out;
-}
-
 // Returns the engine's preemption count.
 uint64_t expect_lossless(const TinyEagle3Options& options, int64_t kv_blocks) {
   auto runner = testing::target_runner();
-  EngineCore core(*runner, testing::spec_engine_config(eagle3_drafter(options), kv_blocks));
-  const std::vector<Arrival> requests = arrivals(11);
-  const auto results = run_requests(core, requests);
-  EXPECT_EQ(results.size(), requests.size());
   auto reference = testing::target_runner();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    EXPECT_EQ(results.at(i).tokens, testing::alone(*reference, requests[i].spec)) << "request " << i;
-    EXPECT_EQ(results.at(i).finish, FinishReason::length);
-  }
-  return core.metrics().preemptions;
+  return testing::expect_lossless(*runner, *reference, eagle3_drafter(options), kv_blocks,
+                                  testing::mixed_arrivals(11, 512))
+      .preemptions;
 }
 
 TEST(Eagle3Engine, GreedyOutputsEqualTheTargetsInMixedBatches) {

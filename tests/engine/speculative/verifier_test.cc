@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "engine/sampler.h"
 #include "engine/speculative/verifier.h"
+#include "sampling/sampler.h"
 
 namespace moeserve::speculative {
 namespace {

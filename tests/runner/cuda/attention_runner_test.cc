@@ -10,8 +10,8 @@
 #include <random>
 
 #include "cuda_test_util.h"
-#include "model/checkpoint.h"
-#include "model/make_tiny.h"
+#include "model/gpt_oss/checkpoint.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/sequence_step.h"

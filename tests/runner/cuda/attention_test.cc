@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/ops.h"
 
 namespace moeserve {

@@ -12,15 +12,15 @@
 #include <optional>
 
 #include "cuda_test_util.h"
-#include "runner_compare.h"
 #include "engine/engine_harness.h"
 #include "engine/generate.h"
 #include "engine/speculative/spec_engine_harness.h"
-#include "model/make_tiny.h"
-#include "runner/sequence_step.h"
-#include "model/checkpoint.h"
+#include "model/gpt_oss/checkpoint.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
+#include "runner/sequence_step.h"
+#include "runner_compare.h"
 #include "test_util.h"
 
 namespace moeserve {

@@ -14,9 +14,9 @@
 
 #include "cuda_test_util.h"
 #include "engine/engine_harness.h"
-#include "engine/speculative/eagle3_drafter.h"
-#include "engine/speculative/eagle3_fixture.h"
 #include "engine/speculative/spec_engine_harness.h"
+#include "model/eagle3_fixture.h"
+#include "runner/cpu/eagle3_drafter.h"
 #include "runner/cpu/ops.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/eagle3_cuda_drafter.h"

@@ -8,8 +8,8 @@
 #include <random>
 
 #include "cuda_test_util.h"
-#include "engine/logits_processing.h"
-#include "model/checkpoint.h"
+#include "sampling/logits_processing.h"
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/sequence_step.h"

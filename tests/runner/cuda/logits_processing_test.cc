@@ -10,8 +10,8 @@
 #include <random>
 
 #include "cuda_test_util.h"
-#include "engine/logits_processing.h"
-#include "engine/logprobs.h"
+#include "sampling/logits_processing.h"
+#include "sampling/logprobs.h"
 #include "runner/cuda/logits_processing.h"
 
 namespace moeserve {

@@ -7,10 +7,10 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
-#include "engine/sampler.h"
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/ops.h"
 #include "runner/cuda/blas.h"
+#include "sampling/sampler.h"
 #include "util/bfloat16.h"
 
 namespace moeserve {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/make_tiny.h"
+#include "model/gpt_oss/make_tiny.h"
 #include "runner/runner.h"
 
 namespace moeserve::testing {

@@ -1,4 +1,4 @@
-// GPU sampling (sampling.cu) against the CPU sampler (engine/sampler.cc): on fresh random logits rows of several
+// GPU sampling (sampling.cu) against the CPU sampler (sampling/sampler.cc): on fresh random logits rows of several
 // shapes (spread, peaked, heavy ties and near-ties, -inf entries, flat, and tiny logits whose distinct values share
 // a weight), for every combination of temperature 0.3 / 1 / 2, top-k 0 / 1 / 50 / vocab, top-p 0.1 / 0.9 / 1 and
 // min-p 0 / 0.05, with greedy rows mixed into every batch as the runner mixes them (argmax for all, the sampling
@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "cuda_test_util.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "util/thread_pool.h"
 
 namespace moeserve {

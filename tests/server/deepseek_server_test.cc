@@ -1,0 +1,127 @@
+// The OpenAI server for a DeepSeek-R1 model: chat completions rendered with R1's template and read back as
+// reasoning_content and content (streamed and not, with stop strings), completions with token ids equal to
+// generate on the tiny DeepSeek-V3 model, the same greedy replies with the MTP head speculating, and the requests
+// R1 does not serve refused with 400.
+#include <gtest/gtest.h>
+
+#include "chat/r1_chat.h"
+#include "deepseek_test_util.h"
+#include "engine/generate.h"
+#include "runner/cpu/deepseek_v3_runner.h"
+#include "runner/cpu/mtp_drafter.h"
+#include "server/http_client.h"
+#include "server/scripted_runner.h"
+#include "server/server_harness.h"
+#include "tokenizer/deepseek_tokenizer_test.h"
+
+namespace moeserve {
+namespace {
+
+using nlohmann::json;
+using testing::post_json;
+
+std::shared_ptr<const Tokenizer> r1_tokenizer() {
+  static std::shared_ptr<const Tokenizer> t = Tokenizer::from_file(testing::deepseek_r1_tokenizer_json());
+  return t;
+}
+
+std::vector<int32_t> encode(const std::string& text) { return r1_tokenizer()->encode(text, AllowedSpecial::all()); }
+
+// R1 replies, scripted: reasoning, </think>, the answer, end of sentence. The prompt must be R1's template.
+std::vector<int32_t> r1_reply(const std::vector<int32_t>& prompt) {
+  const std::string expected = chat::render_r1_text(
+      std::vector<chat::ChatTurn>{{chat::ChatTurn::Role::system, "Be brief."}, {chat::ChatTurn::Role::user, "Hi"}}, true);
+  if (r1_tokenizer()->decode(prompt) != expected) return encode("wrong prompt: " + r1_tokenizer()->decode(prompt) + "<｜end▁of▁sentence｜>");
+  return encode("The user greets me.</think>Hello! How can I help?<｜end▁of▁sentence｜>");
+}
+
+std::shared_ptr<ModelRunner> scripted() {
+  return std::make_shared<testing::ScriptedRunner>(r1_reply, deepseek_v3::tiny_config({}).engine_view());
+}
+
+const json kChat = {{"model", "tiny"},
+                    {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}}};
+
+TEST(DeepseekServer, ChatReturnsReasoningApartFromContent) {
+  testing::ServerHarness h(scripted(), r1_tokenizer());
+  auto r = post_json(h.port, "/v1/chat/completions", kChat);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const json body = json::parse(r.body);
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello! How can I help?");
+  EXPECT_EQ(body["choices"][0]["message"]["reasoning_content"], "The user greets me.");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"],
+            encode("<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi<｜Assistant｜><think>\n").size());
+  EXPECT_EQ(body["usage"]["completion_tokens"], encode("The user greets me.</think>Hello! How can I help?<｜end▁of▁sentence｜>").size());
+  EXPECT_EQ(body["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            encode("The user greets me.</think>").size());
+
+  json streaming = kChat;
+  streaming["stream"] = true;
+  const auto events = testing::sse_data(post_json(h.port, "/v1/chat/completions", streaming).body);
+  ASSERT_FALSE(events.empty());
+  ASSERT_EQ(events.back(), "[DONE]");
+  const testing::StreamedChat streamed = testing::collect_chat_stream(events);
+  EXPECT_EQ(streamed.content, "Hello! How can I help?");
+  EXPECT_EQ(streamed.reasoning, "The user greets me.");
+  EXPECT_EQ(streamed.finish, "stop");
+
+  json stopped = kChat;
+  stopped["stop"] = "How";
+  EXPECT_EQ(json::parse(post_json(h.port, "/v1/chat/completions", stopped).body)["choices"][0]["message"]["content"],
+            "Hello! ");
+}
+
+TEST(DeepseekServer, WhatR1DoesNotServeIs400) {
+  testing::ServerHarness h(scripted(), r1_tokenizer());
+  json tools = kChat;
+  tools["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  auto r = post_json(h.port, "/v1/chat/completions", tools);
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tools");
+  json tool_role = kChat;
+  tool_role["messages"].push_back({{"role", "tool"}, {"content", "x"}});
+  EXPECT_EQ(post_json(h.port, "/v1/chat/completions", tool_role).status, 400u);
+  json effort = kChat;
+  effort["reasoning_effort"] = "low";
+  EXPECT_EQ(post_json(h.port, "/v1/chat/completions", effort).status, 400u);
+  auto responses = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}});
+  EXPECT_EQ(responses.status, 400u);
+  EXPECT_NE(responses.body.find("/v1/chat/completions"), std::string::npos);
+}
+
+TEST(DeepseekServer, TinyModelCompletionsEqualGenerateWithAndWithoutMtp) {
+  const auto checkpoint = std::shared_ptr<const deepseek_v3::Checkpoint>(
+      deepseek_v3::Checkpoint::open(testing::tiny_deepseek_model()));
+  const std::vector<int32_t> prompt = encode("<｜begin▁of▁sentence｜><｜User｜>What is 2+2?<｜Assistant｜><think>\n");
+  DeepseekV3CpuRunner reference(checkpoint, 2);
+  GenerateOptions options;
+  options.max_tokens = 10;
+  options.sampling.temperature = 0;
+  const auto expected = generate_sequence(reference, prompt, options).tokens;
+  for (bool mtp : {false, true}) {
+    EngineConfig config;
+    if (mtp) {
+      config.num_kv_blocks = 256;
+      config.drafter = std::make_shared<speculative::MtpDrafter>(checkpoint, speculative::MtpDrafterOptions{16, 256, 2});
+      config.speculative.method = "mtp";
+      config.speculative.num_speculative_tokens = 3;
+    }
+    testing::ServerHarness h(std::make_shared<DeepseekV3CpuRunner>(checkpoint, 2), r1_tokenizer(), {}, config);
+    auto r = post_json(h.port, "/v1/completions",
+                       {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}});
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const json body = json::parse(r.body);
+    EXPECT_EQ(body["choices"][0]["token_ids"].get<std::vector<int32_t>>(), expected) << (mtp ? "with MTP" : "plain");
+    EXPECT_EQ(body["choices"][0]["text"], r1_tokenizer()->decode(expected));
+    auto chat = post_json(h.port, "/v1/chat/completions",
+                          {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+                           {"max_tokens", 10}, {"temperature", 0}});
+    ASSERT_EQ(chat.status, 200u) << chat.body;
+    const chat::R1Reply reply = chat::parse_r1_reply(*r1_tokenizer(), expected);
+    EXPECT_EQ(json::parse(chat.body)["choices"][0]["message"]["reasoning_content"].get<std::string>(), reply.reasoning);
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
