@@ -33,7 +33,7 @@ DetailLog::DetailLog(const std::string& path, std::chrono::steady_clock::time_po
 }
 
 void DetailLog::write(const std::string& key, const std::string& value_json, bool is_error, bool is_warning,
-                      const std::source_location& where) {
+                      const CallSite& where) {
   const auto ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count());
   std::lock_guard lock(mutex_);
@@ -43,38 +43,38 @@ void DetailLog::write(const std::string& key, const std::string& value_json, boo
        << ", \"time_ms\": " << fmt::format("{}.{:06}", ns / 1000000, ns % 1000000)
        << ", \"namespace\": \"mlperf::logging\", \"event_type\": \"POINT_IN_TIME\", \"metadata\": {\"is_error\": "
        << (is_error ? "true" : "false") << ", \"is_warning\": " << (is_warning ? "true" : "false") << ", \"file\": \""
-       << base_name(where.file_name()) << "\", \"line_no\": " << where.line() << ", \"pid\": " << ::getpid()
+       << base_name(where.file) << "\", \"line_no\": " << where.line << ", \"pid\": " << ::getpid()
        << ", \"tid\": " << ::syscall(SYS_gettid) << "}}\n";
   if (is_error) out_.flush();
   MOESERVE_CHECK(out_.good(), "writing {} failed", path_);
 }
 
-void DetailLog::log(const std::string& key, const std::string& value, std::source_location where) {
+void DetailLog::log(const std::string& key, const std::string& value, CallSite where) {
   write(key, nlohmann::json(value).dump(), false, false, where);
 }
-void DetailLog::log(const std::string& key, const char* value, std::source_location where) {
+void DetailLog::log(const std::string& key, const char* value, CallSite where) {
   write(key, nlohmann::json(value).dump(), false, false, where);
 }
-void DetailLog::log(const std::string& key, bool value, std::source_location where) {
+void DetailLog::log(const std::string& key, bool value, CallSite where) {
   write(key, value ? "true" : "false", false, false, where);
 }
-void DetailLog::log(const std::string& key, int64_t value, std::source_location where) {
+void DetailLog::log(const std::string& key, int64_t value, CallSite where) {
   write(key, std::to_string(value), false, false, where);
 }
-void DetailLog::log(const std::string& key, uint64_t value, std::source_location where) {
+void DetailLog::log(const std::string& key, uint64_t value, CallSite where) {
   write(key, std::to_string(value), false, false, where);
 }
-void DetailLog::log(const std::string& key, double value, std::source_location where) {
+void DetailLog::log(const std::string& key, double value, CallSite where) {
   // LoadGen prints doubles through an ostream; JSON has no inf or nan, which LoadGen writes as Infinity/NaN.
   write(key, ostream_double(value), false, false, where);
 }
-void DetailLog::log(const std::string& key, const std::vector<uint64_t>& value, std::source_location where) {
+void DetailLog::log(const std::string& key, const std::vector<uint64_t>& value, CallSite where) {
   write(key, nlohmann::json(value).dump(), false, false, where);
 }
-void DetailLog::error(const std::string& key, const std::string& message, std::source_location where) {
+void DetailLog::error(const std::string& key, const std::string& message, CallSite where) {
   write(key, nlohmann::json(message).dump(), true, false, where);
 }
-void DetailLog::warning(const std::string& key, const std::string& message, std::source_location where) {
+void DetailLog::warning(const std::string& key, const std::string& message, CallSite where) {
   write(key, nlohmann::json(message).dump(), false, true, where);
 }
 

@@ -10,12 +10,22 @@
 #include <cstdint>
 #include <fstream>
 #include <mutex>
-#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace moeserve::bench {
+
+// Where a log call was made, as LoadGen's metadata records it ("file", "line_no"). std::source_location would do,
+// but clang 14 with libstdc++ 12 (the fuzz build's toolchain) lacks it; gcc and clang both have these builtins,
+// which, used as default arguments, take the caller's file and line.
+struct CallSite {
+  const char* file;
+  unsigned line;
+  static constexpr CallSite here(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    return {file, line};
+  }
+};
 
 class DetailLog {
  public:
@@ -25,26 +35,26 @@ class DetailLog {
   // One event; `value` is written as LoadGen writes it: strings quoted, bools true/false, doubles as an ostream
   // prints them (6 significant digits), lists of integers as [..].
   void log(const std::string& key, const std::string& value,
-           std::source_location where = std::source_location::current());
-  void log(const std::string& key, const char* value, std::source_location where = std::source_location::current());
-  void log(const std::string& key, bool value, std::source_location where = std::source_location::current());
-  void log(const std::string& key, int64_t value, std::source_location where = std::source_location::current());
-  void log(const std::string& key, uint64_t value, std::source_location where = std::source_location::current());
-  void log(const std::string& key, double value, std::source_location where = std::source_location::current());
+           CallSite where = CallSite::here());
+  void log(const std::string& key, const char* value, CallSite where = CallSite::here());
+  void log(const std::string& key, bool value, CallSite where = CallSite::here());
+  void log(const std::string& key, int64_t value, CallSite where = CallSite::here());
+  void log(const std::string& key, uint64_t value, CallSite where = CallSite::here());
+  void log(const std::string& key, double value, CallSite where = CallSite::here());
   void log(const std::string& key, const std::vector<uint64_t>& value,
-           std::source_location where = std::source_location::current());
+           CallSite where = CallSite::here());
   // Errors and warnings are flagged in the metadata and counted for the summary's last lines.
   void error(const std::string& key, const std::string& message,
-             std::source_location where = std::source_location::current());
+             CallSite where = CallSite::here());
   void warning(const std::string& key, const std::string& message,
-               std::source_location where = std::source_location::current());
+               CallSite where = CallSite::here());
 
   int error_count() const { return errors_; }
   int warning_count() const { return warnings_; }
 
  private:
   void write(const std::string& key, const std::string& value_json, bool is_error, bool is_warning,
-             const std::source_location& where);
+             const CallSite& where);
 
   std::mutex mutex_;
   std::ofstream out_;

@@ -3,8 +3,14 @@
 // through a local harness that is not part of moeserve).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "bench/mlperf_log.h"
 #include "bench/verdict.h"
 
 namespace moeserve::bench {
@@ -164,6 +170,33 @@ TEST(Verdict, OfflineNeedsOnlyDurationAndSamples) {
   EXPECT_FALSE(v.min_queries_met);  // min_sample_count = 100 samples (LoadGen's default min_query_count)
   EXPECT_TRUE(v.early_stopping_met);
   EXPECT_FALSE(v.valid);
+}
+
+TEST(DetailLog, MetadataNamesTheCallersFileAndLineAsLoadGenDoes) {
+  const auto path = std::filesystem::temp_directory_path() / "moeserve_detail_log_test.txt";
+  unsigned line = 0;
+  {
+    DetailLog log(path.string(), std::chrono::steady_clock::now());
+    line = __LINE__ + 1;
+    log.log("effective_scenario", "Offline");
+    log.error("error_invalid_config", "bad");
+    EXPECT_EQ(log.error_count(), 1);
+  }
+  std::ifstream in(path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  std::filesystem::remove(path);
+  ASSERT_EQ(first.rfind(":::MLLOG ", 0), 0u) << first;
+  const auto a = nlohmann::json::parse(first.substr(9));
+  const auto b = nlohmann::json::parse(second.substr(9));
+  EXPECT_EQ(a["key"], "effective_scenario");
+  EXPECT_EQ(a["value"], "Offline");
+  EXPECT_EQ(a["metadata"]["file"], "results_test.cc");
+  EXPECT_EQ(a["metadata"]["line_no"], line);
+  EXPECT_EQ(b["metadata"]["line_no"], line + 1);
+  EXPECT_EQ(b["metadata"]["is_error"], true);
+  EXPECT_EQ(a["metadata"]["is_error"], false);
 }
 
 }  // namespace
