@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <random>
 
@@ -37,6 +38,11 @@ void EngineJob::cancel(Engine& engine) {
   std::lock_guard lock(mutex_);
   cancel_wanted_ = true;
   if (id_) engine.cancel(*id_);
+}
+
+bool ends_on_stop_token(const RequestEvent& e, size_t k, const std::vector<TokenId>& stop_tokens) {
+  return k + 1 == e.tokens.size() && e.finish == FinishReason::stop &&
+         std::find(stop_tokens.begin(), stop_tokens.end(), e.tokens[k]) != stop_tokens.end();
 }
 
 json Usage::chat() const {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/admission.h"
@@ -48,6 +49,11 @@ struct Usage {
   nlohmann::json completions() const;
   nlohmann::json responses() const;
 };
+
+// Whether token k of the event is the stop token that ended its request (an end of sequence, one of
+// stop_token_ids). vLLM leaves that token out of the answer's text (include_stop_str_in_output is false by
+// default); its id, logprobs and count stay.
+bool ends_on_stop_token(const RequestEvent& e, size_t k, const std::vector<TokenId>& stop_tokens);
 
 std::string random_id(const char* prefix);
 int64_t unix_now();

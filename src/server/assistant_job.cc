@@ -39,6 +39,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   void start(RequestSpec spec, const std::vector<TokenId>& primed) {
     usage_.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
     logprobs_wanted_ = spec.top_logprobs >= 0;
+    stop_tokens_ = spec.stop_tokens;
     auto self = shared_from_this();
     channel_->on_disconnect([self] { self->job_.cancel(self->ctx_.engine); });
     if (stream_) {
@@ -68,7 +69,11 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
         logprobs_.push_back(e.logprobs[k]);
         token_logprobs = chat_logprobs(ctx_.tokenizer, std::span(&e.logprobs[k], 1));
       }
-      emit(assistant_.push(t), std::move(token_logprobs));
+      // The stop token that ended the request is not text (answer_job.h); a special one (an end of sequence,
+      // Harmony's <|return|> or <|call|>) has none anyway and goes to the reader, which reads the reply's shape
+      // from it.
+      const bool text_dropped = ends_on_stop_token(e, k, stop_tokens_) && !ctx_.tokenizer.is_special(t);
+      emit(text_dropped ? AssistantDelta{} : assistant_.push(t), std::move(token_logprobs));
       if (assistant_.stop_string_hit()) {
         job_.cancel(ctx_.engine);
         finish("stop", {});
@@ -237,6 +242,7 @@ class AssistantJob : public std::enable_shared_from_this<AssistantJob> {
   Usage usage_;
   TokenId last_token_ = -1;
   bool logprobs_wanted_ = false;
+  std::vector<TokenId> stop_tokens_;
   std::vector<TokenLogprobs> logprobs_;
   bool finished_ = false;
   int64_t sequence_ = 0;

@@ -28,6 +28,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       c.stops.emplace(request.stops);
       if (request.specs[i].top_logprobs >= 0) c.logprobs.emplace(ctx_.tokenizer);
       if (echo_) c.prompt = request.specs[i].prompt;
+      c.stop_tokens = request.specs[i].stop_tokens;
     }
   }
 
@@ -60,6 +61,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::optional<CompletionLogprobs> logprobs;  // when asked for
     std::vector<TokenId> prompt;                 // echo: sent before the first generated text
     std::optional<RequestSpec> waiting;          // a later choice of a prompt, until the first has prefilled
+    std::vector<TokenId> stop_tokens;            // its request's: the one that ends it is not text
   };
 
   void submit(size_t index, RequestSpec spec) {
@@ -118,9 +120,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       new_ids.push_back(t);
       if (c.logprobs) c.logprobs->add(t, k < e.logprobs.size() ? std::optional(e.logprobs[k]) : std::nullopt);
       ++usage_.completion_tokens;
-      // The special token that ended the request (EOS, <|return|>) is not text, as in vLLM (skip_special_tokens).
-      const bool ending = k + 1 == e.tokens.size() && e.finish == FinishReason::stop && ctx_.tokenizer.is_special(t);
-      if (!ending) released += add_text(c, c.decoder->push(t), /*last=*/false);
+      if (!ends_on_stop_token(e, k, c.stop_tokens)) released += add_text(c, c.decoder->push(t), /*last=*/false);
       if (c.finish_reason) {
         c.job.cancel(ctx_.engine);
         break;

@@ -178,10 +178,11 @@ AssistantRequest chat_request(std::string_view body_text, const RequestContext& 
   AssistantRequest out;
   if (ctx.r1_chat) {
     // DeepSeek-R1: its template, stopping at end of sentence (generation_config.json's eos_token_id). Its reply
-    // reasons before it answers, with no channel header to start a grammar at: response_format is refused.
+    // reasons before it answers, with no channel header to start a grammar at: response_format is refused
+    // (before any schema is compiled), {"type": "text"} aside.
     const std::vector<chat::ChatTurn> turns = r1_chat_turns(body, ctx.limits);
-    if (response_format_grammar(body, ctx.grammars))
-      body["response_format"].fail("is not supported for DeepSeek-R1 models (constrained decoding is for gpt-oss)");
+    if (const Field format = body["response_format"]; format.present() && format["type"].string() != "text")
+      format.fail("is not supported for DeepSeek-R1 models (constrained decoding is for gpt-oss)");
     const auto r1_prompt = [&] { return chat::render_r1_prompt(ctx.tokenizer, turns); };
     out = assistant_request(body, body["messages"], render(r1_prompt), ctx.eos_token_ids, ctx,
                             {"max_completion_tokens", "max_tokens"});

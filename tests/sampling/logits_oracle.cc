@@ -33,9 +33,7 @@ std::vector<long double> log_softmax(std::span<const float> logits) {
   return out;
 }
 
-std::vector<std::vector<float>> logits_at_every_position(std::shared_ptr<const Checkpoint> checkpoint,
-                                                         const std::vector<int32_t>& tokens) {
-  CpuRunner runner(std::move(checkpoint), 2);
+std::vector<std::vector<float>> logits_at_every_position(ModelRunner& runner, const std::vector<int32_t>& tokens) {
   const int groups = kv_groups_of(runner.config()).num_groups();
   const int blocks = static_cast<int>(tokens.size()) / 8 + 1;
   runner.allocate_kv_cache({8, blocks * groups});
@@ -55,6 +53,12 @@ std::vector<std::vector<float>> logits_at_every_position(std::shared_ptr<const C
   for (size_t r = 0; r < tokens.size(); ++r)
     rows.emplace_back(out.logits.begin() + static_cast<int64_t>(r) * V, out.logits.begin() + static_cast<int64_t>(r + 1) * V);
   return rows;
+}
+
+std::vector<std::vector<float>> logits_at_every_position(std::shared_ptr<const Checkpoint> checkpoint,
+                                                         const std::vector<int32_t>& tokens) {
+  CpuRunner runner(std::move(checkpoint), 2);
+  return logits_at_every_position(runner, tokens);
 }
 
 }  // namespace moeserve::testing

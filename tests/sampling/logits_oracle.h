@@ -8,6 +8,7 @@
 
 #include "sampling/logits_processing.h"
 #include "model/gpt_oss/checkpoint.h"
+#include "runner/runner.h"
 
 namespace moeserve::testing {
 
@@ -19,8 +20,9 @@ std::vector<float> oracle_edit(std::vector<float> logits, const LogitsProcessing
 
 std::vector<long double> log_softmax(std::span<const float> logits);
 
-// The raw logits at every position of `tokens` (row i predicts token i + 1), from one forward of a CPU runner of
-// its own over the checkpoint.
+// The raw logits at every position of `tokens` (row i predicts token i + 1), from one forward of a runner whose KV
+// cache this allocates (a fresh one: not yet allocated), or of a CPU runner of its own over the GPT-OSS checkpoint.
+std::vector<std::vector<float>> logits_at_every_position(ModelRunner& runner, const std::vector<int32_t>& tokens);
 std::vector<std::vector<float>> logits_at_every_position(std::shared_ptr<const Checkpoint> checkpoint,
                                                          const std::vector<int32_t>& tokens);
 
