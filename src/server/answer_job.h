@@ -41,6 +41,20 @@ class EngineJob {
   bool cancel_wanted_ = false;
 };
 
+// A prompt's choices after its first (n > 1): held until the first has computed the prompt (its first event),
+// then submitted, so that they take its KV from the prefix cache: one prefill for n choices.
+class LaterChoices {
+ public:
+  void hold(size_t index, RequestSpec spec) { held_.emplace_back(index, std::move(spec)); }
+  // Hands each held choice, once, to submit(index, spec); one whose submit throws (the engine is stopping) goes
+  // to refused(index, what) and the others are still submitted.
+  void release(const std::function<void(size_t, RequestSpec)>& submit,
+               const std::function<void(size_t, const char*)>& refused);
+
+ private:
+  std::vector<std::pair<size_t, RequestSpec>> held_;
+};
+
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;

@@ -30,6 +30,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       if (echo_) c.prompt = request.specs[i].prompt;
       c.stop_tokens = request.specs[i].stop_tokens;
     }
+    later_.resize(choices_.size() / n_);
   }
 
   // A prompt's first choice goes to the engine at once; its other n - 1 when the first has computed the prompt
@@ -42,7 +43,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     if (stream_) channel_->start_events();
     for (size_t i = 0; i < specs.size(); ++i) {
       if (i % n_ != 0) {
-        choices_[i].waiting = std::move(specs[i]);
+        later_[i / n_].hold(i, std::move(specs[i]));
         continue;
       }
       usage_.prompt_tokens += static_cast<int64_t>(specs[i].prompt.size());
@@ -60,7 +61,6 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::optional<std::string> finish_reason;
     std::optional<CompletionLogprobs> logprobs;  // when asked for
     std::vector<TokenId> prompt;                 // echo: sent before the first generated text
-    std::optional<RequestSpec> waiting;          // a later choice of a prompt, until the first has prefilled
     std::vector<TokenId> stop_tokens;            // its request's: the one that ends it is not text
   };
 
@@ -72,18 +72,12 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   // The first choice of a prompt has its prompt's KV: the others follow (on the engine thread, under mutex_;
   // their events come on later steps). One the engine refuses (it is draining) fails alone.
   void submit_later_choices(size_t first) {
-    for (size_t i = first + 1; i < first + n_; ++i) {
-      if (!choices_[i].waiting) continue;
-      RequestSpec spec = std::move(*choices_[i].waiting);
-      choices_[i].waiting.reset();
-      try {
-        submit(i, std::move(spec));
-      } catch (const std::exception& e) {
-        choices_[i].finish_reason = "error";
-        error_ = e.what();
-        ++finished_;
-      }
-    }
+    later_[first / n_].release([this](size_t i, RequestSpec spec) { submit(i, std::move(spec)); },
+                               [this](size_t i, const char* error) {
+                                 choices_[i].finish_reason = "error";
+                                 error_ = error;
+                                 ++finished_;
+                               });
   }
 
   // echo: the prompt's text, and its tokens' logprobs (the first has none) when the request gets logprobs.
@@ -193,6 +187,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   size_t n_;  // choices per prompt
   std::mutex mutex_;
   std::vector<Choice> choices_;
+  std::vector<LaterChoices> later_;  // per prompt
   size_t finished_ = 0;
   Usage usage_;
   std::string error_;

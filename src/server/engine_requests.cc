@@ -29,11 +29,13 @@ void check_model(const Field& body, const RequestContext& ctx) {
 void check_common(const Field& body, const RequestContext& ctx, Endpoint endpoint) {
   check_model(body, ctx);
   reject_unsupported_parameters(body, endpoint);
-  // n > 1 is implemented on completions only (its choices already are separate engine requests).
-  if (endpoint != Endpoint::completions)
+  // The Responses API has no n (one response, one output); chat and completions take up to 128 choices.
+  if (endpoint == Endpoint::responses)
     if (auto n = body["n"].optional_int(1, 128); n && *n != 1)
-      body["n"].fail("must be 1 here (n = 1 on chat and Responses; n > 1 is supported on /v1/completions)");
+      body["n"].fail("must be 1 on the Responses API (n > 1 is served by chat completions and completions)");
 }
+
+int choices(const Field& body) { return static_cast<int>(body["n"].optional_int(1, 128).value_or(1)); }
 
 // max_tokens (or max_completion_tokens / max_output_tokens) against what the context and KV pool allow.
 int max_new_tokens(const Field& body, const RequestContext& ctx, const Field& prompt, size_t prompt_tokens,
@@ -99,6 +101,17 @@ std::vector<TokenId> final_channel_header(const Tokenizer& tokenizer) {
   tokenizer.encode_ordinary_into("final", ids);
   ids.push_back(o200k::kMessage);
   return ids;
+}
+
+// Structured outputs of an assistant's answer constrain its final channel only: the grammar starts after the
+// channel's header, so the analysis channel is free.
+void constrain_final_channel(const Field& body, std::shared_ptr<const structured::TokenGrammar> grammar,
+                             const char* format_field, const RequestContext& ctx, AssistantRequest& out) {
+  out.spec.grammar = std::move(grammar);
+  if (!out.spec.grammar) return;
+  if (out.spec.processing.min_tokens > 0)
+    body["min_tokens"].fail(fmt::format("cannot be combined with {}", format_field));
+  out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
 }
 
 // One completions prompt: text, or token ids (integers inside the model's vocabulary).
@@ -167,6 +180,12 @@ void force_tool_call(const Field& body, const harmony::ToolDescription& tool, co
   if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with a forced tool call");
 }
 
+RequestSpec nth_choice(const RequestSpec& first, int i) {
+  RequestSpec choice = first;
+  choice.sampling.seed += static_cast<uint64_t>(i);
+  return choice;
+}
+
 AssistantRequest chat_request(std::string_view body_text, const RequestContext& ctx) {
   const json parsed = parse_request_body(body_text, ctx.limits.json_depth);
   const Field body(parsed);
@@ -191,15 +210,11 @@ AssistantRequest chat_request(std::string_view body_text, const RequestContext& 
     const ConversationRequest conversation = chat_conversation(body, ctx.limits);
     out = assistant_request(body, body["messages"], render(conversation, ctx), harmony::assistant_stop_tokens(), ctx,
                             {"max_completion_tokens", "max_tokens"});
-    // Structured outputs constrain the final channel only: the grammar starts after its header.
-    out.spec.grammar = response_format_grammar(body, ctx.grammars);
-    if (out.spec.grammar) {
-      if (out.spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
-      out.spec.grammar_trigger = final_channel_header(ctx.tokenizer);
-    }
+    constrain_final_channel(body, response_format_grammar(body, ctx.grammars), "response_format", ctx, out);
     if (conversation.forced_tool) force_tool_call(body, *conversation.forced_tool, ctx, out);
   }
   if (logprobs) out.spec.top_logprobs = static_cast<int>(top.value_or(0));
+  out.n = choices(body);
   out.include_usage = include_usage(body);
   out.stops = stop_strings(body, ctx.limits);
   return out;
@@ -211,8 +226,10 @@ AssistantRequest responses_request(std::string_view body_text, const RequestCont
   check_common(body, ctx, Endpoint::responses);
   if (ctx.r1_chat)
     throw bad_request("the Responses API is served for gpt-oss models; DeepSeek-R1 answers /v1/chat/completions");
-  return assistant_request(body, body["input"], render(responses_conversation(body, ctx.limits), ctx),
-                           harmony::assistant_stop_tokens(), ctx, {"max_output_tokens"});
+  AssistantRequest out = assistant_request(body, body["input"], render(responses_conversation(body, ctx.limits), ctx),
+                                           harmony::assistant_stop_tokens(), ctx, {"max_output_tokens"});
+  constrain_final_channel(body, text_format_grammar(body, ctx.grammars), "text.format", ctx, out);
+  return out;
 }
 
 CompletionRequest completion_request(std::string_view body_text, const RequestContext& ctx) {
@@ -226,7 +243,7 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
   CompletionRequest out;
   out.echo = body["echo"].optional_bool().value_or(false);
   out.stops = stop_strings(body, ctx.limits);
-  out.n = static_cast<int>(body["n"].optional_int(1, 128).value_or(1));
+  out.n = choices(body);
   const auto prompts = completion_prompts(body, ctx);
   if (prompts.size() * out.n > ctx.limits.messages)
     body["n"].fail(fmt::format("asks for {} choices of {} prompts; at most {} choices are allowed", out.n,
@@ -246,14 +263,9 @@ CompletionRequest completion_request(std::string_view body_text, const RequestCo
     spec.prompt_logprobs = out.echo && logprobs && spec.prompt.size() > 1;
     spec.grammar = response_format_grammar(body, ctx.grammars);  // the whole completion is the document
     if (spec.grammar && spec.processing.min_tokens > 0) body["min_tokens"].fail("cannot be combined with response_format");
-    // n choices of the prompt, choice i with seed + i (vLLM's child requests).
     const size_t first = out.specs.size();
     out.specs.push_back(std::move(spec));
-    for (int i = 1; i < out.n; ++i) {
-      RequestSpec child = out.specs[first];
-      child.sampling.seed += static_cast<uint64_t>(i);
-      out.specs.push_back(std::move(child));
-    }
+    for (int i = 1; i < out.n; ++i) out.specs.push_back(nth_choice(out.specs[first], i));
   }
   out.stream = body["stream"].optional_bool().value_or(false);
   out.include_usage = include_usage(body);

@@ -36,7 +36,8 @@ struct RequestContext {
 
 // A chat completion or a Responses API response: Harmony in, Harmony out (or R1's template and replies).
 struct AssistantRequest {
-  RequestSpec spec;
+  RequestSpec spec;  // choice 0's
+  int n = 1;         // chat's choices: choice i is nth_choice(spec, i)
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stops;
@@ -45,6 +46,9 @@ struct AssistantRequest {
   std::vector<TokenId> primed;
   bool r1_reply = false;  // the reply is read as DeepSeek-R1's: reasoning up to </think>, then content
 };
+
+// Choice i of n for one prompt (vLLM's child requests): choice 0's request with seed + i.
+RequestSpec nth_choice(const RequestSpec& first, int i);
 
 AssistantRequest chat_request(std::string_view body, const RequestContext& ctx);
 AssistantRequest responses_request(std::string_view body, const RequestContext& ctx);

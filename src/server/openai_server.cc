@@ -234,7 +234,7 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
     } else if (path == "/v1/chat/completions") {
       AssistantRequest assistant = chat_request(request.body(), request_context);
       validate(assistant.spec);
-      admit(1);
+      admit(static_cast<size_t>(assistant.n));
       start_assistant_job(job_context, channel, AssistantApi::chat, std::move(assistant));
     } else {
       ResponsesTurn turn = responses_turn(request.body(), *responses_, options_.limits.json_depth);

@@ -24,7 +24,7 @@ struct Unsupported {
 // (https://platform.openai.com/docs/api-reference, https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html).
 // Implemented and so gone from here: logit_bias, the three penalties, min_tokens, stop_token_ids, ignore_eos
 // (request_fields.h), chat's logprobs and top_logprobs, completions' logprobs and echo (engine_requests.cc),
-// response_format on chat and completions (structured_outputs.h).
+// response_format on chat and completions and text.format on Responses (structured_outputs.h).
 constexpr Unsupported kUnsupported[] = {
     {"response_format", "{\"type\": \"text\"}", is_text_format, kResponses},
     {"best_of", "1", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }, kChat | kCompletions | kResponses},
@@ -56,11 +56,11 @@ void reject_unsupported_parameters(const Field& body, Endpoint endpoint) {
     const Field field = body[u.name];
     if (field.present() && !u.is_neutral(field.json())) unsupported(field, u.neutral);
   }
-  // The Responses API's structured outputs: text.format (text.verbosity and the like only shape the answer).
-  if (endpoint == Endpoint::responses) {
-    const Field format = body["text"]["format"];
-    if (format.present() && !is_text_format(format.json())) unsupported(format, "{\"type\": \"text\"}");
-  }
+  // The Responses API's logprobs: its output_text parts would carry them, which this server does not write.
+  if (endpoint == Endpoint::responses)
+    for (const Field& item : body["include"].items(64))
+      if (item.optional_string() == "message.output_text.logprobs")
+        item.fail("is not supported: the Responses API here returns no logprobs (chat completions does)");
 }
 
 }  // namespace moeserve::server

@@ -119,8 +119,8 @@ TEST(BadRequests, UnsupportedParametersAre400AndNeutralValuesAreAccepted) {
   expect_error(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"}, {"previous_response_id", "r"}}),
                400, "'previous_response_id' is 'r': no stored response has that id", "previous_response_id");
   expect_error(post_json(h.port, "/v1/responses",
-                         {{"model", "tiny"}, {"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}}),
-               400, "'text.format' is not supported", "text.format");
+                         {{"model", "tiny"}, {"input", "x"}, {"include", {"message.output_text.logprobs"}}}),
+               400, "'include[0]' is not supported", "include[0]");
   expect_still_serving(h);
 }
 

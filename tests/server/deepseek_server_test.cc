@@ -118,8 +118,8 @@ TEST(DeepseekServer, WhatR1DoesNotServeIs400) {
 
 TEST(DeepseekServer, ResponseFormatIs400NamingItAndTextIsServed) {
   testing::ServerHarness h(scripted(), r1_tokenizer());
-  for (const json& format : {json{{"type", "json_object"}},
-                             json{{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", {{"type", "object"}}}}}}}) {
+  const json schema = {{"name", "n"}, {"schema", {{"type", "object"}}}};
+  for (const json& format : {json{{"type", "json_object"}}, json{{"type", "json_schema"}, {"json_schema", schema}}}) {
     json request = kChat;
     request["response_format"] = format;
     testing::expect_error(post_json(h.port, "/v1/chat/completions", request), 400,

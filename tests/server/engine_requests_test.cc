@@ -41,14 +41,16 @@ json responses(json extra = json::object()) {
 
 enum class Api { chat, completions, responses };
 
-// The ApiError a body gets, or a failure when it is accepted or throws something else.
-ApiError refusal(Api api, const std::string& body) {
+// The ApiError a body gets (in a context of its own unless given one), or a failure when it is accepted or throws
+// something else.
+ApiError refusal(Api api, const std::string& body, const RequestContext* given = nullptr) {
   Context c;
+  const RequestContext& ctx = given ? *given : c.ctx;
   try {
     switch (api) {
-      case Api::chat: chat_request(body, c.ctx); break;
-      case Api::completions: completion_request(body, c.ctx); break;
-      case Api::responses: responses_request(body, c.ctx); break;
+      case Api::chat: chat_request(body, ctx); break;
+      case Api::completions: completion_request(body, ctx); break;
+      case Api::responses: responses_request(body, ctx); break;
     }
   } catch (const ApiError& e) {
     return e;
@@ -58,8 +60,8 @@ ApiError refusal(Api api, const std::string& body) {
 }
 
 void expect_refused(Api api, const json& body, const std::string& fragment, const std::string& param,
-                    unsigned status = 400) {
-  const ApiError e = refusal(api, body.dump());
+                    unsigned status = 400, const RequestContext* ctx = nullptr) {
+  const ApiError e = refusal(api, body.dump(), ctx);
   EXPECT_EQ(e.status(), status) << body.dump().substr(0, 300);
   EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   EXPECT_EQ(e.to_json()["error"]["param"], param.empty() ? json(nullptr) : json(param)) << e.what();
@@ -216,9 +218,13 @@ TEST(EngineRequests, UnsupportedParametersAre400UnlessNeutral) {
   }
   // The Responses API has no per-token logprobs here.
   expect_refused(Api::responses, responses({{"top_logprobs", 2}}), "'top_logprobs' is not supported", "top_logprobs");
+  expect_refused(Api::responses,
+                 responses({{"include", {"reasoning.encrypted_content", "message.output_text.logprobs"}}}),
+                 "returns no logprobs", "include[1]");
+  // text.format without a grammar cache (structured outputs below): refused, {"type": "text"} aside.
+  expect_refused(Api::responses, responses({{"text", {{"format", {{"type", "json_object"}}}}}}),
+                 "no constrained decoding", "text.format");
   Context c;
-  expect_refused(Api::responses, responses({{"text", {{"format", {{"type", "json_schema"}}}}}}),
-                 "'text.format' is not supported", "text.format");
   EXPECT_NO_THROW(responses_request(responses({{"text", {{"format", {{"type", "text"}}}}}}).dump(), c.ctx));
 }
 
@@ -294,18 +300,22 @@ TEST(EngineRequests, ResponseFormatBecomesTheEngineRequestsGrammar) {
   EXPECT_EQ(p.specs.at(0).grammar, a.spec.grammar);
   EXPECT_TRUE(p.specs.at(0).grammar_trigger.empty());  // the whole completion
   EXPECT_TRUE(chat_request(chat({{"response_format", {{"type", "json_object"}}}}).dump(), c.ctx).spec.grammar);
+  // The Responses API's text.format: name, schema and strict beside the type; the final channel only, as on chat.
+  const json text_format = {{"type", "json_schema"}, {"name", "x"}, {"schema", schema}, {"strict", true}};
+  const AssistantRequest r = responses_request(responses({{"text", {{"format", text_format}}}}).dump(), c.ctx);
+  EXPECT_EQ(r.spec.grammar, a.spec.grammar);
+  EXPECT_EQ(r.spec.grammar_trigger, a.spec.grammar_trigger);
+  const json json_object = {{"text", {{"format", {{"type", "json_object"}}}}}};
+  EXPECT_EQ(responses_request(responses(json_object).dump(), c.ctx).spec.grammar, grammars.json_object());
+  expect_refused(Api::responses,
+                 responses({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"},
+                                                  {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}),
+                 "'pattern'", "text.format.schema", 400, &c.ctx);
   EXPECT_FALSE(chat_request(chat({{"response_format", {{"type", "text"}}}}).dump(), c.ctx).spec.grammar);
   Context without;  // a server without a grammar cache refuses them
   EXPECT_THROW(chat_request(chat({{"response_format", format}}).dump(), without.ctx), ApiError);
   auto refused = [&](const json& body, const std::string& fragment, const std::string& param) {
-    try {
-      chat_request(body.dump(), c.ctx);
-      ADD_FAILURE() << "accepted " << body.dump();
-    } catch (const ApiError& e) {
-      EXPECT_EQ(e.status(), 400);
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-      EXPECT_EQ(e.to_json()["error"]["param"], param);
-    }
+    expect_refused(Api::chat, body, fragment, param, 400, &c.ctx);
   };
   json bad = format;
   bad["json_schema"]["schema"] = {{"type", "string"}, {"pattern", "a"}};

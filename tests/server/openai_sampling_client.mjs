@@ -1,6 +1,7 @@
 // The generation parameters through the official openai npm client, unchanged, streaming and not: logprobs
 // (chat and completions), echo with prompt logprobs as lm-evaluation-harness's local-completions sends it,
-// penalties, logit_bias, min_tokens, stop_token_ids, ignore_eos, and the 400s for values out of range.
+// penalties, logit_bias, min_tokens, stop_token_ids, ignore_eos, structured outputs, n on completions and chat,
+// forced tool calls, and the 400s for values out of range or parameters not served.
 // tests/server/sampling_params_test.cc starts the server (the tiny model on the CPU runner) and checks the
 // report this prints against its oracles. Usage: node openai_sampling_client.mjs PORT
 import { createRequire } from "node:module";
@@ -102,6 +103,25 @@ report.n.single = [];
 for (let i = 0; i < 3; ++i)
   report.n.single.push((await client.completions.create({ model: "tiny", prompt, max_tokens: 5, seed: 10 + i })).choices[0].token_ids);
 
+// n choices on chat: each its own derived seed (seed + i) and reader, streamed by index.
+const chatN = { model: "tiny", messages, max_tokens: 6, n: 3, seed: 20, logprobs: true };
+const chatChoice = (c) => ({ content: c.message.content, tokens: c.logprobs.content.map((t) => t.token), finish_reason: c.finish_reason });
+const chatNOnce = await client.chat.completions.create(chatN);
+report.chat_n = { once: chatNOnce.choices.map((c) => ({ index: c.index, ...chatChoice(c) })), usage: chatNOnce.usage,
+                  stream: [0, 1, 2].map(() => ({ content: "", tokens: [], finish_reason: null })), single: [], single_usage: [] };
+for await (const chunk of await client.chat.completions.create({ ...chatN, stream: true }))
+  for (const c of chunk.choices) {
+    const merged = report.chat_n.stream[c.index];
+    merged.content += c.delta?.content ?? "";
+    merged.tokens.push(...(c.logprobs?.content ?? []).map((t) => t.token));
+    if (c.finish_reason) merged.finish_reason = c.finish_reason;
+  }
+for (let i = 0; i < 3; ++i) {
+  const single = await client.chat.completions.create({ ...chatN, n: 1, seed: 20 + i });
+  report.chat_n.single.push(chatChoice(single.choices[0]));
+  report.chat_n.single_usage.push(single.usage);
+}
+
 // A forced tool call (tool_choice naming the tool): the random model's arguments are constrained to its schema.
 report.tool_parameters = {
   type: "object", additionalProperties: false, required: ["city", "days"],
@@ -128,18 +148,25 @@ for await (const chunk of await client.chat.completions.create({ ...forced, stre
 report.forced_tool.stream = { name, arguments: args, finish_reason: finish };
 
 report.errors = {};
-for (const [name, body] of Object.entries({
-  top_logprobs: { model: "tiny", messages, logprobs: true, top_logprobs: 21 },
-  presence_penalty: { model: "tiny", messages, presence_penalty: 3 },
-  repetition_penalty: { model: "tiny", messages, repetition_penalty: 0 },
-  logit_bias: { model: "tiny", messages, logit_bias: { "not-a-token": 1 } },
-  min_tokens: { model: "tiny", messages, max_tokens: 2, min_tokens: 3 },
-  n: { model: "tiny", messages, n: 2 },
-  response_format: { model: "tiny", messages, response_format: { type: "json_schema", json_schema: {
-    name: "x", schema: { type: "string", pattern: "a+" } } } },
+const create = {
+  chat: (body) => client.chat.completions.create(body),
+  completions: (body) => client.completions.create(body),
+  responses: (body) => client.responses.create(body),
+};
+for (const [name, [endpoint, body]] of Object.entries({
+  top_logprobs: ["chat", { model: "tiny", messages, logprobs: true, top_logprobs: 21 }],
+  presence_penalty: ["chat", { model: "tiny", messages, presence_penalty: 3 }],
+  repetition_penalty: ["chat", { model: "tiny", messages, repetition_penalty: 0 }],
+  logit_bias: ["chat", { model: "tiny", messages, logit_bias: { "not-a-token": 1 } }],
+  min_tokens: ["chat", { model: "tiny", messages, max_tokens: 2, min_tokens: 3 }],
+  n: ["responses", { model: "tiny", input: "Hi", n: 2 }],
+  // vLLM V1 refuses best_of > 1 too (its engine dropped it).
+  best_of: ["completions", { model: "tiny", prompt, max_tokens: 2, best_of: 2 }],
+  response_format: ["chat", { model: "tiny", messages, response_format: { type: "json_schema", json_schema: {
+    name: "x", schema: { type: "string", pattern: "a+" } } } }],
 })) {
   try {
-    await client.chat.completions.create(body);
+    await create[endpoint](body);
     report.errors[name] = "accepted";
   } catch (e) {
     report.errors[name] = { status: e.status, param: e.param ?? e.error?.param ?? null };

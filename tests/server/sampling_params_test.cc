@@ -196,18 +196,52 @@ TEST_F(GenerationParameters, NChoicesAreTheRequestsOfSeedPlusIStreamedOrNot) {
   EXPECT_NE(r["single"][0], r["single"][1]);
 }
 
+TEST_F(GenerationParameters, ChatNChoicesAreTheRequestsOfSeedPlusIStreamedOrNot) {
+  const json& r = report()["chat_n"];
+  ASSERT_EQ(r["once"].size(), 3u);
+  int64_t completion_tokens = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE("choice " + std::to_string(i));
+    json once = r["once"][i];
+    EXPECT_EQ(once["index"], i);
+    once.erase("index");
+    EXPECT_EQ(once, r["single"][i]);
+    EXPECT_EQ(r["stream"][i], r["single"][i]);
+    EXPECT_FALSE(r["single"][i]["tokens"].empty());
+    completion_tokens += r["single_usage"][i]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_NE(r["single"][0]["tokens"], r["single"][1]["tokens"]);
+  // The prompt counts once; the completion tokens of every choice add up.
+  EXPECT_EQ(r["usage"]["prompt_tokens"], r["single_usage"][0]["prompt_tokens"]);
+  EXPECT_EQ(r["usage"]["completion_tokens"], completion_tokens);
+}
+
 TEST(GenerationParametersN, OnePrefillServesAllNChoicesThroughThePrefixCache) {
   testing::ServerHarness h(testing::tiny_runner());
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = 1000 + 7 * i;
-  const uint64_t hits_before = h.engine->metrics().prefix_hit_tokens;
-  const auto reply = testing::post_json(h.port, "/v1/completions",
-                                        {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 3}, {"n", 4}, {"seed", 1}});
-  ASSERT_EQ(reply.status, 200u) << reply.body;
-  EXPECT_EQ(json::parse(reply.body)["choices"].size(), 4u);
-  EXPECT_EQ(json::parse(reply.body)["usage"]["prompt_tokens"], 40);  // the prompt counts once
-  // The three later choices each found the first's full prompt blocks (40 tokens: two of 16) in the cache.
-  EXPECT_GE(h.engine->metrics().prefix_hit_tokens - hits_before, 3 * 32);
+  std::string words;
+  for (int i = 0; i < 40; ++i) words += " word" + std::to_string(i);
+  const json four = {{"model", "tiny"}, {"max_tokens", 3}, {"n", 4}, {"seed", 1}};
+  json completions = four, chat = four;
+  completions["prompt"] = prompt;
+  chat["messages"] = {{{"role", "user"}, {"content", words}}};
+  const json requests[][2] = {{json("/v1/completions"), completions}, {json("/v1/chat/completions"), chat}};
+  for (const auto& [route, body] : requests) {
+    SCOPED_TRACE(route.get<std::string>());
+    const uint64_t hits_before = h.engine->metrics().prefix_hit_tokens;
+    const auto reply = testing::post_json(h.port, route.get<std::string>(), body);
+    ASSERT_EQ(reply.status, 200u) << reply.body;
+    const json answer = json::parse(reply.body);
+    EXPECT_EQ(answer["choices"].size(), 4u);
+    // The prompt counts once; the three later choices each found the first's full prompt blocks (of 16 tokens)
+    // in the cache.
+    const int64_t prompt_tokens = answer["usage"]["prompt_tokens"];
+    if (route == "/v1/completions") EXPECT_EQ(prompt_tokens, 40);
+    ASSERT_GE(prompt_tokens, 32);
+    const auto full_blocks = static_cast<uint64_t>((prompt_tokens - 1) / 16 * 16);
+    EXPECT_GE(h.engine->metrics().prefix_hit_tokens - hits_before, 3 * full_blocks);
+  }
 }
 
 TEST_F(GenerationParameters, AForcedToolCallsThatToolWithArgumentsOfItsSchemaStreamedOrNot) {
