@@ -26,7 +26,7 @@ void check(bool condition, const char* what) {
 const RequestContext& context() {
   static const auto tokenizer = Tokenizer::o200k_harmony();
   static const RequestContext ctx{*tokenizer, "fuzz", o200k::kLastSpecial + 1, 4096, {o200k::kReturn, o200k::kCall},
-                                  RequestLimits{}, [] { return uint64_t{7}; }};
+                                  RequestLimits{}, [] { return uint64_t{7}; }, nullptr};
   return ctx;
 }
 

@@ -12,13 +12,14 @@ declare -A allowed=(
   [tokenizer]="util tokenizer"
   [harmony]="util tokenizer harmony"
   [chat]="util tokenizer chat"
-  [sampling]="util sampling"
-  [runner]="util model sampling runner"
-  [engine]="util model sampling runner engine"
-  [server]="util model tokenizer harmony chat sampling runner engine server"
-  [bench]="util model tokenizer harmony chat sampling runner engine bench eval"
-  [eval]="util model tokenizer harmony chat sampling runner engine bench eval"
-  [cli]="util model tokenizer harmony chat sampling runner engine server bench eval cli"
+  [structured]="util structured"
+  [sampling]="util structured sampling"
+  [runner]="util model structured sampling runner"
+  [engine]="util model structured sampling runner engine"
+  [server]="util model tokenizer harmony chat structured sampling runner engine server"
+  [bench]="util model tokenizer harmony chat structured sampling runner engine bench eval"
+  [eval]="util model tokenizer harmony chat structured sampling runner engine bench eval"
+  [cli]="util model tokenizer harmony chat structured sampling runner engine server bench eval cli"
 )
 families=(gpt_oss deepseek_v3 eagle3)
 

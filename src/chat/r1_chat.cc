@@ -70,10 +70,10 @@ void R1ReplyStream::add(Delta& delta, const std::string& text) const {
 
 R1ReplyStream::Delta R1ReplyStream::push(TokenId token) {
   Delta delta;
-  if (stopped_) return delta;
   if (token == tokens_.end_of_sentence) {
+    // Not text. Nothing follows it unless the request ignores it (vLLM's ignore_eos): what does is read on, as
+    // vLLM's reader reads on past a special token it skips.
     stopped_ = true;
-    add(delta, decoder_->finish());
     return delta;
   }
   if (token == tokens_.think && in_reasoning_ && !started_) return delta;  // the model opened the reasoning itself
@@ -90,7 +90,7 @@ R1ReplyStream::Delta R1ReplyStream::push(TokenId token) {
 
 R1ReplyStream::Delta R1ReplyStream::finish() {
   Delta delta;
-  if (!stopped_) add(delta, decoder_->finish());
+  add(delta, decoder_->finish());
   return delta;
 }
 

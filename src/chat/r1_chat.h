@@ -48,7 +48,7 @@ std::vector<TokenId> render_r1_user_prompt(const Tokenizer& tokenizer, const std
 struct R1Reply {
   std::string reasoning;  // up to </think> (a leading <think> dropped)
   std::string content;    // after </think>
-  bool stopped = false;   // ended on <｜end▁of▁sentence｜> (else cut short)
+  bool stopped = false;   // <｜end▁of▁sentence｜> came (else cut short); under ignore_eos more may follow it
 };
 // Reads ids generated after a prompt that ends with the generation prompt.
 R1Reply parse_r1_reply(const Tokenizer& tokenizer, std::span<const TokenId> generated);

@@ -77,13 +77,14 @@ void Engine::loop() {
     // it is counted like any other cancellation.
     for (auto& p : arrived) {
       auto on_event = [this, user = std::move(p.on_event)](const RequestEvent& e) {
-        if (user) user(e);
-        if (e.finish == FinishReason::none) return;
-        {
-          // Published before in_flight() drops, so whoever sees it drop sees this request in the metrics.
+        if (e.finish != FinishReason::none) {
+          // Published before the answer goes out (the user's callback) and before in_flight() drops, so whoever
+          // sees either sees this request in the metrics.
           std::lock_guard lock(metrics_mutex_);
           metrics_snapshot_ = core_->metrics();
         }
+        if (user) user(e);
+        if (e.finish == FinishReason::none) return;
         if (--in_flight_ == 0) {
           std::lock_guard lock(mutex_);
           idle_.notify_all();
@@ -92,7 +93,12 @@ void Engine::loop() {
       try {
         core_->add_request(p.id, std::move(p.spec), on_event);
       } catch (const std::exception& e) {
-        on_event(RequestEvent{p.id, {}, Clock::now(), FinishReason::error, e.what()});
+        RequestEvent refused;
+        refused.request_id = p.id;
+        refused.time = Clock::now();
+        refused.finish = FinishReason::error;
+        refused.error = e.what();
+        on_event(refused);
       }
     }
     for (uint64_t id : cancels) core_->cancel(id);

@@ -98,6 +98,13 @@ void EngineCore::validate(const RequestSpec& spec) const {
                  "prompt of {} tokens plus max_tokens {} needs {} KV blocks; the pool has {}", spec.prompt.size(),
                  spec.max_tokens, kv_.blocks_needed(total), kv_.pool().num_blocks());
   validate_sampling_params(spec.sampling);
+  validate_logits_processing(spec.processing, c.vocab_size);
+  MOESERVE_CHECK(spec.processing.min_tokens <= spec.max_tokens, "min_tokens {} is above max_tokens {}",
+                 spec.processing.min_tokens, spec.max_tokens);
+  MOESERVE_CHECK(!spec.grammar || spec.processing.min_tokens == 0,
+                 "min_tokens cannot be combined with constrained decoding (a whole document may need a stop token)");
+  MOESERVE_CHECK(spec.top_logprobs >= -1 && spec.top_logprobs <= kMaxTopLogprobs,
+                 "top_logprobs {} must be in [0, {}] (or -1: none)", spec.top_logprobs, kMaxTopLogprobs);
   if (spec.speculation) {
     speculative::validate_draft_shape(*spec.speculation);
     MOESERVE_CHECK(spec.speculation->num_draft_tokens == 0 || config_.drafter,
@@ -114,9 +121,17 @@ void EngineCore::add_request(uint64_t id, RequestSpec spec, EventCallback on_eve
   seq->prompt_length = static_cast<int>(spec.prompt.size());
   seq->timing.arrival = spec.arrival.value_or(now_());
   seq->timing.prompt_tokens = seq->prompt_length;
-  if (config_.drafter)
+  // Drafts are verified against the plain distribution, or a grammar's mask from the first token on: a request
+  // whose draws are edited, that wants each token's logprobs, or whose grammar waits for a trigger, decodes one
+  // token a step.
+  const bool plain_draws = !spec.processing.active() && spec.top_logprobs < 0 && !spec.prompt_logprobs &&
+                           (!spec.grammar || spec.grammar_trigger.empty());
+  if (config_.drafter && plain_draws)
     seq->speculation = spec.speculation.value_or(config_.speculative.enabled() ? config_.speculative.shape()
                                                                                 : speculative::DraftShape{});
+  if (spec.processing.penalises()) seq->history = TokenHistory(spec.prompt);
+  if (spec.prompt_logprobs) seq->prompt_logprobs.resize(spec.prompt.size() - 1);
+  if (spec.grammar && spec.grammar_trigger.empty()) seq->grammar_state = spec.grammar->start();
   seq->spec = std::move(spec);
   seq->on_event = std::move(on_event);
   scheduler_.add(seq.get());
@@ -143,23 +158,30 @@ void EngineCore::record_finish_metrics(const Sequence& seq, FinishReason reason)
   if (t.finished) metrics_.e2e_latency.observe(std::chrono::duration<double>(*t.finished - t.arrival).count());
 }
 
-void EngineCore::finish(Sequence& seq, FinishReason reason, std::vector<int32_t> tokens, std::string error) {
+void EngineCore::finish(Sequence& seq, FinishReason reason, RequestEvent event) {
   kv_.release(seq);
   if (seq.speculates()) config_.drafter->release(seq.id);
   scheduler_.remove(&seq);
   seq.status = SequenceStatus::finished;
-  RequestEvent event;
   event.request_id = seq.id;
-  event.tokens = std::move(tokens);
   event.time = now_();
   event.finish = reason;
-  event.error = std::move(error);
   seq.timing.finished = event.time;
   record_finish_metrics(seq, reason);
   auto owned = std::move(sequences_.at(seq.id));
   sequences_.erase(owned->id);
   if (owned->on_event) owned->on_event(event);
 }
+
+namespace {
+
+RequestEvent error_event(std::string error) {
+  RequestEvent event;
+  event.error = std::move(error);
+  return event;
+}
+
+}  // namespace
 
 EngineMetrics EngineCore::metrics() const {
   EngineMetrics snapshot = metrics_;
@@ -179,31 +201,110 @@ void EngineCore::update_gauges() {
   metrics_.prefix_hit_tokens = kv_.prefix_hit_tokens();
 }
 
-bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoint produced) {
+bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprobs> logprobs,
+                      TimePoint produced) {
   const int64_t max_context = runner_.config().max_position_embeddings;
   const auto& stops = seq.spec.stop_tokens;
-  if (!seq.timing.first_token) seq.timing.first_token = produced;
+  RequestEvent event;
+  event.request_id = seq.id;
+  event.time = produced;
+  if (!seq.timing.first_token) {
+    seq.timing.first_token = produced;
+    event.prompt_logprobs = std::move(seq.prompt_logprobs);
+  }
   if (seq.timing.last_token)
     metrics_.inter_token_latency.observe(std::chrono::duration<double>(produced - *seq.timing.last_token).count());
   seq.timing.last_token = produced;
   for (size_t i = 0; i < tokens.size(); ++i) {
     seq.tokens.push_back(tokens[i]);
+    if (seq.spec.processing.penalises()) seq.history.add_output(tokens[i]);
     ++seq.timing.output_tokens;
     ++metrics_.generated_tokens;
     FinishReason reason = FinishReason::none;
-    if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end())
+    const bool stop_token = std::find(stops.begin(), stops.end(), tokens[i]) != stops.end();
+    if (!stop_token && seq.spec.grammar && !advance_grammar(seq, tokens[i])) {
+      finish(seq, FinishReason::error,
+             error_event(fmt::format("constrained decoding: token {} is outside the grammar", tokens[i])));
+      return true;
+    }
+    const bool document_whole = seq.grammar_state && seq.spec.grammar->complete(*seq.grammar_state);
+    if (stop_token || (document_whole && stops.empty()))
       reason = FinishReason::stop;
     else if (seq.num_generated() >= seq.spec.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context)
       reason = FinishReason::length;
     if (reason != FinishReason::none) {
       // Whatever an accepted run holds past the end is dropped.
-      finish(seq, reason, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(i) + 1));
+      const auto kept = static_cast<std::ptrdiff_t>(i) + 1;
+      event.tokens.assign(tokens.begin(), tokens.begin() + kept);
+      if (!logprobs.empty()) event.logprobs.assign(logprobs.begin(), logprobs.begin() + kept);
+      finish(seq, reason, std::move(event));
       return true;
     }
   }
   kv_.commit(seq);
-  if (seq.on_event) seq.on_event(RequestEvent{seq.id, tokens, produced, FinishReason::none, {}});
+  event.tokens = tokens;
+  event.logprobs = std::move(logprobs);
+  if (seq.on_event) seq.on_event(event);
   return false;
+}
+
+std::vector<LogitEdit> EngineCore::next_logit_edits(const Sequence& seq) const {
+  const LogitsProcessing& p = seq.spec.processing;
+  if (!p.active()) return {};
+  const bool hold_stops = seq.num_generated() < p.min_tokens;
+  return logit_edits(p, seq.history, hold_stops ? std::span<const int32_t>(seq.spec.stop_tokens) : std::span<const int32_t>());
+}
+
+namespace {
+
+// What a request's grammar allows in `state`: its mask, or once the document is whole the stop tokens.
+std::shared_ptr<const structured::TokenMask> grammar_mask(const RequestSpec& spec, const structured::MatcherState& state,
+                                                          int64_t vocab) {
+  const structured::TokenGrammar& grammar = *spec.grammar;
+  if (!grammar.complete(state)) return grammar.mask(state);
+  auto stops_only = std::make_shared<structured::TokenMask>((vocab + 31) / 32, 0);
+  for (int32_t t : spec.stop_tokens) (*stops_only)[t >> 5] |= 1u << (t & 31);
+  return stops_only;
+}
+
+// A constrained draft's verify rows under the grammar: row 0 masked at the sequence's state, row 1 + i at the state
+// after the path to node i (a node whose token the grammar refuses gets a row that allows nothing, and is never
+// accepted: its parent's row gave it no probability).
+std::vector<float> masked_draft_rows(const Sequence& seq, std::span<const float> logits, int64_t vocab) {
+  const speculative::DraftTree& draft = seq.draft;
+  std::vector<structured::MatcherState> states(draft.size() + 1);
+  states[0] = *seq.grammar_state;
+  for (size_t i = 0; i < draft.size(); ++i) {
+    states[i + 1] = states[static_cast<size_t>(draft.parent[i] + 1)];
+    seq.spec.grammar->advance(states[i + 1], draft.tokens[i]);
+  }
+  std::vector<float> rows(logits.begin(), logits.end());
+  for (size_t r = 0; r < states.size(); ++r)
+    apply_logit_edits(std::span(rows).subspan(r * vocab, vocab), {}, *grammar_mask(seq.spec, states[r], vocab));
+  return rows;
+}
+
+}  // namespace
+
+std::shared_ptr<const structured::TokenMask> EngineCore::allowed_tokens(const Sequence& seq) const {
+  if (!seq.grammar_state) return nullptr;
+  return grammar_mask(seq.spec, *seq.grammar_state, runner_.config().vocab_size);
+}
+
+bool EngineCore::advance_grammar(Sequence& seq, int32_t token) {
+  if (seq.grammar_state) return seq.spec.grammar->advance(*seq.grammar_state, token);
+  const auto& trigger = seq.spec.grammar_trigger;
+  const auto n = static_cast<std::ptrdiff_t>(trigger.size());
+  if (seq.num_generated() >= n && std::equal(trigger.begin(), trigger.end(), seq.tokens.end() - n))
+    seq.grammar_state = seq.spec.grammar->start();
+  return true;
+}
+
+void EngineCore::gather_prompt_logprobs(Sequence& seq, int32_t start, int64_t first_row, int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t predicted = start + i + 1;  // the position whose token row i scores
+    if (predicted < seq.prompt_length) seq.prompt_logprobs[predicted - 1] = output_.logprobs.at(first_row + i);
+  }
 }
 
 std::vector<int32_t> EngineCore::verify(Sequence& seq, int64_t first_row, int64_t rows, int64_t first_token_row,
@@ -211,12 +312,20 @@ std::vector<int32_t> EngineCore::verify(Sequence& seq, int64_t first_row, int64_
   const speculative::DraftTree& draft = seq.draft;
   const int64_t vocab = runner_.config().vocab_size;
   const auto sample_index = static_cast<uint64_t>(seq.num_generated());
+  // A constrained draft is checked against the grammar's mask at every node (from the logits: the runner's greedy
+  // tokens are unmasked).
+  std::span<const float> row_logits;
+  std::vector<float> masked;
+  if (!seq.spec.sampling.greedy() || seq.grammar_state) {
+    row_logits = std::span(output_.logits).subspan(first_row * vocab, rows * vocab);
+    if (seq.grammar_state) row_logits = masked = masked_draft_rows(seq, row_logits, vocab);
+  }
   const speculative::Verdict verdict =
-      seq.spec.sampling.greedy()
+      row_logits.empty()
           ? speculative::verify_draft_greedy(draft, std::span(output_.sampled).subspan(first_row, rows),
                                              seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate)
-          : speculative::verify_draft(draft, std::span(output_.logits).subspan(first_row * vocab, rows * vocab), vocab,
-                                      seq.spec.sampling, sample_index, config_.speculative.test_acceptance_rate);
+          : speculative::verify_draft(draft, row_logits, vocab, seq.spec.sampling, sample_index,
+                                      config_.speculative.test_acceptance_rate);
   // Node i was computed at slot root + 1 + i; the path's node at depth j + 1 belongs at position root + 1 + j. A
   // chain's path is already in place; a tree's is moved there (in order: a move never overwrites a later source).
   const int32_t root = seq.num_computed;
@@ -263,7 +372,7 @@ void EngineCore::finish_cancelled() {
   std::vector<Sequence*> cancelled;
   for (auto& [id, seq] : sequences_)
     if (seq->cancel_requested) cancelled.push_back(seq.get());
-  for (Sequence* seq : cancelled) finish(*seq, FinishReason::cancelled, {});
+  for (Sequence* seq : cancelled) finish(*seq, FinishReason::cancelled);
 }
 
 void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) const {
@@ -271,6 +380,9 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
   batch.return_logits = false;
   prepared.verify_tokens.assign(plan.chunks.size(), {});
   prepared.verify_parents.assign(plan.chunks.size(), {});
+  prepared.logit_edits.assign(plan.chunks.size(), {});
+  prepared.logprob_tokens.assign(plan.chunks.size(), {});
+  prepared.allowed.assign(plan.chunks.size(), nullptr);
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];
     Sequence& seq = *chunk.seq;
@@ -281,6 +393,23 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
     step.num_logits = chunk.samples ? 1 : 0;
     step.sampling = &seq.spec.sampling;
     step.sample_index = static_cast<uint64_t>(seq.num_generated());
+    if (seq.spec.top_logprobs >= 0 || seq.wants_prompt_logprobs()) step.top_logprobs = std::max(seq.spec.top_logprobs, 0);
+    if (seq.wants_prompt_logprobs()) {
+      // Every row: position p scores the prompt's token p + 1; the row past the prompt's end samples.
+      std::vector<int32_t>& next = prepared.logprob_tokens[c];
+      for (int i = 0; i < chunk.num_tokens; ++i) {
+        const int64_t predicted = static_cast<int64_t>(seq.num_computed) + i + 1;
+        next.push_back(predicted < seq.prompt_length ? seq.tokens[predicted] : -1);
+      }
+      step.num_logits = chunk.num_tokens;
+      step.logprob_tokens = next;
+    }
+    if (chunk.samples) {
+      prepared.logit_edits[c] = next_logit_edits(seq);
+      step.logit_edits = prepared.logit_edits[c];
+      prepared.allowed[c] = allowed_tokens(seq);
+      if (prepared.allowed[c]) step.allowed_tokens = *prepared.allowed[c];
+    }
     if (chunk.num_draft > 0) {
       // A verify step's tokens: the last committed token (the root) and the draft; parents for a tree.
       std::vector<int32_t>& tokens = prepared.verify_tokens[c];
@@ -290,8 +419,9 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
       step.tokens = tokens;
       step.tree_parent = prepared.verify_parents[c];
       step.num_logits = 1 + chunk.num_draft;
-      if (!seq.spec.sampling.greedy()) {
-        step.sampling = nullptr;  // verified here, from the logits
+      if (!seq.spec.sampling.greedy() || seq.grammar_state) {
+        step.sampling = nullptr;  // verified here, from the logits (under the grammar's masks when constrained)
+        step.allowed_tokens = {};
         batch.return_logits = true;
       }  // greedy: verified from the runner's greedy token of every row (no logits copied back)
     }
@@ -306,7 +436,7 @@ bool EngineCore::execute(const SchedulerOutput& plan, const PreparedStep& prepar
     runner_.forward(prepared.batch, output_);
   } catch (const std::exception& e) {
     // The step failed as a whole: its requests end with the error, the engine carries on with the others.
-    for (const ScheduledChunk& chunk : plan.chunks) finish(*chunk.seq, FinishReason::error, {}, e.what());
+    for (const ScheduledChunk& chunk : plan.chunks) finish(*chunk.seq, FinishReason::error, error_event(e.what()));
     return false;
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -316,40 +446,49 @@ bool EngineCore::execute(const SchedulerOutput& plan, const PreparedStep& prepar
   return true;
 }
 
-void EngineCore::update(const SchedulerOutput& plan) {
+void EngineCore::update(const SchedulerOutput& plan, const PreparedStep& prepared) {
   const TimePoint produced = now_();
   std::optional<speculative::DraftRound> round;
   if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.seq->speculates(); }))
     round.emplace(*config_.drafter, output_.captured, runner_.config().hidden_size);
   int64_t row = 0, token_row = 0;
   std::vector<int64_t> fed_rows;
-  for (const ScheduledChunk& chunk : plan.chunks) {
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ScheduledChunk& chunk = plan.chunks[c];
     Sequence& seq = *chunk.seq;
     const int32_t start = seq.num_computed;
+    const int64_t logits_rows = prepared.batch.sequences[c].num_logits;
     const int64_t step_tokens = chunk.num_tokens + chunk.num_draft;
     metrics_.prompt_tokens_computed += std::clamp(seq.prompt_length - seq.num_computed, 0, chunk.num_tokens);
     std::vector<int32_t> emitted;
+    std::vector<TokenLogprobs> logprobs;
     if (chunk.num_draft > 0) {
       try {
         emitted = verify(seq, row, step_tokens, token_row, fed_rows);
       } catch (const std::exception& e) {
-        finish(seq, FinishReason::error, {}, e.what());
+        finish(seq, FinishReason::error, error_event(e.what()));
         row += step_tokens;
         token_row += step_tokens;
         continue;
       }
       row += step_tokens;
     } else {
+      if (seq.wants_prompt_logprobs()) gather_prompt_logprobs(seq, start, row, logits_rows);
       seq.num_computed += chunk.num_tokens;
       fed_rows.resize(chunk.num_tokens);
       for (int i = 0; i < chunk.num_tokens; ++i) fed_rows[i] = token_row + i;
-      if (chunk.samples) emitted = {output_.sampled.at(row++)};
+      if (chunk.samples) {
+        const int64_t sampled_row = row + logits_rows - 1;
+        emitted = {output_.sampled.at(sampled_row)};
+        if (seq.spec.top_logprobs >= 0) logprobs = {output_.logprobs.at(sampled_row)};
+      }
+      row += logits_rows;
     }
     token_row += step_tokens;
     seq.draft = {};
     if (emitted.empty())
       kv_.commit(seq);
-    else if (emit(seq, emitted, produced))
+    else if (emit(seq, emitted, std::move(logprobs), produced))
       continue;
     if (seq.speculates()) round->add(seq, start, fed_rows, next_draft_shape(seq));
   }
@@ -359,7 +498,7 @@ void EngineCore::update(const SchedulerOutput& plan) {
     } catch (const std::exception& e) {
       // The drafter's state for these sequences is unknown now: end them with the error, as a failed step does.
       for (Sequence* seq : round->sequences())
-        finish(*seq, FinishReason::error, {}, fmt::format("drafter: {}", e.what()));
+        finish(*seq, FinishReason::error, error_event(fmt::format("drafter: {}", e.what())));
     }
   }
 }
@@ -385,7 +524,7 @@ StepReport EngineCore::step() {
     PreparedStep prepared;
     prepare(plan, prepared);
     if (execute(plan, prepared, report)) {
-      update(plan);
+      update(plan, prepared);
       record_step(report);
     }
   }

@@ -53,6 +53,9 @@ int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config);
 struct PreparedStep {
   ForwardBatch batch;
   std::vector<std::vector<int32_t>> verify_tokens, verify_parents;  // per chunk; empty unless it verifies a draft
+  std::vector<std::vector<LogitEdit>> logit_edits;    // per chunk; empty unless its draw is edited
+  std::vector<std::vector<int32_t>> logprob_tokens;   // per chunk; the prompt's next tokens for prompt logprobs
+  std::vector<std::shared_ptr<const structured::TokenMask>> allowed;  // per chunk; null unless constrained
 };
 
 class EngineCore {
@@ -82,10 +85,13 @@ class EngineCore {
 
  private:
   int64_t max_model_len() const;
-  void finish(Sequence& seq, FinishReason reason, std::vector<int32_t> tokens, std::string error = {});
+  // Ends seq with `event` as its last event (its tokens, logprobs or error; id, time and reason are set here).
+  void finish(Sequence& seq, FinishReason reason, RequestEvent event = {});
   // Appends a step's new tokens to seq, up to and including the first that ends it (stop token, max_tokens, the
-  // context), and streams them as one event. True when seq finished (and is gone).
-  bool emit(Sequence& seq, const std::vector<int32_t>& tokens, TimePoint produced);
+  // context), and streams them as one event with their logprobs (one per token, or none) and, on the first event,
+  // the prompt's. True when seq finished (and is gone).
+  bool emit(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprobs> logprobs,
+            TimePoint produced);
   // Verifies seq's draft against the step's output rows [first_row, first_row + rows) (1 + draft: the runner's
   // greedy tokens for greedy requests, the logits otherwise), commits the accepted path's KV and rolls back the
   // rest; returns the tokens to emit. The step's token rows of the root and the accepted nodes go to fed_rows.
@@ -99,7 +105,15 @@ class EngineCore {
   // Runs the batch; false when the runner failed (the step's requests are then finished with the error).
   bool execute(const SchedulerOutput& plan, const PreparedStep& prepared, StepReport& report);
   // Commits what the step computed: verifies drafts, emits tokens, finishes sequences, asks for the next drafts.
-  void update(const SchedulerOutput& plan);
+  void update(const SchedulerOutput& plan, const PreparedStep& prepared);
+  // The logits edits of seq's next draw: its penalties, logit_bias and, before min_tokens, its stop tokens banned.
+  std::vector<LogitEdit> next_logit_edits(const Sequence& seq) const;
+  // The tokens seq's grammar allows next: the grammar's mask, or once its document is whole the stop tokens.
+  std::shared_ptr<const structured::TokenMask> allowed_tokens(const Sequence& seq) const;
+  // Moves seq's grammar over an emitted token (or starts it at its trigger); false when the token breaks it.
+  bool advance_grammar(Sequence& seq, int32_t token);
+  // Stores the prompt logprobs of a chunk's rows (prompt positions start .. start + rows - 1 predict the next).
+  void gather_prompt_logprobs(Sequence& seq, int32_t start, int64_t first_row, int64_t rows);
   void record_step(const StepReport& report);
   void record_finish_metrics(const Sequence& seq, FinishReason reason);
   void update_gauges();

@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "runner/drafter.h"
+#include "sampling/logits_processing.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampling_params.h"
+#include "structured/token_mask.h"
 
 namespace moeserve {
 
@@ -25,6 +28,18 @@ struct RequestSpec {
   SamplingParams sampling;
   int max_tokens = 256;
   std::vector<int32_t> stop_tokens;  // the request finishes after emitting one of these (it is included)
+  // Penalties, logit_bias, min_tokens (which holds stop_tokens back): applied before every draw.
+  LogitsProcessing processing;
+  // Raw logprobs of every generated token with this many top tokens (0: the token's own only); -1: none.
+  int top_logprobs = -1;
+  // Also of every prompt token after the first (completions' echo), with max(top_logprobs, 0) top tokens. Such a
+  // request computes its whole prompt: it takes no prefix-cache hit.
+  bool prompt_logprobs = false;
+  // Constrained decoding (structured/token_mask.h): once the output ends with grammar_trigger (from the first
+  // token when it is empty), every token keeps the output after it a prefix of a document of `grammar`; once the
+  // document is whole only stop_tokens may follow, and without stop tokens the request ends there.
+  std::shared_ptr<const structured::TokenGrammar> grammar;
+  std::vector<int32_t> grammar_trigger;
   int priority = 0;                  // lower is more urgent; ties go to the earlier arrival
   std::optional<TimePoint> deadline;  // for the SLO-aware policy: when the first token is due
   // When the request was issued; defaults to submission time. Benchmarks set the scheduled time here so that
@@ -42,6 +57,8 @@ struct RequestEvent {
   TimePoint time;
   FinishReason finish = FinishReason::none;
   std::string error;  // for FinishReason::error
+  std::vector<TokenLogprobs> logprobs;         // one per token, when the request asked for them
+  std::vector<TokenLogprobs> prompt_logprobs;  // on the first event, when asked: prompt tokens 1, 2, ...
 };
 
 using EventCallback = std::function<void(const RequestEvent&)>;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,13 @@ struct Sequence {
   int registered_blocks = 0;                // full blocks already offered to the prefix cache
   bool cancel_requested = false;
 
+  // Logits processing: the tokens the penalties count; prompt logprobs gathered as the prefill computes them
+  // (index p - 1 for prompt position p), sent with the first token.
+  TokenHistory history;
+  std::vector<TokenLogprobs> prompt_logprobs;
+  // Constrained decoding: the matcher's state while the grammar applies (from its trigger on).
+  std::optional<structured::MatcherState> grammar_state;
+
   // Speculative decoding: the draft shape (num_draft_tokens 0: this request does not speculate), the draft the
   // drafter proposed after the last step for the next one to verify (its root is tokens.back()), and how many
   // positions' target features the drafter has consumed.
@@ -42,7 +50,12 @@ struct Sequence {
   bool speculates() const { return speculation.num_draft_tokens > 0; }
   // A prefix-cache hit may not reach past what the drafter holds (fed, or restored from its own prefix cache at
   // admission): the target computes no features for cached positions, and a drafter cannot skip positions.
-  int max_prefix_hit() const { return speculates() ? draft_fed : static_cast<int>(tokens.size()); }
+  // Prompt logprobs need every prompt position computed, so such a sequence takes no hit before its first token.
+  int max_prefix_hit() const {
+    if (wants_prompt_logprobs()) return 0;
+    return speculates() ? draft_fed : static_cast<int>(tokens.size());
+  }
+  bool wants_prompt_logprobs() const { return spec.prompt_logprobs && num_generated() == 0; }
   // The deadline the SLO-aware policy orders by.
   TimePoint deadline(double ttft_target_seconds) const;
 };

@@ -21,6 +21,17 @@ KvGroups kv_groups_of(const ModelConfig& config) {
   return groups;
 }
 
+bool row_samples(const SequenceStep& step, int32_t k) {
+  return step.sampling != nullptr && (step.logprob_tokens.empty() || step.logprob_tokens[k] < 0);
+}
+
+uint64_t row_sample_index(const SequenceStep& step, int32_t k) {
+  uint64_t scored = 0;
+  if (!step.logprob_tokens.empty())
+    for (int32_t j = 0; j < k; ++j) scored += step.logprob_tokens[j] >= 0;
+  return step.sample_index + static_cast<uint64_t>(k) - scored;
+}
+
 void ModelRunner::move_kv_slots(std::span<const std::span<const int32_t>>, std::span<const KvSlotMove>) {
   fail("the {} runner cannot move KV slots (tree verification is not implemented there)", name());
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "sampling/logit_edit.h"
+#include "sampling/logprobs.h"
 #include "model/config.h"
 #include "sampling/sampling_params.h"
 
@@ -52,7 +54,21 @@ struct SequenceStep {
   // start_position + i, not at its position: siblings share a position but not a slot. A path is committed to
   // contiguous positions with ModelRunner::move_kv_slots. Empty: the tokens are a causal run (slot = position).
   std::span<const int32_t> tree_parent;
+  // Logits processing (sampling/logits_processing.h) of the rows that sample: these edits (ascending distinct
+  // tokens), then every token outside allowed_tokens (one bit per token; empty allows all) to -inf.
+  std::span<const LogitEdit> logit_edits;
+  std::span<const uint32_t> allowed_tokens;
+  // Raw logprobs (sampling/logprobs.h) of every logits row with this many top tokens; -1: none.
+  int32_t top_logprobs = -1;
+  // Per logits row, the token whose logprob is reported (prompt logprobs: the prompt's next token); -1, or an
+  // empty span, reports the sampled token. A row with a token given here is scored, not sampled.
+  std::span<const int32_t> logprob_tokens;
 };
+
+// Whether logits row k of a step (0 = its first of num_logits) draws a token, and that draw's sampling stream
+// position: rows that are only scored (a logprob token given) neither draw nor advance the stream.
+bool row_samples(const SequenceStep& step, int32_t k);
+uint64_t row_sample_index(const SequenceStep& step, int32_t k);
 
 // Copy the K and V of every layer at slot `from` to slot `to`, within one sequence's block tables.
 struct KvSlotMove {
@@ -70,6 +86,8 @@ struct ForwardOutput {
   std::vector<float> logits;     // [rows, vocab] when return_logits; rows in sequence order
   std::vector<int32_t> sampled;  // [rows] for sequences with sampling set (-1 for rows of the others)
   std::vector<std::vector<float>> captured;  // [capture_layers.size()][tokens, hidden]
+  // [rows] when a step asks for logprobs (chosen.token -1 in the rows of the others); else empty.
+  std::vector<TokenLogprobs> logprobs;
   int64_t rows = 0;
 };
 

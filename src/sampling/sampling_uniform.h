@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MOESERVE_HOST_DEVICE __host__ __device__
-#else
-#define MOESERVE_HOST_DEVICE
-#endif
+#include "util/host_device.h"
 
 namespace moeserve {
 
@@ -27,5 +23,3 @@ MOESERVE_HOST_DEVICE inline double sampling_uniform(uint64_t seed, uint64_t samp
 }
 
 }  // namespace moeserve
-
-#undef MOESERVE_HOST_DEVICE

@@ -1,7 +1,7 @@
-// --max-in-flight, counted in engine requests: a completions request with n prompts takes n places. A request
-// takes one place on arrival, for the time it renders (so the render queue is bounded by the same limit), and
-// its n places once rendered; each place is freed when its engine request has finished. Requests that find no
-// place get 429.
+// --max-in-flight, counted in engine requests: a completions request with p prompts and n choices takes p * n
+// places, a chat request with n choices n. A request takes one place on arrival, for the time it renders (so the
+// render queue is bounded by the same limit), and its places once rendered; each place is freed when its engine
+// request has finished. Requests that find no place get 429.
 #pragma once
 
 #include <cstdint>

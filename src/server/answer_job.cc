@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <random>
+#include <utility>
 
 namespace moeserve::server {
 
@@ -37,6 +39,22 @@ void EngineJob::cancel(Engine& engine) {
   std::lock_guard lock(mutex_);
   cancel_wanted_ = true;
   if (id_) engine.cancel(*id_);
+}
+
+bool ends_on_stop_token(const RequestEvent& e, size_t k, const std::vector<TokenId>& stop_tokens) {
+  return k + 1 == e.tokens.size() && e.finish == FinishReason::stop &&
+         std::find(stop_tokens.begin(), stop_tokens.end(), e.tokens[k]) != stop_tokens.end();
+}
+
+void LaterChoices::release(const std::function<void(size_t, RequestSpec)>& submit,
+                           const std::function<void(size_t, const char*)>& refused) {
+  for (auto& [index, spec] : std::exchange(held_, {})) {
+    try {
+      submit(index, std::move(spec));
+    } catch (const std::exception& e) {
+      refused(index, e.what());
+    }
+  }
 }
 
 json Usage::chat() const {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/admission.h"
@@ -40,6 +41,20 @@ class EngineJob {
   bool cancel_wanted_ = false;
 };
 
+// A prompt's choices after its first (n > 1): held until the first has computed the prompt (its first event),
+// then submitted, so that they take its KV from the prefix cache: one prefill for n choices.
+class LaterChoices {
+ public:
+  void hold(size_t index, RequestSpec spec) { held_.emplace_back(index, std::move(spec)); }
+  // Hands each held choice, once, to submit(index, spec); one whose submit throws (the engine is stopping) goes
+  // to refused(index, what) and the others are still submitted.
+  void release(const std::function<void(size_t, RequestSpec)>& submit,
+               const std::function<void(size_t, const char*)>& refused);
+
+ private:
+  std::vector<std::pair<size_t, RequestSpec>> held_;
+};
+
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
@@ -48,6 +63,11 @@ struct Usage {
   nlohmann::json completions() const;
   nlohmann::json responses() const;
 };
+
+// Whether token k of the event is the stop token that ended its request (an end of sequence, one of
+// stop_token_ids). vLLM leaves that token out of the answer's text (include_stop_str_in_output is false by
+// default); its id, logprobs and count stay.
+bool ends_on_stop_token(const RequestEvent& e, size_t k, const std::vector<TokenId>& stop_tokens);
 
 std::string random_id(const char* prefix);
 int64_t unix_now();

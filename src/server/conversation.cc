@@ -78,14 +78,32 @@ std::vector<harmony::ToolDescription> function_tools(const Field& body, bool nes
   return tools;
 }
 
-bool tools_enabled(const Field& body) {
+// tool_choice: "auto" and "none"; on chat also "required" and {"type": "function", "function": {"name"}}, which
+// name the tool the answer must call (forced: constrained decoding writes its arguments). "required" with more
+// than one tool would need the model to choose a name under constraint, which is not done: a 400 says so.
+bool tools_enabled(const Field& body, const std::vector<harmony::ToolDescription>& tools, bool chat,
+                   std::optional<harmony::ToolDescription>& forced) {
   const Field choice = body["tool_choice"];
   if (!choice.present()) return true;
   const std::optional<std::string> mode = choice.is_string() ? choice.optional_string() : std::nullopt;
   if (mode == "none") return false;
   if (mode == "auto") return true;
-  // Forcing a call needs constrained decoding, which the engine does not do: say so instead of ignoring it.
-  choice.fail("must be 'auto' or 'none' (forcing a tool call is not supported)");
+  if (!chat) choice.fail("must be 'auto' or 'none' (forcing a tool call is supported on chat completions)");
+  if (mode == "required") {
+    if (tools.size() != 1)
+      choice.fail(fmt::format("is 'required' with {} tools; name the one to call ({{\"type\": \"function\", "
+                              "\"function\": {{\"name\": ...}}}}): a choice among several is not supported",
+                              tools.size()));
+    forced = tools.front();
+    return true;
+  }
+  if (!choice.is_object() || choice["type"].string() != "function")
+    choice.fail("must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  const std::string name = choice["function"]["name"].string();
+  for (const harmony::ToolDescription& tool : tools)
+    if (tool.name == name) forced = tool;
+  if (!forced) choice["function"]["name"].fail(fmt::format("is '{}', which is not one of the request's tools", name));
+  return true;
 }
 
 ConversationRequest assemble(harmony::ReasoningEffort effort, std::string instructions,
@@ -181,8 +199,11 @@ ConversationRequest chat_conversation(const Field& body, const RequestLimits& li
     }
   }
   auto tools = function_tools(body, true, limits, text);
-  if (!tools_enabled(body)) tools.clear();
-  return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(conversation));
+  std::optional<harmony::ToolDescription> forced;
+  if (!tools_enabled(body, tools, /*chat=*/true, forced)) tools.clear();
+  ConversationRequest out = assemble(reasoning_effort(body), instructions, std::move(tools), std::move(conversation));
+  out.forced_tool = std::move(forced);
+  return out;
 }
 
 ConversationRequest responses_conversation(const Field& body, const RequestLimits& limits) {
@@ -229,7 +250,8 @@ ConversationRequest responses_conversation(const Field& body, const RequestLimit
     }
   }
   auto tools = function_tools(body, false, limits, text);
-  if (!tools_enabled(body)) tools.clear();
+  std::optional<harmony::ToolDescription> forced;
+  if (!tools_enabled(body, tools, /*chat=*/false, forced)) tools.clear();
   return assemble(reasoning_effort(body), instructions, std::move(tools), std::move(conversation));
 }
 

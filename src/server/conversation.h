@@ -10,6 +10,8 @@
 // limits (messages, tools, tool schema bytes, text bytes) are checked here, before anything is rendered.
 #pragma once
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -22,6 +24,8 @@ namespace moeserve::server {
 struct ConversationRequest {
   harmony::Conversation conversation;
   bool has_function_tools = false;
+  // tool_choice "required" (one tool) or a named function: the tool the answer calls.
+  std::optional<harmony::ToolDescription> forced_tool;
 };
 
 // The chat completions "messages", "tools", "tool_choice" and "reasoning_effort" (or "reasoning": {"effort"}).

@@ -11,6 +11,7 @@
 #include "server/assistant_job.h"
 #include "server/completion_job.h"
 #include "server/engine_requests.h"
+#include "server/structured_outputs.h"
 #include "server/bearer_auth.h"
 #include "server/tokenize_routes.h"
 #include "util/error.h"
@@ -84,7 +85,11 @@ OpenAiServer::~OpenAiServer() {
 
 void OpenAiServer::start() { http_.start(); }
 
-void OpenAiServer::serve_engine(std::shared_ptr<Engine> engine) { engine_.store(std::move(engine)); }
+void OpenAiServer::serve_engine(std::shared_ptr<Engine> engine) {
+  // The grammar cache reads the model's vocabulary; it is in place before requests can see the engine.
+  grammars_ = std::make_unique<structured::GrammarCache>(vocabulary_of(*tokenizer_, engine->model_config().vocab_size));
+  engine_.store(std::move(engine));
+}
 
 void OpenAiServer::count(const std::string& route, unsigned status) {
   std::lock_guard lock(stats_mutex_);
@@ -201,6 +206,7 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
                                        engine.model_config().eos_token_ids,
                                        options_.limits,
                                        [this] { return seeds_.next(); },
+                                       grammars_.get(),
                                        engine.model_config().family == ModelFamily::deepseek_v3};
   const JobContext job_context{engine, *tokenizer_, admission_, options_.served_model_name,
                                [this, path](unsigned status) { count(path, status); }};
@@ -228,7 +234,7 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
     } else if (path == "/v1/chat/completions") {
       AssistantRequest assistant = chat_request(request.body(), request_context);
       validate(assistant.spec);
-      admit(1);
+      admit(static_cast<size_t>(assistant.n));
       start_assistant_job(job_context, channel, AssistantApi::chat, std::move(assistant));
     } else {
       ResponsesTurn turn = responses_turn(request.body(), *responses_, options_.limits.json_depth);

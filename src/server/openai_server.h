@@ -21,6 +21,7 @@
 #include "server/render_pool.h"
 #include "server/response_store.h"
 #include "server/request_fields.h"
+#include "structured/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -73,6 +74,7 @@ class OpenAiServer {
 
   std::atomic<std::shared_ptr<Engine>> engine_;  // null while loading
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // response_format schemas, compiled once each
   ServerOptions options_;
   std::shared_ptr<Admission> admission_;
   std::shared_ptr<ResponseStore> responses_;  // shared with the jobs that add to it

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+
 namespace moeserve::server {
 
 using nlohmann::json;
@@ -116,6 +119,51 @@ SamplingParams sampling_params(const Field& body, uint64_t unseeded_seed) {
   const std::optional<int64_t> seed = body["seed"].optional_int(INT64_MIN, INT64_MAX);
   p.seed = seed ? static_cast<uint64_t>(*seed) : unseeded_seed;
   return p;
+}
+
+namespace {
+
+int32_t token_id(const Field& field, const std::string& text, int32_t vocab_size) {
+  int64_t id = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (error != std::errc() || end != text.data() + text.size() || id < 0 || id >= vocab_size)
+    field.fail(fmt::format("has the key '{}'; keys must be token ids from 0 to {}", text, vocab_size - 1));
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
+LogitsProcessing logits_processing(const Field& body, int32_t vocab_size, int max_tokens) {
+  LogitsProcessing p;
+  p.presence_penalty = static_cast<float>(body["presence_penalty"].optional_number(-2.0, 2.0).value_or(0.0));
+  p.frequency_penalty = static_cast<float>(body["frequency_penalty"].optional_number(-2.0, 2.0).value_or(0.0));
+  const Field repetition = body["repetition_penalty"];
+  p.repetition_penalty = static_cast<float>(repetition.optional_number(0.0, 2.0).value_or(1.0));
+  if (p.repetition_penalty <= 0.0f) repetition.fail("must be greater than 0");
+  const Field bias = body["logit_bias"];
+  if (bias.present()) {
+    if (!bias.is_object()) bias.fail("must be an object of token ids to biases");
+    if (bias.json().size() > 1024) bias.fail(fmt::format("has {} entries; at most 1024 are allowed", bias.json().size()));
+    for (const auto& [key, value] : bias.json().items()) {
+      const int32_t token = token_id(bias, key, vocab_size);
+      p.logit_bias.emplace_back(token, static_cast<float>(bias[key].optional_number(-100.0, 100.0).value_or(0.0)));
+    }
+    std::sort(p.logit_bias.begin(), p.logit_bias.end());
+  }
+  const Field min_tokens = body["min_tokens"];
+  p.min_tokens = static_cast<int>(min_tokens.optional_int(0, INT32_MAX).value_or(0));
+  if (p.min_tokens > max_tokens) min_tokens.fail(fmt::format("is {}, above max_tokens ({})", p.min_tokens, max_tokens));
+  return p;
+}
+
+std::vector<int32_t> stop_token_ids(const Field& body, int32_t vocab_size) {
+  std::vector<int32_t> ids;
+  for (const Field& id : body["stop_token_ids"].items(256)) {
+    const std::optional<int64_t> value = id.optional_int(0, vocab_size - 1);
+    if (!value) id.fail("must be a token id");
+    ids.push_back(static_cast<int32_t>(*value));
+  }
+  return ids;
 }
 
 std::string content_text(const Field& content) {

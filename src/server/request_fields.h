@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sampling/logits_processing.h"
 #include "sampling/sampling_params.h"
 #include "server/api_error.h"
 
@@ -84,6 +85,12 @@ class TextBudget {
 std::vector<std::string> stop_strings(const Field& body, const RequestLimits& limits);
 // temperature, top_p, top_k, min_p, and seed (unseeded: the caller's draw, unseeded_seed).
 SamplingParams sampling_params(const Field& body, uint64_t unseeded_seed);
+// vLLM's and OpenAI's logits parameters: presence_penalty and frequency_penalty in [-2, 2], repetition_penalty
+// in (0, 2], logit_bias {"token id": bias in [-100, 100]} (ids inside the vocabulary), min_tokens (0 up to
+// max_tokens).
+LogitsProcessing logits_processing(const Field& body, int32_t vocab_size, int max_tokens);
+// vLLM's stop_token_ids: up to 256 token ids inside the vocabulary.
+std::vector<int32_t> stop_token_ids(const Field& body, int32_t vocab_size);
 // Text content: a string, or a list of {"type": "text" | "input_text" | "output_text" | "reasoning_text",
 // "text": ...} parts.
 std::string content_text(const Field& content);

@@ -10,31 +10,39 @@ namespace {
 
 bool is_text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", json()) == "text"; }
 
+// Where a parameter is still refused: a bit per endpoint.
+constexpr unsigned kChat = 1, kCompletions = 2, kResponses = 4;
+
 struct Unsupported {
   const char* name;
   const char* neutral;  // what is accepted besides null, for the message
   bool (*is_neutral)(const json&);
-  bool on_completions;  // false: /v1/completions implements it (ignore_eos) or checks it itself (min_tokens)
+  unsigned endpoints;  // where it is refused; elsewhere the endpoint implements it (or checks it itself)
 };
 
 // OpenAI's chat, completions and Responses references and vLLM's sampling extensions
 // (https://platform.openai.com/docs/api-reference, https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html).
+// Implemented and so gone from here: logit_bias, the three penalties, min_tokens, stop_token_ids, ignore_eos
+// (request_fields.h), chat's logprobs and top_logprobs, completions' logprobs and echo (engine_requests.cc),
+// response_format on chat and completions and text.format on Responses (structured_outputs.h).
 constexpr Unsupported kUnsupported[] = {
-    {"response_format", "{\"type\": \"text\"}", is_text_format, true},
-    {"logit_bias", "{}", [](const json& v) { return v.is_object() && v.empty(); }, true},
-    {"presence_penalty", "0", [](const json& v) { return v.is_number() && v.get<double>() == 0.0; }, true},
-    {"frequency_penalty", "0", [](const json& v) { return v.is_number() && v.get<double>() == 0.0; }, true},
-    {"repetition_penalty", "1", [](const json& v) { return v.is_number() && v.get<double>() == 1.0; }, true},
-    {"best_of", "1", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }, true},
-    {"suffix", "\"\"", [](const json& v) { return v.is_string() && v.get_ref<const std::string&>().empty(); }, true},
-    {"store", "false", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }, true},
-    {"previous_response_id", "null", [](const json&) { return false; }, true},
-    {"functions", "[]", [](const json& v) { return v.is_array() && v.empty(); }, true},
-    {"ignore_eos", "false", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }, false},
-    {"min_tokens", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, false},
-    {"stop_token_ids", "[]", [](const json& v) { return v.is_array() && v.empty(); }, true},
-    {"top_logprobs", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, true},
+    {"response_format", "{\"type\": \"text\"}", is_text_format, kResponses},
+    {"best_of", "1", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }, kChat | kCompletions | kResponses},
+    {"suffix", "\"\"", [](const json& v) { return v.is_string() && v.get_ref<const std::string&>().empty(); }, kChat | kCompletions | kResponses},
+    {"store", "false", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }, kChat | kCompletions | kResponses},
+    {"previous_response_id", "null", [](const json&) { return false; }, kChat | kCompletions | kResponses},
+    {"functions", "[]", [](const json& v) { return v.is_array() && v.empty(); }, kChat | kCompletions | kResponses},
+    {"top_logprobs", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }, kResponses},
 };
+
+unsigned bit_of(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::chat: return kChat;
+    case Endpoint::completions: return kCompletions;
+    case Endpoint::responses: return kResponses;
+  }
+  return 0;
+}
 
 [[noreturn]] void unsupported(const Field& field, const char* neutral) {
   field.fail(fmt::format("is not supported (only null or {} is accepted)", neutral));
@@ -44,15 +52,15 @@ constexpr Unsupported kUnsupported[] = {
 
 void reject_unsupported_parameters(const Field& body, Endpoint endpoint) {
   for (const Unsupported& u : kUnsupported) {
-    if (endpoint == Endpoint::completions && !u.on_completions) continue;
+    if ((u.endpoints & bit_of(endpoint)) == 0) continue;
     const Field field = body[u.name];
     if (field.present() && !u.is_neutral(field.json())) unsupported(field, u.neutral);
   }
-  // The Responses API's structured outputs: text.format (text.verbosity and the like only shape the answer).
-  if (endpoint == Endpoint::responses) {
-    const Field format = body["text"]["format"];
-    if (format.present() && !is_text_format(format.json())) unsupported(format, "{\"type\": \"text\"}");
-  }
+  // The Responses API's logprobs: its output_text parts would carry them, which this server does not write.
+  if (endpoint == Endpoint::responses)
+    for (const Field& item : body["include"].items(64))
+      if (item.optional_string() == "message.output_text.logprobs")
+        item.fail("is not supported: the Responses API here returns no logprobs (chat completions does)");
 }
 
 }  // namespace moeserve::server

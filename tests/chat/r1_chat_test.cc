@@ -49,7 +49,8 @@ TEST(R1Chat, RepliesReadAsReasoningThenContent) {
   EXPECT_EQ(reply.reasoning, "Two and two.");
   EXPECT_EQ(reply.content, "It is 4.");
   EXPECT_TRUE(reply.stopped);
-  // A model that opens the reasoning itself; a reply cut inside the reasoning; tokens after the end are ignored.
+  // A model that opens the reasoning itself; a reply cut inside the reasoning; tokens after the end (generated
+  // under ignore_eos) are read on, the end itself not text, as vLLM reads them.
   reply = parse_r1_reply(r1(), r1().encode("<think>\nhm</think>ok", AllowedSpecial::all()));
   EXPECT_EQ(reply.reasoning, "\nhm");
   EXPECT_EQ(reply.content, "ok");
@@ -58,7 +59,8 @@ TEST(R1Chat, RepliesReadAsReasoningThenContent) {
   EXPECT_EQ(reply.reasoning, "still thinking");
   EXPECT_EQ(reply.content, "");
   reply = parse_r1_reply(r1(), r1().encode("a</think>b<｜end▁of▁sentence｜>c", AllowedSpecial::all()));
-  EXPECT_EQ(reply.content, "b");
+  EXPECT_EQ(reply.content, "bc");
+  EXPECT_TRUE(reply.stopped);
 }
 
 TEST(R1Chat, StreamedDeltasKeepCharactersWhole) {

@@ -102,9 +102,7 @@ TEST(BadRequests, UnsupportedParametersAre400AndNeutralValuesAreAccepted) {
   ServerHarness h(testing::tiny_runner());
   const json base = {{"model", "tiny"}, {"messages", kUser}, {"max_tokens", 2}};
   for (const auto& [name, value] : std::vector<std::pair<std::string, json>>{
-           {"response_format", {{"type", "json_object"}}}, {"logit_bias", {{"1", 5}}}, {"presence_penalty", 1},
-           {"frequency_penalty", 1}, {"repetition_penalty", 1.1}, {"best_of", 2}, {"store", true},
-           {"functions", {{{"name", "f"}}}}, {"ignore_eos", true}, {"min_tokens", 3}, {"stop_token_ids", {7}}}) {
+           {"best_of", 2}, {"store", true}, {"functions", {{{"name", "f"}}}}}) {
     json body = base;
     body[name] = value;
     expect_error(post_json(h.port, "/v1/chat/completions", body), 400, "'" + name + "' is not supported", name);
@@ -113,13 +111,16 @@ TEST(BadRequests, UnsupportedParametersAre400AndNeutralValuesAreAccepted) {
   neutral.update({{"response_format", {{"type", "text"}}}, {"logit_bias", json::object()}, {"presence_penalty", 0},
                   {"frequency_penalty", 0}, {"best_of", 1}, {"store", false}, {"n", 1}, {"min_tokens", 0}});
   EXPECT_EQ(post_json(h.port, "/v1/chat/completions", neutral).status, 200u);
+  expect_error(post_json(h.port, "/v1/responses",
+                         {{"model", "tiny"}, {"input", "x"}, {"response_format", {{"type", "json_object"}}}}),
+               400, "'response_format' is not supported", "response_format");
   expect_error(post_json(h.port, "/v1/completions", {{"model", "tiny"}, {"prompt", "x"}, {"suffix", "y"}}), 400,
                "'suffix' is not supported", "suffix");
   expect_error(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"}, {"previous_response_id", "r"}}),
                400, "'previous_response_id' is 'r': no stored response has that id", "previous_response_id");
   expect_error(post_json(h.port, "/v1/responses",
-                         {{"model", "tiny"}, {"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}}),
-               400, "'text.format' is not supported", "text.format");
+                         {{"model", "tiny"}, {"input", "x"}, {"include", {"message.output_text.logprobs"}}}),
+               400, "'include[0]' is not supported", "include[0]");
   expect_still_serving(h);
 }
 

@@ -1,7 +1,8 @@
 // The OpenAI server for a DeepSeek-R1 model: chat completions rendered with R1's template and read back as
 // reasoning_content and content (streamed and not, with stop strings), completions with token ids equal to
-// generate on the tiny DeepSeek-V3 model, the same greedy replies with the MTP head speculating, and the requests
-// R1 does not serve refused with 400.
+// generate on the tiny DeepSeek-V3 model, the same greedy replies with the MTP head speculating, chat logprobs
+// against the runner's logits, ignore_eos and stop_token_ids, and the requests R1 does not serve (tools,
+// reasoning_effort, response_format, the Responses API) refused with 400.
 #include <gtest/gtest.h>
 
 #include "chat/r1_chat.h"
@@ -12,6 +13,7 @@
 #include "server/http_client.h"
 #include "server/scripted_runner.h"
 #include "server/server_harness.h"
+#include "sampling/logits_oracle.h"
 #include "tokenizer/deepseek_tokenizer_test.h"
 
 namespace moeserve {
@@ -27,16 +29,40 @@ std::shared_ptr<const Tokenizer> r1_tokenizer() {
 
 std::vector<int32_t> encode(const std::string& text) { return r1_tokenizer()->encode(text, AllowedSpecial::all()); }
 
-// R1 replies, scripted: reasoning, </think>, the answer, end of sentence. The prompt must be R1's template.
+const std::string kReply = "The user greets me.</think>Hello! How can I help?<｜end▁of▁sentence｜>";
+const std::string kPastTheEnd = " Anything else?";
+
+// R1 replies, scripted: reasoning, </think>, the answer, end of sentence, then more that only ignore_eos reaches
+// (past it the runner emits end of sentence). The prompt must be R1's template.
 std::vector<int32_t> r1_reply(const std::vector<int32_t>& prompt) {
   const std::string expected = chat::render_r1_text(
       std::vector<chat::ChatTurn>{{chat::ChatTurn::Role::system, "Be brief."}, {chat::ChatTurn::Role::user, "Hi"}}, true);
   if (r1_tokenizer()->decode(prompt) != expected) return encode("wrong prompt: " + r1_tokenizer()->decode(prompt) + "<｜end▁of▁sentence｜>");
-  return encode("The user greets me.</think>Hello! How can I help?<｜end▁of▁sentence｜>");
+  return encode(kReply + kPastTheEnd);
+}
+
+std::shared_ptr<const deepseek_v3::Checkpoint> tiny_checkpoint() {
+  static const auto checkpoint =
+      std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(testing::tiny_deepseek_model()));
+  return checkpoint;
 }
 
 std::shared_ptr<ModelRunner> scripted() {
   return std::make_shared<testing::ScriptedRunner>(r1_reply, deepseek_v3::tiny_config({}).engine_view());
+}
+
+// A chat answer's text, finish reason, usage and logprobs, from its JSON body or (streamed) its chunks.
+testing::StreamedChat chat_answer(const testing::HttpResult& r, bool streamed) {
+  if (streamed) return testing::collect_chat_stream(testing::sse_data(r.body));
+  const json body = json::parse(r.body);
+  const json& choice = body["choices"][0];
+  testing::StreamedChat out;
+  out.content = choice["message"]["content"];
+  out.reasoning = choice["message"].value("reasoning_content", "");
+  out.finish = choice["finish_reason"];
+  out.usage = body["usage"];
+  if (choice["logprobs"].is_object()) out.logprobs = choice["logprobs"]["content"];
+  return out;
 }
 
 const json kChat = {{"model", "tiny"},
@@ -90,9 +116,98 @@ TEST(DeepseekServer, WhatR1DoesNotServeIs400) {
   EXPECT_NE(responses.body.find("/v1/chat/completions"), std::string::npos);
 }
 
+TEST(DeepseekServer, ResponseFormatIs400NamingItAndTextIsServed) {
+  testing::ServerHarness h(scripted(), r1_tokenizer());
+  const json schema = {{"name", "n"}, {"schema", {{"type", "object"}}}};
+  for (const json& format : {json{{"type", "json_object"}}, json{{"type", "json_schema"}, {"json_schema", schema}}}) {
+    json request = kChat;
+    request["response_format"] = format;
+    testing::expect_error(post_json(h.port, "/v1/chat/completions", request), 400,
+                          "'response_format' is not supported for DeepSeek-R1 models", "response_format");
+  }
+  json text = kChat;
+  text["response_format"] = {{"type", "text"}};
+  auto r = post_json(h.port, "/v1/chat/completions", text);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["message"]["content"], "Hello! How can I help?");
+}
+
+TEST(DeepseekServer, IgnoreEosReadsOnPastTheEndOfSentenceAndStopTokenIdsEndTheReplyStreamedOrNot) {
+  testing::ServerHarness h(scripted(), r1_tokenizer());
+  const std::vector<int32_t> reasoning = encode("The user greets me.</think>");
+  const int32_t answer_start = encode("Hello! How can I help?").front();
+  ASSERT_EQ(std::count(reasoning.begin(), reasoning.end(), answer_start), 0);
+  const size_t past_the_script = encode(kReply + kPastTheEnd).size() + 2;  // two more ends of sentence
+  struct Case {
+    const char* name;
+    json fields;
+    std::string content, finish;
+    size_t completion_tokens;
+  };
+  const Case cases[] = {
+      {"plain", json::object(), "Hello! How can I help?", "stop", encode(kReply).size()},
+      {"ignore_eos", {{"ignore_eos", true}, {"max_tokens", past_the_script}}, "Hello! How can I help? Anything else?",
+       "length", past_the_script},
+      // vLLM leaves the stop token out of the text; the usage counts it.
+      {"stop_token_ids", {{"stop_token_ids", json::array({answer_start})}}, "", "stop", reasoning.size() + 1},
+  };
+  for (const Case& c : cases) {
+    for (bool stream : {false, true}) {
+      SCOPED_TRACE(std::string(c.name) + (stream ? ", streamed" : ""));
+      json request = kChat;
+      request.update(c.fields);
+      request["stream"] = stream;
+      request["stream_options"] = {{"include_usage", true}};
+      const auto r = post_json(h.port, "/v1/chat/completions", request);
+      ASSERT_EQ(r.status, 200u) << r.body;
+      const testing::StreamedChat got = chat_answer(r, stream);
+      EXPECT_EQ(got.reasoning, "The user greets me.");
+      EXPECT_EQ(got.content, c.content);
+      EXPECT_EQ(got.finish, c.finish);
+      EXPECT_EQ(got.usage["completion_tokens"], c.completion_tokens);
+    }
+  }
+}
+
+TEST(DeepseekServer, ChatLogprobsAreTheLogSoftmaxOfTheRunnersLogitsStreamedOrNot) {
+  const std::vector<chat::ChatTurn> turns = {{chat::ChatTurn::Role::user, "What is 2+2?"}};
+  const std::vector<int32_t> prompt = chat::render_r1_prompt(*r1_tokenizer(), turns);
+  DeepseekV3CpuRunner reference(tiny_checkpoint(), 2);
+  GenerateOptions options;
+  options.max_tokens = 6;
+  options.sampling.temperature = 0;
+  options.stop_tokens = reference.config().eos_token_ids;
+  const std::vector<int32_t> generated = generate_sequence(reference, prompt, options).tokens;
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  DeepseekV3CpuRunner fresh(tiny_checkpoint(), 2);
+  const auto rows = testing::logits_at_every_position(fresh, all);
+
+  testing::ServerHarness h(std::make_shared<DeepseekV3CpuRunner>(tiny_checkpoint(), 2), r1_tokenizer());
+  json request = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+                  {"max_tokens", 6},  {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+  const auto r = post_json(h.port, "/v1/chat/completions", request);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const json content = chat_answer(r, false).logprobs;
+  ASSERT_EQ(content.size(), generated.size()) << r.body;
+  for (size_t k = 0; k < generated.size(); ++k) {
+    SCOPED_TRACE("token " + std::to_string(k));
+    const auto want = testing::log_softmax(rows[prompt.size() - 1 + k]);
+    const std::string_view bytes = r1_tokenizer()->token_bytes(generated[k]);
+    EXPECT_EQ(content[k]["bytes"], json(std::vector<unsigned char>(bytes.begin(), bytes.end())));
+    EXPECT_NEAR(content[k]["logprob"].get<double>(), static_cast<double>(want[generated[k]]), 5e-5);
+    std::vector<long double> sorted(want.begin(), want.end());
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    ASSERT_EQ(content[k]["top_logprobs"].size(), 2u);
+    for (size_t j = 0; j < 2; ++j)
+      EXPECT_NEAR(content[k]["top_logprobs"][j]["logprob"].get<double>(), static_cast<double>(sorted[j]), 5e-5);
+  }
+  request["stream"] = true;
+  EXPECT_EQ(chat_answer(post_json(h.port, "/v1/chat/completions", request), true).logprobs, content);
+}
+
 TEST(DeepseekServer, TinyModelCompletionsEqualGenerateWithAndWithoutMtp) {
-  const auto checkpoint = std::shared_ptr<const deepseek_v3::Checkpoint>(
-      deepseek_v3::Checkpoint::open(testing::tiny_deepseek_model()));
+  const auto checkpoint = tiny_checkpoint();
   const std::vector<int32_t> prompt = encode("<｜begin▁of▁sentence｜><｜User｜>What is 2+2?<｜Assistant｜><think>\n");
   DeepseekV3CpuRunner reference(checkpoint, 2);
   GenerateOptions options;

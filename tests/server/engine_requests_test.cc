@@ -2,6 +2,7 @@
 // fields named by their path, token ids, the request limits, unsupported parameters, seeds. Every refusal must be
 // an ApiError (never another exception) with the status, message and parameter a client can act on.
 #include "server/engine_requests.h"
+#include "server/structured_outputs.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +18,7 @@ using nlohmann::json;
 struct Context {
   std::atomic<uint64_t> draws{0};
   RequestContext ctx{*testing::tokenizer(), "m", 201088, 4096, {200002}, RequestLimits{},
-                     [this] { return 1000 + draws++; }};
+                     [this] { return 1000 + draws++; }, nullptr};
 };
 
 const json kUser = json::array({{{"role", "user"}, {"content", "Hi"}}});
@@ -40,14 +41,16 @@ json responses(json extra = json::object()) {
 
 enum class Api { chat, completions, responses };
 
-// The ApiError a body gets, or a failure when it is accepted or throws something else.
-ApiError refusal(Api api, const std::string& body) {
+// The ApiError a body gets (in a context of its own unless given one), or a failure when it is accepted or throws
+// something else.
+ApiError refusal(Api api, const std::string& body, const RequestContext* given = nullptr) {
   Context c;
+  const RequestContext& ctx = given ? *given : c.ctx;
   try {
     switch (api) {
-      case Api::chat: chat_request(body, c.ctx); break;
-      case Api::completions: completion_request(body, c.ctx); break;
-      case Api::responses: responses_request(body, c.ctx); break;
+      case Api::chat: chat_request(body, ctx); break;
+      case Api::completions: completion_request(body, ctx); break;
+      case Api::responses: responses_request(body, ctx); break;
     }
   } catch (const ApiError& e) {
     return e;
@@ -57,8 +60,8 @@ ApiError refusal(Api api, const std::string& body) {
 }
 
 void expect_refused(Api api, const json& body, const std::string& fragment, const std::string& param,
-                    unsigned status = 400) {
-  const ApiError e = refusal(api, body.dump());
+                    unsigned status = 400, const RequestContext* ctx = nullptr) {
+  const ApiError e = refusal(api, body.dump(), ctx);
   EXPECT_EQ(e.status(), status) << body.dump().substr(0, 300);
   EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   EXPECT_EQ(e.to_json()["error"]["param"], param.empty() ? json(nullptr) : json(param)) << e.what();
@@ -189,18 +192,11 @@ TEST(EngineRequests, LimitsOnToolsMessagesSchemasAndText) {
 TEST(EngineRequests, UnsupportedParametersAre400UnlessNeutral) {
   const std::vector<std::tuple<std::string, json, json>> parameters = {
       {"response_format", {{"type", "json_object"}}, {{"type", "text"}}},
-      {"logit_bias", {{"50256", -100}}, json::object()},
-      {"presence_penalty", 0.5, 0},
-      {"frequency_penalty", -1, 0.0},
-      {"repetition_penalty", 1.2, 1},
       {"best_of", 2, 1},
       {"suffix", "end", ""},
       {"store", true, false},
       {"previous_response_id", "resp_1", nullptr},
       {"functions", {{{"name", "f"}}}, json::array()},
-      {"min_tokens", 5, 0},
-      {"stop_token_ids", {13}, json::array()},
-      {"top_logprobs", 2, 0},
   };
   for (const auto& [name, asks, neutral] : parameters) {
     for (const Api api : {Api::chat, Api::completions, Api::responses}) {
@@ -220,24 +216,142 @@ TEST(EngineRequests, UnsupportedParametersAre400UnlessNeutral) {
       }
     }
   }
-  // min_tokens on completions holds when nothing can end the output early: ignore_eos and no stop strings.
-  {
-    Context c;
-    const json bench = completion({{"max_tokens", 64}, {"min_tokens", 64}, {"ignore_eos", true}});
-    EXPECT_TRUE(completion_request(bench.dump(), c.ctx).specs.at(0).stop_tokens.empty());
-  }
-  expect_refused(Api::completions, completion({{"max_tokens", 8}, {"min_tokens", 9}, {"ignore_eos", true}}),
-                 "above max_tokens", "min_tokens");
-  expect_refused(Api::completions, completion({{"min_tokens", 4}, {"ignore_eos", true}, {"stop", "x"}}),
-                 "'min_tokens' is not supported", "min_tokens");
-  // ignore_eos: vLLM's extension on completions; chat and Responses end at Harmony's stop tokens.
-  expect_refused(Api::chat, chat({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
-  expect_refused(Api::responses, responses({{"ignore_eos", true}}), "'ignore_eos' is not supported", "ignore_eos");
+  // The Responses API has no per-token logprobs here.
+  expect_refused(Api::responses, responses({{"top_logprobs", 2}}), "'top_logprobs' is not supported", "top_logprobs");
+  expect_refused(Api::responses,
+                 responses({{"include", {"reasoning.encrypted_content", "message.output_text.logprobs"}}}),
+                 "returns no logprobs", "include[1]");
+  // text.format without a grammar cache (structured outputs below): refused, {"type": "text"} aside.
+  expect_refused(Api::responses, responses({{"text", {{"format", {{"type", "json_object"}}}}}}),
+                 "no constrained decoding", "text.format");
   Context c;
-  EXPECT_TRUE(completion_request(completion({{"ignore_eos", true}}).dump(), c.ctx).specs.at(0).stop_tokens.empty());
-  expect_refused(Api::responses, responses({{"text", {{"format", {{"type", "json_schema"}}}}}}),
-                 "'text.format' is not supported", "text.format");
   EXPECT_NO_THROW(responses_request(responses({{"text", {{"format", {{"type", "text"}}}}}}).dump(), c.ctx));
+}
+
+TEST(EngineRequests, SamplingParametersBecomeTheEngineRequestsLogitsProcessing) {
+  Context c;
+  for (const Api api : {Api::chat, Api::completions, Api::responses}) {
+    const json fields = {{"presence_penalty", 0.5}, {"frequency_penalty", -1}, {"repetition_penalty", 1.25},
+                         {"logit_bias", {{"50256", -100}, {"7", 2.5}}}, {"min_tokens", 3}, {"max_tokens", 9},
+                         {"stop_token_ids", {13, 14}}};
+    const json body = api == Api::chat ? chat(fields) : api == Api::completions ? completion(fields) : responses(fields);
+    const RequestSpec spec = api == Api::chat          ? chat_request(body.dump(), c.ctx).spec
+                             : api == Api::completions ? completion_request(body.dump(), c.ctx).specs.at(0)
+                                                       : responses_request(body.dump(), c.ctx).spec;
+    EXPECT_FLOAT_EQ(spec.processing.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(spec.processing.frequency_penalty, -1.0f);
+    EXPECT_FLOAT_EQ(spec.processing.repetition_penalty, 1.25f);
+    EXPECT_EQ(spec.processing.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {50256, -100.0f}}));
+    EXPECT_EQ(spec.processing.min_tokens, 3);
+    ASSERT_GE(spec.stop_tokens.size(), 2u);
+    EXPECT_EQ(std::vector<int32_t>(spec.stop_tokens.end() - 2, spec.stop_tokens.end()), (std::vector<int32_t>{13, 14}));
+  }
+  expect_refused(Api::chat, chat({{"logit_bias", {{"x", 1}}}}), "keys must be token ids", "logit_bias");
+  expect_refused(Api::chat, chat({{"logit_bias", {{"201088", 1}}}}), "keys must be token ids", "logit_bias");
+  expect_refused(Api::chat, chat({{"logit_bias", {{"5", 101}}}}), "between -100 and 100", "logit_bias.5");
+  expect_refused(Api::chat, chat({{"presence_penalty", 2.5}}), "between -2 and 2", "presence_penalty");
+  expect_refused(Api::chat, chat({{"repetition_penalty", 0}}), "greater than 0", "repetition_penalty");
+  expect_refused(Api::completions, completion({{"stop_token_ids", {201088}}}), "between 0 and 201087",
+                 "stop_token_ids[0]");
+  expect_refused(Api::completions, completion({{"max_tokens", 8}, {"min_tokens", 9}}), "above max_tokens",
+                 "min_tokens");
+  expect_refused(Api::completions, completion({{"min_tokens", 4}, {"stop", "x"}}),
+                 "not supported together with stop strings", "min_tokens");
+  // ignore_eos (vLLM's): no stop tokens on any endpoint, unless stop_token_ids names some.
+  EXPECT_TRUE(chat_request(chat({{"ignore_eos", true}}).dump(), c.ctx).spec.stop_tokens.empty());
+  EXPECT_FALSE(chat_request(chat().dump(), c.ctx).spec.stop_tokens.empty());
+  EXPECT_TRUE(completion_request(completion({{"ignore_eos", true}}).dump(), c.ctx).specs.at(0).stop_tokens.empty());
+  EXPECT_EQ(chat_request(chat({{"ignore_eos", true}, {"stop_token_ids", {5}}}).dump(), c.ctx).spec.stop_tokens,
+            std::vector<int32_t>{5});
+}
+
+TEST(EngineRequests, LogprobsAndEchoBecomeTheEngineRequestsLogprobs) {
+  Context c;
+  EXPECT_EQ(chat_request(chat().dump(), c.ctx).spec.top_logprobs, -1);
+  EXPECT_EQ(chat_request(chat({{"logprobs", true}}).dump(), c.ctx).spec.top_logprobs, 0);
+  EXPECT_EQ(chat_request(chat({{"logprobs", true}, {"top_logprobs", 20}}).dump(), c.ctx).spec.top_logprobs, 20);
+  EXPECT_EQ(chat_request(chat({{"logprobs", false}, {"top_logprobs", 0}}).dump(), c.ctx).spec.top_logprobs, -1);
+  expect_refused(Api::chat, chat({{"top_logprobs", 2}}), "needs 'logprobs' to be true", "top_logprobs");
+  expect_refused(Api::chat, chat({{"logprobs", true}, {"top_logprobs", 21}}), "between 0 and 20", "top_logprobs");
+  const CompletionRequest plain = completion_request(completion({{"logprobs", 3}}).dump(), c.ctx);
+  EXPECT_EQ(plain.specs.at(0).top_logprobs, 3);
+  EXPECT_FALSE(plain.specs.at(0).prompt_logprobs);
+  const CompletionRequest echo =
+      completion_request(completion({{"prompt", {1, 2, 3}}, {"logprobs", 1}, {"echo", true}}).dump(), c.ctx);
+  EXPECT_TRUE(echo.echo);
+  EXPECT_TRUE(echo.specs.at(0).prompt_logprobs);
+  EXPECT_FALSE(completion_request(completion({{"prompt", {1, 2, 3}}, {"echo", true}}).dump(), c.ctx)
+                   .specs.at(0).prompt_logprobs);
+  expect_refused(Api::completions, completion({{"logprobs", 21}}), "between 0 and 20", "logprobs");
+}
+
+TEST(EngineRequests, ResponseFormatBecomesTheEngineRequestsGrammar) {
+  Context c;
+  structured::GrammarCache grammars(server::vocabulary_of(*testing::tokenizer(), 201088));
+  c.ctx.grammars = &grammars;
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}},
+                       {"additionalProperties", false}};
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}};
+  const AssistantRequest a = chat_request(chat({{"response_format", format}}).dump(), c.ctx);
+  ASSERT_TRUE(a.spec.grammar);
+  EXPECT_EQ(a.spec.grammar_trigger, testing::encode("<|channel|>final<|message|>"));  // the final channel only
+  EXPECT_EQ(a.spec.grammar, grammars.json_schema(schema));                           // compiled once
+  const CompletionRequest p = completion_request(completion({{"response_format", format}}).dump(), c.ctx);
+  EXPECT_EQ(p.specs.at(0).grammar, a.spec.grammar);
+  EXPECT_TRUE(p.specs.at(0).grammar_trigger.empty());  // the whole completion
+  EXPECT_TRUE(chat_request(chat({{"response_format", {{"type", "json_object"}}}}).dump(), c.ctx).spec.grammar);
+  // The Responses API's text.format: name, schema and strict beside the type; the final channel only, as on chat.
+  const json text_format = {{"type", "json_schema"}, {"name", "x"}, {"schema", schema}, {"strict", true}};
+  const AssistantRequest r = responses_request(responses({{"text", {{"format", text_format}}}}).dump(), c.ctx);
+  EXPECT_EQ(r.spec.grammar, a.spec.grammar);
+  EXPECT_EQ(r.spec.grammar_trigger, a.spec.grammar_trigger);
+  const json json_object = {{"text", {{"format", {{"type", "json_object"}}}}}};
+  EXPECT_EQ(responses_request(responses(json_object).dump(), c.ctx).spec.grammar, grammars.json_object());
+  expect_refused(Api::responses,
+                 responses({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"},
+                                                  {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}),
+                 "'pattern'", "text.format.schema", 400, &c.ctx);
+  EXPECT_FALSE(chat_request(chat({{"response_format", {{"type", "text"}}}}).dump(), c.ctx).spec.grammar);
+  Context without;  // a server without a grammar cache refuses them
+  EXPECT_THROW(chat_request(chat({{"response_format", format}}).dump(), without.ctx), ApiError);
+  auto refused = [&](const json& body, const std::string& fragment, const std::string& param) {
+    expect_refused(Api::chat, body, fragment, param, 400, &c.ctx);
+  };
+  json bad = format;
+  bad["json_schema"]["schema"] = {{"type", "string"}, {"pattern", "a"}};
+  refused(chat({{"response_format", bad}}), "'pattern'", "response_format.json_schema.schema");
+  refused(chat({{"response_format", {{"type", "yaml"}}}}), "must be 'text', 'json_object'", "response_format.type");
+  refused(chat({{"response_format", format}, {"min_tokens", 2}, {"max_tokens", 4}}), "cannot be combined",
+          "min_tokens");
+}
+
+TEST(EngineRequests, ANamedOrRequiredToolIsACallWhoseArgumentsAreConstrained) {
+  Context c;
+  structured::GrammarCache grammars(server::vocabulary_of(*testing::tokenizer(), 201088));
+  c.ctx.grammars = &grammars;
+  const json parameters = {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}};
+  const json weather = {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", parameters}}}};
+  const json time = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const AssistantRequest a =
+      chat_request(chat({{"tools", {weather, time}}, {"tool_choice", named}}).dump(), c.ctx);
+  const auto header = testing::encode("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+  EXPECT_EQ(a.primed, header);
+  ASSERT_GE(a.spec.prompt.size(), header.size());
+  EXPECT_EQ(std::vector<int32_t>(a.spec.prompt.end() - static_cast<std::ptrdiff_t>(header.size()), a.spec.prompt.end()),
+            header);
+  EXPECT_EQ(a.spec.grammar, grammars.json_schema(parameters));
+  EXPECT_TRUE(a.spec.grammar_trigger.empty());
+  EXPECT_EQ(a.spec.stop_tokens, std::vector<int32_t>{200012});  // <|call|>
+  const AssistantRequest required = chat_request(chat({{"tools", {weather}}, {"tool_choice", "required"}}).dump(), c.ctx);
+  EXPECT_EQ(required.primed, header);
+  EXPECT_TRUE(chat_request(chat({{"tools", {weather}}, {"tool_choice", "auto"}}).dump(), c.ctx).primed.empty());
+  expect_refused(Api::chat, chat({{"tools", {weather, time}}, {"tool_choice", "required"}}), "name the one to call",
+                 "tool_choice");
+  expect_refused(Api::chat, chat({{"tools", {weather}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}}),
+                 "not one of the request's tools", "tool_choice.function.name");
+  expect_refused(Api::responses, responses({{"tool_choice", "required"}}), "supported on chat completions",
+                 "tool_choice");
 }
 
 TEST(EngineRequests, UnseededRequestsDrawASeedAndGivenSeedsAreKept) {

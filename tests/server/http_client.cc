@@ -78,6 +78,8 @@ StreamedChat collect_chat_stream(const std::vector<std::string>& events) {
     if (d.contains("content") && d["content"].is_string()) out.content += d["content"].get<std::string>();
     if (d.contains("reasoning_content")) out.reasoning += d["reasoning_content"].get<std::string>();
     if (!chunk["choices"][0]["finish_reason"].is_null()) out.finish = chunk["choices"][0]["finish_reason"];
+    if (const nlohmann::json& lp = chunk["choices"][0]["logprobs"]; lp.is_object())
+      for (const nlohmann::json& entry : lp["content"]) out.logprobs.push_back(entry);
   }
   return out;
 }

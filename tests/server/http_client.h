@@ -30,6 +30,7 @@ std::vector<std::string> sse_data(const std::string& body);
 struct StreamedChat {
   std::string content, reasoning, finish;
   nlohmann::json usage;
+  nlohmann::json logprobs = nlohmann::json::array();  // the chunks' logprobs.content entries, in order
 };
 StreamedChat collect_chat_stream(const std::vector<std::string>& events);
 

@@ -72,4 +72,20 @@ try {
   report.unknown_model = { not_found: e instanceof NotFoundError, status: e.status, error: e.error };
 }
 
+// Structured outputs: text.format constrains the final channel. The scripted JSON answer passes and parses; the
+// YAML one is stopped by the grammar (a failed generation: the scripted runner writes it regardless of the mask).
+const format = {
+  type: "json_schema", name: "weather", strict: true,
+  schema: { type: "object", additionalProperties: false, required: ["city", "sunny"],
+            properties: { city: { type: "string" }, sunny: { type: "boolean" } } },
+};
+const parsed = await client.responses.parse({ model: "tiny", input: "Weather as JSON", text: { format } });
+report.text_format = { status: parsed.status, output_text: parsed.output_text, parsed: parsed.output_parsed };
+try {
+  await client.responses.create({ model: "tiny", input: "Weather as YAML", text: { format } });
+  report.text_format_broken = "accepted";
+} catch (e) {
+  report.text_format_broken = { status: e.status, message: e.message };
+}
+
 console.log(JSON.stringify(report));

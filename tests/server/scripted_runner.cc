@@ -51,7 +51,7 @@ void ScriptedRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
       const uint64_t index = step.sample_index + (i - (n - step.num_logits));
       const std::vector<int32_t> prompt(history.begin(), history.end() - static_cast<int64_t>(index));
       const std::vector<int32_t> reply = script_(prompt);
-      output.sampled.push_back(index < reply.size() ? reply[index] : 200002);
+      output.sampled.push_back(index < reply.size() ? reply[index] : config_.eos_token_ids.at(0));
     }
   }
 }

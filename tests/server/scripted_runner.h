@@ -1,6 +1,7 @@
 // A runner that "generates" a scripted reply: it keeps every token in its paged KV slots, so at each step it knows
 // a sequence's whole history, and emits script(prompt)[i] as the i-th generated token. Lets the server tests
-// produce exact Harmony replies (reasoning, tool calls) that a random tiny model never would.
+// produce exact Harmony replies (reasoning, tool calls) that a random tiny model never would. Past its script it
+// emits the model's (first) end-of-sequence id.
 #pragma once
 
 #include <functional>

@@ -35,6 +35,12 @@ std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt) {
   if (text.find("namespace functions") != std::string::npos)
     return encode("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
                   "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+  // Structured outputs (text.format): an answer of its schema, and one that is not JSON, which the grammar stops.
+  if (text.find("Weather as JSON") != std::string::npos)
+    return encode("<|channel|>analysis<|message|>Sunny there.<|end|><|start|>assistant<|channel|>final<|message|>"
+                  "{\"city\":\"Paris\",\"sunny\":true}<|return|>");
+  if (text.find("Weather as YAML") != std::string::npos)
+    return encode("<|channel|>final<|message|>city: Paris<|return|>");
   if (text.find("Hello! How can I help?") != std::string::npos)
     return encode("<|channel|>final<|message|>As I said: hello.<|return|>");
   return encode("<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final"

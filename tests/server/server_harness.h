@@ -23,7 +23,8 @@ std::shared_ptr<const Checkpoint> tiny_checkpoint();
 std::shared_ptr<ModelRunner> tiny_runner();
 std::vector<int32_t> encode(const std::string& text);
 // Replies scripted in Harmony for a ScriptedRunner: analysis then final; with tools, analysis then a call to
-// get_weather; after its result, a final answer; and in a conversation that holds the first answer, another.
+// get_weather; after its result, a final answer; in a conversation that holds the first answer, another; asked
+// for the weather as JSON, a JSON answer, and as YAML, a YAML one.
 std::vector<int32_t> harmony_reply(const std::vector<int32_t>& prompt);
 
 // A server named "tiny" on a free port over a fresh engine (4096 KV blocks unless the config says otherwise).

@@ -198,9 +198,8 @@ TEST(Server, BadRequestsGetOpenAiErrorsWithTheRightStatus) {
   expect_error(post_json(h.port, "/v1/chat/completions",
                          {{"model", "tiny"}, {"messages", {{{"role", "wizard"}, {"content", "x"}}}}}),
                400, "unknown role");
-  expect_error(post_json(h.port, "/v1/chat/completions",
-                         {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {"n", 3}}),
-               400, "n = 1");
+  expect_error(post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "x"}, {"n", 3}}), 400,
+               "'n' must be 1 on the Responses API", "n");
   // Still healthy afterwards.
   EXPECT_EQ(testing::http_request(h.port, "GET", "/health").status, 200u);
 }

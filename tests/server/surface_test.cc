@@ -146,6 +146,12 @@ TEST(OpenAiNodeClient, ResponsesStreamFinalResponseAndModelsRetrieve) {
   EXPECT_EQ(report["unknown_model"]["not_found"], true);
   EXPECT_EQ(report["unknown_model"]["status"], 404);
   EXPECT_EQ(report["unknown_model"]["error"]["code"], "model_not_found");
+  EXPECT_EQ(report["text_format"]["status"], "completed");
+  EXPECT_EQ(report["text_format"]["output_text"], R"({"city":"Paris","sunny":true})");
+  EXPECT_EQ(report["text_format"]["parsed"], json({{"city", "Paris"}, {"sunny", true}}));
+  EXPECT_EQ(report["text_format_broken"]["status"], 500);
+  EXPECT_NE(report["text_format_broken"]["message"].get<std::string>().find("outside the grammar"), std::string::npos)
+      << report["text_format_broken"];
 }
 
 TEST(ResponsesStore, PreviousResponseIdContinuesAStoredConversation) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sampling/logits_processing.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
 
@@ -38,11 +40,15 @@ StepTokens collect_step_tokens(const ForwardBatch& batch, int num_kv_groups, int
       out.ids.push_back(step.tokens[i]);
       out.positions.push_back(step.start_position + depth);
     }
+    MOESERVE_CHECK(step.logprob_tokens.empty() || static_cast<int64_t>(step.logprob_tokens.size()) == step.num_logits,
+                   "sequence {}: {} logprob tokens for {} logits rows", s, step.logprob_tokens.size(), step.num_logits);
     const int64_t n = static_cast<int64_t>(step.tokens.size());
     for (int64_t j = n - step.num_logits; j < n; ++j) {
+      const int32_t k = static_cast<int32_t>(j - (n - step.num_logits));
       out.logit_rows.push_back(static_cast<int64_t>(first) + j);
       out.logit_steps.push_back(&step);
-      out.sample_indices.push_back(step.sample_index + (j - (n - step.num_logits)));
+      out.logit_rows_in_step.push_back(k);
+      out.sample_indices.push_back(row_sample_index(step, k));
     }
   }
   return out;
@@ -66,11 +72,27 @@ void key_slots(const SequenceStep& step, const StepToken& token, int32_t lo, std
 void sample_logit_rows(const StepTokens& tokens, int vocab_size, ForwardOutput& output) {
   const int64_t R = static_cast<int64_t>(tokens.logit_rows.size());
   output.sampled.assign(R, -1);
+  output.logprobs.clear();
+  std::vector<float> raw_row;
   for (int64_t r = 0; r < R; ++r) {
     const SequenceStep& step = *tokens.logit_steps[r];
-    if (step.sampling == nullptr) continue;
-    output.sampled[r] = sample_token({output.logits.data() + r * vocab_size, static_cast<size_t>(vocab_size)},
-                                     *step.sampling, tokens.sample_indices[r]);
+    const std::span<float> row(output.logits.data() + r * vocab_size, static_cast<size_t>(vocab_size));
+    const bool wants_logprobs = step.top_logprobs >= 0;
+    if (wants_logprobs) output.logprobs.resize(R);
+    const int32_t k = tokens.logit_rows_in_step[r];
+    if (!step.logprob_tokens.empty() && step.logprob_tokens[k] >= 0) {  // scored, not sampled
+      if (wants_logprobs) output.logprobs[r] = token_logprobs(row, step.logprob_tokens[k], step.top_logprobs);
+      continue;
+    }
+    if (!row_samples(step, k)) continue;
+    // Raw logprobs are of the logits before any edit: the row is kept aside when edits change it.
+    const bool edited = !step.logit_edits.empty() || !step.allowed_tokens.empty();
+    if (edited && wants_logprobs) raw_row.assign(row.begin(), row.end());
+    if (edited) apply_logit_edits(row, step.logit_edits, step.allowed_tokens);
+    output.sampled[r] = sample_token(row, *step.sampling, tokens.sample_indices[r]);
+    if (wants_logprobs)
+      output.logprobs[r] =
+          token_logprobs(edited ? std::span<const float>(raw_row) : row, output.sampled[r], step.top_logprobs);
   }
 }
 

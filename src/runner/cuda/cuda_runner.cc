@@ -309,13 +309,36 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   const auto& rows = meta_.rows();
   int64_t R = 0;
   std::vector<SampleRow> sample_rows;
+  std::vector<bool> draws;  // per row: it draws a token (scored prompt rows do not)
+  RowWork work;
+  int32_t k = 0;  // the row's index among its step's logits rows
   for (const StepRow& row : rows) {
     if (row.step == nullptr) break;
-    if (row.step->sampling != nullptr && !row.step->sampling->greedy())
-      sample_rows.push_back({static_cast<int32_t>(R), row.sample_index, *row.step->sampling});
-    ++R;
+    const SequenceStep& step = *row.step;
+    k = R > 0 && rows[R - 1].step == &step ? k + 1 : 0;
+    const auto r = static_cast<int32_t>(R++);
+    draws.push_back(row_samples(step, k));
+    const bool scored = !step.logprob_tokens.empty() && step.logprob_tokens[k] >= 0;
+    const auto first_edit = static_cast<int32_t>(work.edits.size());
+    const bool edited = draws.back() && (!step.logit_edits.empty() || !step.allowed_tokens.empty());
+    if (edited) {
+      EditRow edit{r, first_edit, static_cast<int32_t>(step.logit_edits.size()), -1};
+      work.edits.insert(work.edits.end(), step.logit_edits.begin(), step.logit_edits.end());
+      if (!step.allowed_tokens.empty()) {
+        MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(config_.vocab_size),
+                       "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), config_.vocab_size);
+        edit.mask_offset = static_cast<int64_t>(work.masks.size());
+        work.masks.insert(work.masks.end(), step.allowed_tokens.begin(), step.allowed_tokens.end());
+      }
+      work.edit_rows.push_back(edit);
+      if (step.sampling->greedy()) work.greedy_edited.push_back(r);
+    }
+    if (step.top_logprobs >= 0 && (scored || draws.back()))
+      work.logprob_rows.push_back({r, scored ? step.logprob_tokens[k] : -1, step.top_logprobs,
+                                   edited ? first_edit : 0, edited ? static_cast<int32_t>(step.logit_edits.size()) : 0});
+    if (draws.back() && !step.sampling->greedy()) sample_rows.push_back({r, row.sample_index, *step.sampling});
   }
-  sample(sample_rows);
+  process_rows(work, sample_rows);
   const int64_t V = config_.vocab_size;
   std::vector<int32_t> tokens(R);
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
@@ -330,7 +353,61 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   output.rows = R;
   output.sampled.assign(R, -1);
   for (int64_t r = 0; r < R; ++r)
-    if (rows[r].step->sampling != nullptr) output.sampled[r] = tokens[r];
+    if (draws[r]) output.sampled[r] = tokens[r];
+  finish_logprobs(work, R, output);
+}
+
+void CudaRunner::process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows) {
+  const int V = config_.vocab_size;
+  auto upload_vector = [&](DeviceBuffer& buffer, const auto& values) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    buffer.grow(std::max<size_t>(values.size(), 1) * sizeof(T));
+    // From pageable memory: the copy has taken the values when it returns.
+    if (!values.empty())
+      MOESERVE_CUDA_CHECK(
+          cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  };
+  const int logprob_rows = static_cast<int>(work.logprob_rows.size());
+  if (logprob_rows > 0) {
+    upload_vector(logprob_rows_, work.logprob_rows);
+    logprob_results_.grow(logprob_rows * sizeof(LogprobResult));
+    launch_row_logprobs(stream_, logits_.as<float>(), V, logprob_rows_.as<LogprobRow>(), logprob_rows,
+                        logprob_results_.as<LogprobResult>());
+  }
+  upload_vector(edits_, work.edits);
+  edit_originals_.grow(std::max<size_t>(work.edits.size(), 1) * sizeof(float));
+  if (!work.edit_rows.empty()) {
+    upload_vector(edit_rows_, work.edit_rows);
+    upload_vector(masks_, work.masks);
+    launch_logit_edits(stream_, logits_.as<float>(), V, edit_rows_.as<EditRow>(),
+                       static_cast<int>(work.edit_rows.size()), edits_.as<LogitEdit>(), masks_.as<uint32_t>(),
+                       edit_originals_.as<float>());
+    for (const int32_t r : work.greedy_edited)  // the argmax of the step was of the unedited row
+      launch_argmax(stream_, logits_.as<float>() + static_cast<int64_t>(r) * V, 1, V, sampled_.as<int32_t>() + r);
+  }
+  sample(sample_rows);
+  if (logprob_rows > 0) {
+    launch_chosen_logprobs(stream_, logits_.as<float>(), V, logprob_rows_.as<LogprobRow>(), logprob_rows,
+                           edits_.as<LogitEdit>(), edit_originals_.as<float>(), sampled_.as<int32_t>(),
+                           logprob_results_.as<LogprobResult>());
+    work.results.resize(logprob_rows);
+    // Only these leave the GPU: per row its token, its logprob and the top k (at most 20).
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(work.results.data(), logprob_results_.get(),
+                                        logprob_rows * sizeof(LogprobResult), cudaMemcpyDeviceToHost, stream_));
+  }
+}
+
+void CudaRunner::finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const {
+  output.logprobs.clear();
+  if (work.logprob_rows.empty()) return;
+  output.logprobs.resize(rows);
+  for (size_t i = 0; i < work.logprob_rows.size(); ++i) {
+    const LogprobResult& result = work.results[i];
+    TokenLogprobs& out = output.logprobs[work.logprob_rows[i].row];
+    out.chosen = {result.token, result.logprob};
+    for (int j = 0; j < work.logprob_rows[i].top_k; ++j)
+      out.top.push_back({result.top_tokens[j], result.top_logprobs[j]});
+  }
 }
 
 std::vector<int32_t> CudaRunner::last_layer_expert_rows() {

@@ -21,6 +21,7 @@
 #include "runner/cuda/device_weights.h"
 #include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/kv_scales.h"
+#include "runner/cuda/logits_processing.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
 
@@ -74,6 +75,18 @@ class CudaRunner : public ModelRunner {
   void clear_graphs();
   // Rows that sample (not greedy): their tokens replace the argmax in sampled_ (sampling.cu).
   void sample(const std::vector<SampleRow>& sample_rows);
+  // The step's rows' logits processing and logprobs (logits_processing.h), around sample(); the logprobs come
+  // back into output.logprobs after the stream is synchronised (finish_logprobs).
+  struct RowWork {
+    std::vector<EditRow> edit_rows;
+    std::vector<LogitEdit> edits;
+    std::vector<uint32_t> masks;
+    std::vector<int32_t> greedy_edited;  // rows whose argmax is taken again after their edits
+    std::vector<LogprobRow> logprob_rows;
+    std::vector<LogprobResult> results;
+  };
+  void process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows);
+  void finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const;
 
   ModelConfig config_;
   DeviceWeights weights_;
@@ -107,6 +120,7 @@ class CudaRunner : public ModelRunner {
   SampleRow* sample_staging_ = nullptr;  // pinned host copy of the step's sample rows
   size_t sample_staging_bytes_ = 0;
   DeviceBuffer sample_rows_;
+  DeviceBuffer edit_rows_, edits_, edit_originals_, masks_, logprob_rows_, logprob_results_;
 
   KernelTimer timer_;
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step

@@ -100,7 +100,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   for (const SequenceStep& step : batch.sequences) {
     const int32_t n = static_cast<int32_t>(step.tokens.size());
     for (int32_t j = n - step.num_logits; j < n; ++j)
-      rows_.push_back({first + j, &step, step.sample_index + (j - (n - step.num_logits))});
+      rows_.push_back({first + j, &step, row_sample_index(step, j - (n - step.num_logits))});
     first += n;
   }
   for (int s = real_seqs; s < seqs_; ++s) rows_.push_back({first++, nullptr, 0});
