@@ -91,6 +91,19 @@ TEST(RunnerCli, DeviceCudaWithoutAGpuSaysThereIsNone) {
   EXPECT_THAT(result.output, Not(HasSubstr("insufficient")));
 }
 
+TEST(RunnerCli, AMoePathTableIsCheckedAndNeedsTheCudaRunner) {
+  const std::string model = testing::tiny_model();
+  const auto cpu = moeserve("generate " + model + " --moe-path-table decode-mma-n16 --tokens 1,2 --max-tokens 1");
+  EXPECT_EQ(cpu.exit_code, 1);
+  EXPECT_THAT(cpu.output, HasSubstr("--moe-path-table needs --device cuda"));
+  // A bad table is named before any device is opened.
+  const auto bad = moeserve("generate " + model +
+                            " --device cuda --moe-path-table decode-mma-n16:8,decode-x1:4,prefill-wgmma --tokens 1,2 "
+                            "--max-tokens 1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("--moe-path-table entry \"decode-x1:4\": bounds must increase"));
+}
+
 TEST(GenerateCli, AcceptanceByPositionIsZeroWhenNothingWasAccepted) {
   // The test_random drafter proposes random tokens of the 201,088-token vocabulary: the target accepts none.
   const auto result = moeserve("generate --model " + testing::tiny_model() +
