@@ -2,38 +2,103 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 namespace moeserve {
+
+namespace {
+
+// Solves the k x k system a x = b (k <= 3) by Gaussian elimination with partial pivoting; false when singular
+// (a pivot below `tiny` times the matrix's scale).
+bool solve(int k, double a[3][3], double b[3], double x[3]) {
+  double scale = 0;
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < k; ++j) scale = std::max(scale, std::abs(a[i][j]));
+  if (scale == 0) return false;
+  for (int col = 0; col < k; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < k; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+    if (std::abs(a[pivot][col]) < 1e-12 * scale) return false;
+    for (int j = 0; j < k; ++j) std::swap(a[col][j], a[pivot][j]);
+    std::swap(b[col], b[pivot]);
+    for (int r = col + 1; r < k; ++r) {
+      const double f = a[r][col] / a[col][col];
+      for (int j = col; j < k; ++j) a[r][j] -= f * a[col][j];
+      b[r] -= f * b[col];
+    }
+  }
+  for (int i = k - 1; i >= 0; --i) {
+    double s = b[i];
+    for (int j = i + 1; j < k; ++j) s -= a[i][j] * x[j];
+    x[i] = s / a[i][i];
+  }
+  return true;
+}
+
+}  // namespace
 
 void StepCostModel::observe(int decode_tokens, int prefill_tokens, double seconds) {
   samples_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), seconds});
   if (samples_.size() > window_) samples_.pop_front();
-  // Normal equations A^T A x = A^T y for rows [1, decode, prefill]; solved by Cramer's rule.
-  double m[3][3] = {}, v[3] = {};
+  // Normal equations for rows [1, decode, prefill]: m = A^T A, v = A^T y, and y^T y for the residuals.
+  double m[3][3] = {}, v[3] = {}, yy = 0;
   for (const auto& s : samples_) {
     const double row[3] = {1.0, s[0], s[1]};
+    yy += s[2] * s[2];
     for (int i = 0; i < 3; ++i) {
       v[i] += row[i] * s[2];
       for (int j = 0; j < 3; ++j) m[i][j] += row[i] * row[j];
     }
   }
-  auto det3 = [](const double a[3][3]) {
-    return a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
-           a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
-  };
-  const double det = det3(m);
-  if (std::abs(det) < 1e-9 * (1 + std::abs(m[1][1] * m[2][2]))) return;  // degenerate: keep the current fit
-  double x[3];
-  for (int k = 0; k < 3; ++k) {
-    double t[3][3];
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 3; ++j) t[i][j] = j == k ? v[i] : m[i][j];
-    x[k] = det3(t) / det;
+  // Until the observations determine all three coefficients (e.g. only decode steps of one batch size), keep
+  // the current fit.
+  {
+    double a[3][3], b[3], x[3];
+    for (int i = 0; i < 3; ++i) {
+      b[i] = v[i];
+      for (int j = 0; j < 3; ++j) a[i][j] = m[i][j];
+    }
+    if (!solve(3, a, b, x)) return;
   }
-  // Costs cannot be negative; a negative fit means noise dominates that term.
-  cost_.base_seconds = std::max(0.0, x[0]);
-  cost_.per_decode_token_seconds = std::max(0.0, x[1]);
-  cost_.per_prefill_token_seconds = std::max(0.0, x[2]);
+  // Least squares with every coefficient >= 0 (costs are not negative), exactly: the optimum is the unconstrained
+  // least-squares fit over some subset of the coefficients with the others at zero, so try all 7 subsets and keep
+  // the best feasible one. (Fitting all three and then clamping the negative ones, as this did before, can leave
+  // the others far off: steps that were all decodes of one size or prefills of similar length let a warm-up
+  // outlier put the whole cost into the base, and the slo scheduler then admitted no second request.)
+  double best_residual = std::numeric_limits<double>::infinity();
+  double best[3] = {0, 0, 0};
+  for (int subset = 1; subset < 8; ++subset) {
+    int index[3], k = 0;
+    for (int i = 0; i < 3; ++i)
+      if (subset & (1 << i)) index[k++] = i;
+    double a[3][3], b[3], x[3];
+    for (int i = 0; i < k; ++i) {
+      b[i] = v[index[i]];
+      for (int j = 0; j < k; ++j) a[i][j] = m[index[i]][index[j]];
+    }
+    if (!solve(k, a, b, x)) continue;
+    bool feasible = true;
+    for (int i = 0; i < k; ++i) feasible = feasible && x[i] >= 0;
+    if (!feasible) continue;
+    double full[3] = {0, 0, 0};
+    for (int i = 0; i < k; ++i) full[index[i]] = x[i];
+    // |A x - y|^2 = x^T m x - 2 x^T v + y^T y.
+    double residual = yy;
+    for (int i = 0; i < 3; ++i) {
+      residual -= 2 * full[i] * v[i];
+      for (int j = 0; j < 3; ++j) residual += full[i] * m[i][j] * full[j];
+    }
+    if (residual < best_residual) {
+      best_residual = residual;
+      for (int i = 0; i < 3; ++i) best[i] = full[i];
+    }
+  }
+  if (best_residual == std::numeric_limits<double>::infinity()) return;  // all zero is the fit: keep the current
+  cost_.base_seconds = best[0];
+  cost_.per_decode_token_seconds = best[1];
+  cost_.per_prefill_token_seconds = best[2];
 }
 
 }  // namespace moeserve
