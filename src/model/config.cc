@@ -65,6 +65,7 @@ void ModelConfig::validate(const std::string& where) const {
   in_range(num_heads, 1, limits::kHeads, where, "num_attention_heads");
   in_range(num_kv_heads, 1, limits::kHeads, where, "num_key_value_heads");
   in_range(head_dim, 1, limits::kHeadDim, where, "head_dim");
+  in_range(kv_tensors, 1, 2, where, "kv_tensors (KV tensors a token keeps per layer)");
   in_range(num_experts, 1, limits::kExperts, where,
            layout == CheckpointLayout::huggingface ? "num_local_experts" : "num_experts");
   in_range(intermediate_size, 1, limits::kIntermediateSize, where, "intermediate_size");

@@ -59,6 +59,9 @@ struct ModelConfig {
   float swiglu_alpha = 1.702f;  // gate * sigmoid(alpha * gate); not in config.json, fixed by the reference code
   RopeConfig rope;
   std::vector<AttentionKind> layer_types;
+  // What a token keeps per layer in the KV cache: kv_tensors x kv_dim() values. 2 for GPT-OSS (K and V heads); 1
+  // for DeepSeek's MLA, whose cache is one latent (512 + 64 rope values) that serves as both.
+  int kv_tensors = 2;
   std::vector<int32_t> eos_token_ids;  // generation_config.json's eos_token_id
   CheckpointLayout layout = CheckpointLayout::huggingface;
   ModelFamily family = ModelFamily::gpt_oss;
@@ -66,6 +69,7 @@ struct ModelConfig {
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
+  int kv_values_per_token() const { return kv_tensors * kv_dim(); }  // per layer
   int heads_per_kv() const { return num_heads / num_kv_heads; }
   float attention_scale() const;   // 1 / sqrt(head_dim)
   double rope_concentration() const;

@@ -14,11 +14,23 @@ KvGroups kv_groups_of(const ModelConfig& config) {
     if (it == groups.kind_of_group.end()) {
       groups.kind_of_group.push_back(kind);
       groups.layers_in_group.push_back(0);
+      groups.values_per_token_of_group.push_back(config.kv_values_per_token());
     }
     groups.group_of_layer.push_back(g);
     groups.slot_of_layer.push_back(groups.layers_in_group[g]++);
   }
   return groups;
+}
+
+int KvGroups::max_layers_per_group() const {
+  return layers_in_group.empty() ? 0 : *std::max_element(layers_in_group.begin(), layers_in_group.end());
+}
+
+size_t KvGroups::block_bytes(int block_size, size_t element_bytes) const {
+  size_t most = 0;
+  for (int g = 0; g < num_groups(); ++g)
+    most = std::max(most, static_cast<size_t>(layers_in_group[g]) * values_per_token_of_group[g]);
+  return most * static_cast<size_t>(block_size) * element_bytes;
 }
 
 bool row_samples(const SequenceStep& step, int32_t k) {

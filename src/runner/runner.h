@@ -33,7 +33,14 @@ struct KvGroups {
   std::vector<int> slot_of_layer;  // index of the layer inside its group's block storage
   std::vector<int> layers_in_group;
   std::vector<AttentionKind> kind_of_group;
+  // The KV values one token costs per layer of the group (ModelConfig::kv_values_per_token: GPT-OSS's K and V
+  // heads, 2 x 8 x 64 on both its sliding and its full layers; DeepSeek's latent, 512 + 64).
+  std::vector<int> values_per_token_of_group;
   int num_groups() const { return static_cast<int>(layers_in_group.size()); }
+  int max_layers_per_group() const;
+  // Bytes of one pool block of `block_size` tokens at `element_bytes` a value: the groups share the pool's blocks,
+  // so a block is sized for the group whose layers cost the most.
+  size_t block_bytes(int block_size, size_t element_bytes) const;
 };
 KvGroups kv_groups_of(const ModelConfig& config);
 

@@ -112,6 +112,7 @@ ModelConfig Config::engine_view() const {
   // The latent is one "KV head" of latent_width() values shared by every query head (MQA in the absorbed form).
   m.num_kv_heads = 1;
   m.head_dim = latent_width();
+  m.kv_tensors = 1;
   m.num_experts = n_routed_experts;
   m.experts_per_token = num_experts_per_tok;
   m.intermediate_size = moe_intermediate_size;

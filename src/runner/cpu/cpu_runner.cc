@@ -13,11 +13,11 @@ CpuRunner::CpuRunner(std::shared_ptr<const Checkpoint> checkpoint, size_t thread
       pool_(threads),
       groups_(kv_groups_of(checkpoint_->config())),
       inv_freq_(rope_inverse_frequencies(checkpoint_->config())) {
-  max_layers_per_group_ = *std::max_element(groups_.layers_in_group.begin(), groups_.layers_in_group.end());
+  max_layers_per_group_ = groups_.max_layers_per_group();
 }
 
 size_t CpuRunner::kv_block_bytes(int block_size) const {
-  return static_cast<size_t>(max_layers_per_group_) * 2 * block_size * config().kv_dim() * sizeof(float);
+  return groups_.block_bytes(block_size, sizeof(float));  // [layer slot][K, V][token][kv_dim] floats
 }
 
 void CpuRunner::allocate_kv_cache(const KvCacheLayout& layout) {

@@ -17,8 +17,8 @@ DeepseekV3CpuRunner::DeepseekV3CpuRunner(std::shared_ptr<const deepseek_v3::Chec
       attention_(checkpoint_->config(), form) {}
 
 size_t DeepseekV3CpuRunner::kv_block_bytes(int block_size) const {
-  const deepseek_v3::Config& c = checkpoint_->config();
-  return static_cast<size_t>(c.num_layers) * block_size * c.latent_width() * sizeof(float);
+  // One KV group of every layer, one latent of latent_width() floats a token a layer (engine_view's kv_tensors 1).
+  return kv_groups_of(engine_config_).block_bytes(block_size, sizeof(float));
 }
 
 void DeepseekV3CpuRunner::allocate_kv_cache(const KvCacheLayout& layout) {

@@ -59,7 +59,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   MOESERVE_CHECK(static_cast<int>(kv_scales_.k.size()) == c.num_layers && kv_scales_.v.size() == kv_scales_.k.size(),
                  "CUDA runner: {} K and {} V scales for {} layers", kv_scales_.k.size(), kv_scales_.v.size(),
                  c.num_layers);
-  max_layers_per_group_ = *std::max_element(groups_.layers_in_group.begin(), groups_.layers_in_group.end());
+  max_layers_per_group_ = groups_.max_layers_per_group();
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   inv_freq_ = to_device(rope_inverse_frequencies(c));
@@ -78,7 +78,7 @@ void CudaRunner::clear_graphs() {
 }
 
 size_t CudaRunner::kv_block_bytes(int block_size) const {
-  return static_cast<size_t>(max_layers_per_group_) * 2 * block_size * config_.kv_dim() * kv_element_bytes(kv_dtype_);
+  return groups_.block_bytes(block_size, kv_element_bytes(kv_dtype_));  // [layer slot][K, V][head][token][dim]
 }
 
 size_t CudaRunner::device_memory_free() const {
