@@ -52,24 +52,9 @@ void StepCostModel::observe(int decode_tokens, int prefill_tokens, double second
       for (int j = 0; j < 3; ++j) m[i][j] += row[i] * row[j];
     }
   }
-  // Until the observations determine all three coefficients (e.g. only decode steps of one batch size), keep
-  // the current fit.
-  {
-    double a[3][3], b[3], x[3];
-    for (int i = 0; i < 3; ++i) {
-      b[i] = v[i];
-      for (int j = 0; j < 3; ++j) a[i][j] = m[i][j];
-    }
-    if (!solve(3, a, b, x)) return;
-  }
-  // Least squares with every coefficient >= 0 (costs are not negative), exactly: the optimum is the unconstrained
-  // least-squares fit over some subset of the coefficients with the others at zero, so try all 7 subsets and keep
-  // the best feasible one. (Fitting all three and then clamping the negative ones, as this did before, can leave
-  // the others far off: steps that were all decodes of one size or prefills of similar length let a warm-up
-  // outlier put the whole cost into the base, and the slo scheduler then admitted no second request.)
   double best_residual = std::numeric_limits<double>::infinity();
   double best[3] = {0, 0, 0};
-  for (int subset = 1; subset < 8; ++subset) {
+  for (int subset = 7; subset >= 1; --subset) {  // the full set first: singular means undetermined
     int index[3], k = 0;
     for (int i = 0; i < 3; ++i)
       if (subset & (1 << i)) index[k++] = i;
@@ -78,7 +63,10 @@ void StepCostModel::observe(int decode_tokens, int prefill_tokens, double second
       b[i] = v[index[i]];
       for (int j = 0; j < k; ++j) a[i][j] = m[index[i]][index[j]];
     }
-    if (!solve(k, a, b, x)) continue;
+    if (!solve(k, a, b, x)) {
+      if (subset == 7) return;
+      continue;
+    }
     bool feasible = true;
     for (int i = 0; i < k; ++i) feasible = feasible && x[i] >= 0;
     if (!feasible) continue;

@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     w_ok[j] = row < N;
     w_offset[j] = static_cast<uint32_t>(((w_ok[j] ? row : 0) * blocks_per_row + cc) * 16);
   }
-  // Scales: per weight row the two aligned 32-bit words covering its chunk's 4 scale bytes; row i = threadIdx.x
-  // (a, b order as above without the block), word threadIdx.x / 256 ... one thread per row, both words.
+  // Scales: per weight row the two aligned 32-bit words covering its chunk's 4 scale bytes, one thread per row
+  // (thread i: warp i / 32, slab, which, g in the weights' order above without the block).
   const uint8_t* s_src = nullptr;
   bool s_ok = false;
   uint32_t s_shift = 0;  // this row's first scale byte inside its first word
