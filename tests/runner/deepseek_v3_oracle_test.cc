@@ -55,51 +55,9 @@ TEST_P(DeepseekOracleTest, LogitsMatchTransformersEverywhere) {
   for (cpu::MlaForm form : {cpu::MlaForm::naive, cpu::MlaForm::absorbed}) {
     DeepseekV3CpuRunner runner(checkpoint_, 2, form);
     const std::string label = GetParam() + (form == cpu::MlaForm::naive ? " naive/" : " absorbed/");
-    for (const auto& c : (*model_)["cases"]) {
-      const testing::OracleCase oc = testing::read_oracle_case(c);
-      const int n = static_cast<int>(oc.prompts.size());
-      size_t longest = 0;
-      for (const auto& p : oc.prompts) longest = std::max(longest, p.size());
-      const int blocks_each = static_cast<int>((longest + kBlockSize - 1) / kBlockSize);
-      runner.allocate_kv_cache({kBlockSize, static_cast<int64_t>(n) * blocks_each});
-      testing::ScatteredTables tables(n, 1, blocks_each, 7);
-      ForwardBatch batch;
-      for (int s = 0; s < n; ++s) {
-        SequenceStep step;
-        step.tokens = oc.prompts[s];
-        step.block_tables = tables.spans(s);
-        step.num_logits = static_cast<int32_t>(oc.prompts[s].size());
-        batch.sequences.push_back(step);
-      }
-      ForwardOutput out;
-      runner.forward(batch, out);
-      int64_t row = 0;
-      for (int s = 0; s < n; ++s) {
-        testing::expect_oracle_rows(*fixture_, out.logits, row, oc.prompts[s].size(), vocab, ids_, oc.offsets[s],
-                                    oc.argmax[s], label + c["name"].get<std::string>() + " batched");
-        row += static_cast<int64_t>(oc.prompts[s].size());
-      }
-      // Each sequence alone in chunks of 5 over differently scattered blocks: the prefix read back from the pages.
-      testing::ScatteredTables other(n, 1, blocks_each, 11);
-      for (int s = 0; s < n; ++s) {
-        std::vector<float> logits;
-        const auto& prompt = oc.prompts[s];
-        for (size_t begin = 0; begin < prompt.size(); begin += 5) {
-          const size_t end = std::min(prompt.size(), begin + 5);
-          ForwardBatch chunk;
-          SequenceStep step;
-          step.tokens = std::span(prompt).subspan(begin, end - begin);
-          step.start_position = static_cast<int32_t>(begin);
-          step.block_tables = other.spans(s);
-          step.num_logits = static_cast<int32_t>(end - begin);
-          chunk.sequences.push_back(step);
-          runner.forward(chunk, out);
-          logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-        }
-        testing::expect_oracle_rows(*fixture_, logits, 0, prompt.size(), vocab, ids_, oc.offsets[s], oc.argmax[s],
-                                    label + c["name"].get<std::string>() + " chunked");
-      }
-    }
+    for (const auto& c : (*model_)["cases"])
+      testing::expect_oracle_case(runner, *fixture_, testing::read_oracle_case(c), 1, kBlockSize, vocab, ids_,
+                                  label + c["name"].get<std::string>());
   }
 }
 

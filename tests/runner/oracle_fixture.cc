@@ -83,4 +83,50 @@ void expect_oracle_rows(const OracleFixture& fixture, const std::vector<float>& 
               static_cast<long long>(rows));
 }
 
+void expect_oracle_case(ModelRunner& runner, const OracleFixture& fixture, const OracleCase& c, int groups,
+                        int block_size, int vocab, const std::vector<int32_t>& ids, const std::string& label) {
+  const int n = static_cast<int>(c.prompts.size());
+  size_t longest = 0;
+  for (const auto& p : c.prompts) longest = std::max(longest, p.size());
+  const int blocks_each = static_cast<int>((longest + block_size - 1) / block_size);
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(n) * groups * blocks_each});
+
+  ScatteredTables tables(n, groups, blocks_each, 7);
+  ForwardBatch batch;
+  for (int s = 0; s < n; ++s) {
+    SequenceStep step;
+    step.tokens = c.prompts[s];
+    step.block_tables = tables.spans(s);
+    step.num_logits = static_cast<int32_t>(c.prompts[s].size());
+    batch.sequences.push_back(step);
+  }
+  ForwardOutput out;
+  runner.forward(batch, out);
+  int64_t row = 0;
+  for (int s = 0; s < n; ++s) {
+    expect_oracle_rows(fixture, out.logits, row, c.prompts[s].size(), vocab, ids, c.offsets[s], c.argmax[s],
+                       label + " batched");
+    row += static_cast<int64_t>(c.prompts[s].size());
+  }
+
+  ScatteredTables other(n, groups, blocks_each, 11);
+  for (int s = 0; s < n; ++s) {
+    std::vector<float> logits;
+    const auto& prompt = c.prompts[s];
+    for (size_t begin = 0; begin < prompt.size(); begin += 5) {
+      const size_t end = std::min(prompt.size(), begin + 5);
+      ForwardBatch chunk;
+      SequenceStep step;
+      step.tokens = std::span(prompt).subspan(begin, end - begin);
+      step.start_position = static_cast<int32_t>(begin);
+      step.block_tables = other.spans(s);
+      step.num_logits = static_cast<int32_t>(end - begin);
+      chunk.sequences.push_back(step);
+      runner.forward(chunk, out);
+      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+    }
+    expect_oracle_rows(fixture, logits, 0, prompt.size(), vocab, ids, c.offsets[s], c.argmax[s], label + " chunked");
+  }
+}
+
 }  // namespace moeserve::testing

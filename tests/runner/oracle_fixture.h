@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runner/runner.h"
+
 namespace moeserve::testing {
 
 struct OracleFixture {
@@ -62,5 +64,11 @@ struct ScatteredTables {
     return out;
   }
 };
+
+// One oracle case through `runner`: every sequence in one batch with all positions' logits, then each alone in
+// chunks of 5 tokens over differently scattered blocks (the prefix read back from the pages), both against the
+// oracle's rows ("LABEL batched", "LABEL chunked"). Allocates the runner's KV cache for the case.
+void expect_oracle_case(ModelRunner& runner, const OracleFixture& fixture, const OracleCase& c, int groups,
+                        int block_size, int vocab, const std::vector<int32_t>& ids, const std::string& label);
 
 }  // namespace moeserve::testing

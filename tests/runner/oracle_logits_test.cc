@@ -32,55 +32,9 @@ TEST_P(OracleTest, LogitsMatchTransformersEverywhere) {
   const int block_size = 8;
   const std::vector<int32_t> ids = testing::oracle_logit_ids(model);
 
-  for (const auto& c : model["cases"]) {
-    testing::OracleCase oc = testing::read_oracle_case(c);
-    const std::string name = c["name"];
-    const int n = static_cast<int>(oc.prompts.size());
-    int longest = 0;
-    for (const auto& p : oc.prompts) longest = std::max(longest, static_cast<int>(p.size()));
-    const int blocks_each = (longest + block_size - 1) / block_size;
-    runner.allocate_kv_cache({block_size, static_cast<int64_t>(n) * groups * blocks_each});
-
-    // Every sequence of the case in one batch, all positions' logits.
-    testing::ScatteredTables tables(n, groups, blocks_each, 7);
-    ForwardBatch batch;
-    for (int s = 0; s < n; ++s) {
-      SequenceStep step;
-      step.tokens = oc.prompts[s];
-      step.block_tables = tables.spans(s);
-      step.num_logits = static_cast<int32_t>(oc.prompts[s].size());
-      batch.sequences.push_back(step);
-    }
-    ForwardOutput out;
-    runner.forward(batch, out);
-    int64_t row = 0;
-    for (int s = 0; s < n; ++s) {
-      testing::expect_oracle_rows(fixture(), out.logits, row, oc.prompts[s].size(), vocab, ids, oc.offsets[s],
-                                  oc.argmax[s], GetParam() + "/" + name + " batched");
-      row += oc.prompts[s].size();
-    }
-
-    // Each sequence alone in chunks of 5 over differently scattered blocks: prefix KV read back from the pages.
-    testing::ScatteredTables other(n, groups, blocks_each, 11);
-    for (int s = 0; s < n; ++s) {
-      std::vector<float> logits;
-      const auto& prompt = oc.prompts[s];
-      for (size_t begin = 0; begin < prompt.size(); begin += 5) {
-        size_t end = std::min(prompt.size(), begin + 5);
-        ForwardBatch chunk;
-        SequenceStep step;
-        step.tokens = std::span(prompt).subspan(begin, end - begin);
-        step.start_position = static_cast<int32_t>(begin);
-        step.block_tables = other.spans(s);
-        step.num_logits = static_cast<int32_t>(end - begin);
-        chunk.sequences.push_back(step);
-        runner.forward(chunk, out);
-        logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-      }
-      testing::expect_oracle_rows(fixture(), logits, 0, prompt.size(), vocab, ids, oc.offsets[s], oc.argmax[s],
-                                  GetParam() + "/" + name + " chunked");
-    }
-  }
+  for (const auto& c : model["cases"])
+    testing::expect_oracle_case(runner, fixture(), testing::read_oracle_case(c), groups, block_size, vocab, ids,
+                                GetParam() + "/" + c["name"].get<std::string>());
 }
 
 TEST_P(OracleTest, GreedyContinuationsMatchTransformers) {
