@@ -134,6 +134,11 @@ TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   const MoeGrid decode = moe_decode_wgmma_grid(4096, 32, 2880, 2880, 128, 132);
   EXPECT_EQ(decode.weight_tiles, 6);
   EXPECT_EQ(decode.blocks, 132);
+  // The same kernel with 128-row tiles (wgmma_rs_n128) takes 256-row slices: 5,760 = 22.5 of them.
+  EXPECT_EQ(moe_rows_per_tile(MoePath::wgmma_rs_n128), 128);
+  EXPECT_EQ(moe_decode_wgmma_grid(32768, 128, 5760, 2880, 128, 132).weight_tiles, 23);
+  EXPECT_EQ(moe_decode_wgmma_grid(32768, 128, 2880, 2880, 128, 132).weight_tiles, 12);
+  EXPECT_EQ(moe_decode_wgmma_grid(4096, 64, 2880, 2880, 128, 132).weight_tiles, 6);
   // A handful of rows: fewer items than SMs.
   const MoeGrid small = moe_decode_wgmma_grid(3, 16, 96, 160, 4, 132);
   EXPECT_EQ(small.weight_tiles, 1);

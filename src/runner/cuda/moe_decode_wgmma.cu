@@ -7,14 +7,22 @@
 //   warpgroup); the tokens are the B operand from shared memory, N = 16, 32 or 64 rows per tile (one kernel
 //   each: ptxas serialises the wgmmas of a kernel that mixes shapes), chosen per step by the mean rows per expert
 //   (moe_plan.h). The GEMV (moe_decode.cu) read each expert once per 8- or 16-row tile instead.
+//   The same kernel with N = 128 and 256-row slices (two m64 blocks per consumer warpgroup) serves prefill-sized
+//   steps (path wgmma_rs_n128): there a weight value's conversion serves 128 tokens, where the grouped GEMM
+//   (moe_prefill_wgmma.cu) dequantises every value into shared memory in its producers for each 128-row tile, and
+//   that bounded it (docs/PERF.md).
 //   Producer warpgroup, per 128-k step into a ring of 4 (n64) or 5 stages: cp.async of the raw MXFP4 blocks, 64
 //   contiguous bytes of each weight row (a DRAM burst's worth, not the 32 a 64-k step would read 1,440 bytes
 //   apart), of the activations pair by pair (4 bytes) into the k order the register fragments imply
 //   (moe_layout.h; the rows' offsets from a per-item table in shared memory), scale bytes through registers;
 //   stages - 2 steps of copies in flight (~100 KB); once a step has landed, arrive "full" (the consumers fence
 //   the async proxy after their wait, as in moe_prefill_wgmma.cu).
-//   Two consumer warpgroups: per k16 slab, dequantise their 4 blocks' fragments (one 32-bit word of an MXFP4 block
-//   per thread and row: 8 values) while the previous slab's wgmmas run, then issue the slab's 4 wgmmas; the stage
+//   Two consumer warpgroups: per k16 slab, wait for the previous slab's wgmmas, dequantise the blocks' fragments
+//   (one 32-bit word of an MXFP4 block per thread and row: 8 values), then issue the slab's wgmmas, so that one
+//   warpgroup converts while the other's wgmmas run. (Converting slab k16 while k16 - 1's wgmmas were still in
+//   flight, into a second register set, made ptxas serialise every wgmma of the kernel: its warning C7513,
+//   "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage".)
+//   The stage
 //   goes back on "empty" (every consumer thread arrives) when the last wgmma reading it completed. Epilogue:
 //   bias, SwiGLU (gate and up rows are one thread's fragment rows g and g + 8), bf16 or fp32 out.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
@@ -25,9 +33,13 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kWeightRows = kMoeDecodeWgmmaWeightRows;
-constexpr int kBlocksPerGroup = kWeightRows / 2 / 64;  // m64 blocks per consumer warpgroup
-static_assert(kWeightRows % 128 == 0);
+// Weight rows of an item, and m64 blocks per consumer warpgroup: 512 and 4 for N <= 64, 256 and 2 for N = 128 (the
+// accumulators: kBlocks x kN / 2 registers a thread, 128 either way).
+template <int kN>
+constexpr int kWeightRows = moe_decode_wgmma_weight_rows(kN);
+template <int kN>
+constexpr int kBlocksPerGroup = kWeightRows<kN> / 2 / 64;
+static_assert(kWeightRows<64> % 128 == 0 && kWeightRows<128> % 128 == 0);
 constexpr int kTileK = 128;               // four MXFP4 blocks: 64 contiguous bytes of each weight row a step
 constexpr int kStepBlocks = kTileK / 32;
 constexpr int kProducerThreads = 128, kConsumerWarps = 8, kThreads = kProducerThreads + 32 * kConsumerWarps;
@@ -39,12 +51,12 @@ static_assert(kProducerRegisters + 2 * kConsumerRegisters <= 504);
 // and the barriers. Stages: as many as fit (~200 KB); copies run kStages - 2 steps ahead.
 template <int kN>
 struct Layout {
-  static constexpr int kStages = kN == 64 ? 4 : 5;
+  static constexpr int kStages = kN >= 64 ? 4 : 5;
   static constexpr int kLookahead = kStages - 2;
   static constexpr int kHalfBytes = kN * kSwizzleRowBytes;
   static constexpr int kXBytes = 2 * kHalfBytes;
-  static constexpr int kRawBytes = kWeightRows * kStepBlocks * 16;
-  static constexpr int kScaleBytes = kWeightRows * kStepBlocks;
+  static constexpr int kRawBytes = kWeightRows<kN> * kStepBlocks * 16;
+  static constexpr int kScaleBytes = kWeightRows<kN> * kStepBlocks;
   static constexpr int kRawOffset = kStages * kXBytes;
   static constexpr int kScaleOffset = kRawOffset + kStages * kRawBytes;
   static constexpr int kRowOffset = kScaleOffset + kStages * kScaleBytes;
@@ -56,11 +68,11 @@ struct Layout {
 using Item = MoeItem;
 template <int kN>
 __device__ Item item_at(const MoeGemmParams& p, int item, int n_blocks) {
-  return moe_item_at(p, item, n_blocks, kN, kWeightRows);
+  return moe_item_at(p, item, n_blocks, kN, kWeightRows<kN>);
 }
 
-// The slice's weight row at A position `position` (0..511): consumer warpgroup position / 256, m64 block
-// (position / 64) % 4, fragment row position % 64.
+// The slice's weight row at A position `position` (0..511, or 0..255 for N = 128): consumer warpgroup
+// position / (kWeightRows / 2), m64 block (position / 64) % kBlocksPerGroup, fragment row position % 64.
 __device__ int64_t position_row(int position, bool swiglu) {
   return (position & ~63) + block_weight_row(position & 63, swiglu);
 }
@@ -84,8 +96,9 @@ struct Shared {
 template <bool kSwiglu, int kN>
 struct Producer {
   using L = Layout<kN>;
-  static constexpr int kCopiesPerThread = kWeightRows * kStepBlocks / kProducerThreads;
-  static constexpr int kScalesPerThread = kWeightRows / kProducerThreads;
+  static constexpr int kWeightRowsN = kWeightRows<kN>;
+  static constexpr int kCopiesPerThread = kWeightRowsN * kStepBlocks / kProducerThreads;
+  static constexpr int kScalesPerThread = kWeightRowsN / kProducerThreads;
   const MoeGemmParams& p;
   Shared<kN> s;
   int n_blocks, ksteps, blocks_per_row;
@@ -134,7 +147,7 @@ struct Producer {
 #pragma unroll
     for (int i = 0; i < kCopiesPerThread; ++i) {
       const int64_t index = block_index(copy_row[i % 2] + 64 * (i / 2), step, block);
-      cp_async_16(raw + (block * kWeightRows + t / 4 + 32 * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
+      cp_async_16(raw + (block * kWeightRowsN + t / 4 + 32 * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
                   index >= 0);
     }
     const bf16* x = static_cast<const bf16*>(p.x);
@@ -183,22 +196,23 @@ struct Producer {
 
 // ---- consumers --------------------------------------------------------------------------------------------------------
 // Thread (warp w, lane g * 4 + c) of consumer warpgroup `group`: in m64 block j, A positions
-// group * 256 + 64 j + 16 w + g (+ 8).
+// group * kWeightRows / 2 + 64 j + 16 w + g (+ 8).
+template <int kN>
 struct Fragments {
   int group, warp, lane;
   __device__ int position(int block, int half) const {
-    return group * 256 + 64 * block + 16 * warp + lane / 4 + 8 * half;
+    return group * (kWeightRows<kN> / 2) + 64 * block + 16 * warp + lane / 4 + 8 * half;
   }
 };
 
 template <bool kSwiglu, int kN>
-__device__ void store_item(const MoeGemmParams& p, const Item& it, const Fragments& f,
-                           const float (&acc)[kBlocksPerGroup][kN / 2]) {
+__device__ void store_item(const MoeGemmParams& p, const Item& it, const Fragments<kN>& f,
+                           const float (&acc)[kBlocksPerGroup<kN>][kN / 2]) {
   const int64_t N = p.w.out_features;
   const float* bias = p.w.bias + it.expert * N;
   const int c = f.lane % 4;
 #pragma unroll
-  for (int j = 0; j < kBlocksPerGroup; ++j) {
+  for (int j = 0; j < kBlocksPerGroup<kN>; ++j) {
     const int64_t row_a = it.n0 + position_row(f.position(j, 0), kSwiglu);
     const int64_t row_b = it.n0 + position_row(f.position(j, 1), kSwiglu);
     const float bias_a = row_a < N ? bias[row_a] : 0.0f, bias_b = row_b < N ? bias[row_b] : 0.0f;
@@ -225,13 +239,14 @@ __device__ void store_item(const MoeGemmParams& p, const Item& it, const Fragmen
 
 // One item's k loop and epilogue; returns the next global step.
 template <bool kSwiglu, int kN>
-__device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const Item& it, const Fragments& f, int g,
-                            int ksteps) {
+__device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const Item& it, const Fragments<kN>& f,
+                            int g, int ksteps) {
   using L = Layout<kN>;
+  constexpr int kBlocks = kBlocksPerGroup<kN>;
   const uint32_t base = shared_address(s.base);
   const int c = f.lane % 4;
-  float acc[kBlocksPerGroup][kN / 2];
-  uint32_t frag[2][kBlocksPerGroup][4];  // double buffer: slab k16 fills frag[k16 % 2] while k16 - 1's run
+  float acc[kBlocks][kN / 2];
+  uint32_t frag[2][kBlocks][4];  // slab k16's A fragments in frag[k16 % 2]
   for (int step = 0; step < ksteps; ++step, ++g) {
     const int stage = g % L::kStages;
     mbarrier_wait(&s.full[stage], (g / L::kStages) & 1);  // no watchdog here: moe_wgmma.cuh says why
@@ -240,26 +255,27 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
     const uint8_t* scales = s.scales(stage);
 #pragma unroll
     for (int block = 0; block < kStepBlocks; ++block) {
-      uint32_t words[kBlocksPerGroup][2], factors[kBlocksPerGroup][2];
+      uint32_t words[kBlocks][2], factors[kBlocks][2];
 #pragma unroll
-      for (int j = 0; j < kBlocksPerGroup; ++j)
+      for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          words[j][h] = *reinterpret_cast<const uint32_t*>(raw + (block * kWeightRows + f.position(j, h)) * 16 + 4 * c);
+          words[j][h] =
+              *reinterpret_cast<const uint32_t*>(raw + (block * kWeightRows<kN> + f.position(j, h)) * 16 + 4 * c);
           factors[j][h] = mxfp4_scale_bf16x2(scales[kStepBlocks * f.position(j, h) + block]);
         }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int k16 = 2 * block + half;
-        uint32_t(&a)[kBlocksPerGroup][4] = frag[half];
-        wgmma_wait<1>();  // slab k16 - 2, the last reader of frag[half], is done
+        uint32_t(&a)[kBlocks][4] = frag[half];
+        wgmma_wait<0>();  // slab k16 - 1 is done (wait<1> here is what made ptxas serialise the wgmmas)
         wgmma_fence_registers(acc);
         // Every consumer thread arrives: each read the previous stage's raw blocks and scales itself (ld.shared),
         // and its own release orders those reads before the producer's next copies into the stage (with lane 0
         // alone arriving, racecheck reported the other lanes' reads against those copies).
-        if (k16 == 1 && step > 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
+        if (k16 == 0 && step > 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
 #pragma unroll
-        for (int j = 0; j < kBlocksPerGroup; ++j) {
+        for (int j = 0; j < kBlocks; ++j) {
           mxfp4_word_half_to_bf16(words[j][0], factors[j][0], half, a[j][0], a[j][2]);
           mxfp4_word_half_to_bf16(words[j][1], factors[j][1], half, a[j][1], a[j][3]);
         }
@@ -267,7 +283,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
         const uint64_t b =
             sw128_descriptor(base + stage * L::kXBytes + (k16 / 4) * L::kHalfBytes + 32 * (k16 % 4));
 #pragma unroll
-        for (int j = 0; j < kBlocksPerGroup; ++j) wgmma_m64k16_rs<kN>(acc[j], a[j], b, step > 0 || k16 > 0);
+        for (int j = 0; j < kBlocks; ++j) wgmma_m64k16_rs<kN>(acc[j], a[j], b, step > 0 || k16 > 0);
         wgmma_commit();
       }
     }
@@ -298,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_decode_wgmma_kernel(const __g
     producer.run(cta_item_count(items) * ksteps);
   } else {
     warpgroup_registers_claim<kConsumerRegisters>();
-    const Fragments f{static_cast<int>(threadIdx.x) / 128 - 1, (static_cast<int>(threadIdx.x) / 32) % 4,
+    const Fragments<kN> f{static_cast<int>(threadIdx.x) / 128 - 1, (static_cast<int>(threadIdx.x) / 32) % 4,
                       static_cast<int>(threadIdx.x) % 32};
     for (int item = blockIdx.x, g = 0; item < items; item += gridDim.x)
       g = consume_item<kSwiglu, kN>(p, s, item_at<kN>(p, item, n_blocks), f, g, ksteps);
@@ -318,13 +334,14 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
 }  // namespace
 
 void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
-  if (tile_rows != 16 && tile_rows != 32 && tile_rows != 64)
-    fail_cuda("moe_decode_wgmma", "tile_rows must be 16, 32 or 64", __FILE__, __LINE__);
+  if (tile_rows != 16 && tile_rows != 32 && tile_rows != 64 && tile_rows != 128)
+    fail_cuda("moe_decode_wgmma", "tile_rows must be 16, 32, 64 or 128", __FILE__, __LINE__);
   launch_checked("moe_decode_wgmma", params, [&](auto swiglu) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
     if (tile_rows == 16) launch_typed<kSwiglu, 16>(stream, params);
     if (tile_rows == 32) launch_typed<kSwiglu, 32>(stream, params);
     if (tile_rows == 64) launch_typed<kSwiglu, 64>(stream, params);
+    if (tile_rows == 128) launch_typed<kSwiglu, 128>(stream, params);
   });
 }
 

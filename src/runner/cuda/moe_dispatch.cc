@@ -13,7 +13,8 @@ void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const Mo
     case MoePath::decode_x2: return launch_moe_decode(stream, params, 2);
     case MoePath::decode_wgmma_n16:
     case MoePath::decode_wgmma_n32:
-    case MoePath::decode_wgmma_n64: return launch_moe_decode_wgmma(stream, params, moe_rows_per_tile(path));
+    case MoePath::decode_wgmma_n64:
+    case MoePath::wgmma_rs_n128: return launch_moe_decode_wgmma(stream, params, moe_rows_per_tile(path));
     case MoePath::decode_mma_n8:
     case MoePath::decode_mma_n16:
     case MoePath::decode_mma_n32:

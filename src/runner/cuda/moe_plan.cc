@@ -20,6 +20,7 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_wgmma_n16: return "decode-wgmma-n16";
     case MoePath::decode_wgmma_n32: return "decode-wgmma-n32";
     case MoePath::decode_wgmma_n64: return "decode-wgmma-n64";
+    case MoePath::wgmma_rs_n128: return "wgmma-rs-n128";
     case MoePath::decode_mma_n8: return "decode-mma-n8";
     case MoePath::decode_mma_n16: return "decode-mma-n16";
     case MoePath::decode_mma_n32: return "decode-mma-n32";
@@ -48,6 +49,7 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_wgmma_n16: return 16;
     case MoePath::decode_wgmma_n32: return 32;
     case MoePath::decode_wgmma_n64: return 64;
+    case MoePath::wgmma_rs_n128: return 128;
     case MoePath::decode_mma_n8: return 8;
     case MoePath::decode_mma_n16: return 16;
     case MoePath::decode_mma_n32: return 32;
@@ -153,8 +155,8 @@ MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_fe
 
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
                               int num_experts, int multiprocessors) {
-  return persistent_grid("moe_decode_wgmma", rows, tile_rows, out_features, in_features, kMoeDecodeWgmmaWeightRows,
-                         num_experts, multiprocessors);
+  return persistent_grid("moe_decode_wgmma", rows, tile_rows, out_features, in_features,
+                         moe_decode_wgmma_weight_rows(tile_rows), num_experts, multiprocessors);
 }
 
 MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts) {

@@ -13,6 +13,8 @@ namespace moeserve::cuda {
 // decode_x1 / decode_x2: the tensor-core GEMV over 8- / 16-row tiles, each tile reading its expert (moe_decode.cu).
 // decode_wgmma_n16 / _n32 / _n64: tiles of up to 16 / 32 / 64 rows x 512-row weight slices, each expert's weights
 //   read once per step when its rows fit one tile (moe_decode_wgmma.cu).
+// wgmma_rs_n128: the same kernel (weights dequantised in registers as wgmma's A operand) with prefill-sized tiles:
+//   128 rows x 256-row weight slices, so that a weight value's conversion serves 128 tokens (moe_decode_wgmma.cu).
 // decode_mma_n8 / _n16 / _n32 / _n64: tiles of up to 8 / 16 / 32 / 64 rows x 256-row weight slices, mma.sync with
 //   the weights dequantised in registers and the tile's activations shared through shared memory; each expert's
 //   weights read once per step when its rows fit one tile (moe_decode_mma.cu).
@@ -25,6 +27,7 @@ enum class MoePath {
   decode_wgmma_n16,
   decode_wgmma_n32,
   decode_wgmma_n64,
+  wgmma_rs_n128,
   decode_mma_n8,
   decode_mma_n16,
   decode_mma_n32,
@@ -34,8 +37,9 @@ enum class MoePath {
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
-    MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::decode_mma_n8, MoePath::decode_mma_n16,
-    MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::prefill_mma,    MoePath::prefill_wgmma};
+    MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
+    MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::prefill_mma,
+    MoePath::prefill_wgmma};
 const char* moe_path_name(MoePath path);
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -43,7 +47,12 @@ MoePath parse_moe_path(std::string_view name);
 inline constexpr int kMoePrefillTileRows = 128;        // both prefill paths
 inline constexpr int kMoePrefillWgmmaTileN = 192;      // weight rows of a prefill_wgmma item (wgmma n192; divides
                                                        // gpt-oss's 5,760 and 2,880, where 256 would waste 2% / 6%)
-inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decode_wgmma item
+inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decode_wgmma item (16-64-row tiles)
+inline constexpr int kMoeWgmmaRsWeightRows = 256;      // weight rows of a wgmma_rs_n128 item (128-row tiles)
+// The weight rows of one item of moe_decode_wgmma.cu's kernel for tiles of `tile_rows` (16, 32, 64 or 128).
+constexpr int moe_decode_wgmma_weight_rows(int tile_rows) {
+  return tile_rows == 128 ? kMoeWgmmaRsWeightRows : kMoeDecodeWgmmaWeightRows;
+}
 inline constexpr int kMoeDecodeMmaWeightRows = 256;    // weight rows of a decode_mma CTA
 
 // Rows of the grouping's tiles (launch_group_by_expert's rows_per_tile) the path expects.

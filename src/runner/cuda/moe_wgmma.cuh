@@ -179,7 +179,7 @@ __device__ __forceinline__ void wgmma_fence_registers(float (&registers)[kArrays
 // column 8j + 2c + i (g = lane / 4, c = lane % 4; CuTe's CLayout_64xN).
 __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate);
 
-// The same with A from registers (four bf16x2: rows g / g + 8, k pairs c / c + 4), for n = 8, 16, 32, 64.
+// The same with A from registers (four bf16x2: rows g / g + 8, k pairs c / c + 4), for n = 8, 16, 32, 64, 128.
 template <int kN>
 __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b,
                                                 bool accumulate);
