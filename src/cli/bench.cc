@@ -227,6 +227,7 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
       {"max_num_seqs", scheduler.max_num_seqs},
       {"max_batched_tokens", scheduler.max_batched_tokens},
       {"scheduler", a.engine.scheduler},
+      {"kv_watermark", scheduler.kv_watermark},
       {"prefix_caching", engine_settings.prefix_caching},
       {"speculative_config", a.engine.speculative_config.empty() ? nlohmann::json(nullptr)
                                                                  : nlohmann::json::parse(a.engine.speculative_config)}};

@@ -19,6 +19,8 @@ Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostM
                  "max_num_seqs and max_batched_tokens must be positive");
   MOESERVE_CHECK(config_.tpot_headroom > 0 && config_.tpot_headroom <= 1, "slo policy: TPOT headroom {} (in (0, 1])",
                  config_.tpot_headroom);
+  MOESERVE_CHECK(config_.kv_watermark >= 0 && config_.kv_watermark < 1, "KV watermark {} (in [0, 1))",
+                 config_.kv_watermark);
 }
 
 bool Scheduler::before(const Sequence* a, const Sequence* b) const {
@@ -117,8 +119,9 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
     preempt(running_.back(), out);  // frees its blocks; if it was seq, the loop moves on naturally
   }
 
-  // Then admissions from the waiting queue, in order, while budget, sequence slots and KV allow; none in a step
-  // that had to preempt (the pool is short, and a victim would come straight back).
+  // Then admissions from the waiting queue, in order, while budget, sequence slots and KV (above its watermark)
+  // allow; none in a step that had to preempt (the pool is short, and a victim would come straight back).
+  const int64_t watermark = static_cast<int64_t>(config_.kv_watermark * static_cast<double>(kv_.pool().num_blocks()));
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 && can_admit_decoder()) {
     Sequence* seq = waiting_.front();
     const bool fresh = seq->block_tables.empty();
@@ -127,8 +130,12 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
       if (!seq->timing.first_scheduled) seq->timing.cached_prompt_tokens = hit;
     }
     const ScheduledChunk chunk = plan_chunk(*seq, budget);
-    if (chunk.num_tokens == 0) {
-      if (fresh) kv_.release(*seq);
+    const bool under_watermark = !running_.empty() && kv_.pool().num_available() < watermark;
+    if (chunk.num_tokens == 0 || under_watermark) {
+      if (fresh)
+        kv_.release(*seq);  // its chunk's blocks and any prefix-cache hits go back
+      else if (chunk.num_tokens > 0)
+        kv_.truncate(*seq);  // the chunk's blocks, past num_computed
       break;
     }
     waiting_.pop_front();

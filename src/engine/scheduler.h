@@ -13,6 +13,7 @@
 //          prefill (lower TTFT at the same TPOT), and a request's first tokens still come within the target.
 //          Admits waiting requests earliest deadline first (arrival + TTFT target, or the request's own deadline)
 //          and stops admitting when one more decoding sequence would push a decode-only step over the target.
+// Both admit a waiting request only while the KV pool keeps its watermark of available blocks (kv_watermark).
 #pragma once
 
 #include <deque>
@@ -36,6 +37,12 @@ struct SchedulerConfig {
   double tpot_target_seconds = 0.080;  // slo policy: p99 TPOT target (MLPerf gpt-oss-120b Server: 80 ms)
   int min_prefill_tokens = 16;      // slo policy: prefill progress guaranteed per step while requests wait
   double tpot_headroom = 0.9;       // slo policy: the share of each request's TPOT budget a step may plan to use
+  // Admission leaves at least this share of the KV pool's blocks available (vLLM's block-manager watermark, 1%),
+  // so that the running sequences' growth does not preempt the prompt just admitted: without it, a pool-bound
+  // Offline run admitted a prompt whenever a finished sequence's blocks came back, and the next steps' growth
+  // then preempted that prompt and recomputed it (docs/PERF.md: 16% extra prefill at the MLPerf shape). Not
+  // applied while nothing runs, so a request that fits the pool is always admitted.
+  double kv_watermark = 0.01;
 };
 
 struct ScheduledChunk {

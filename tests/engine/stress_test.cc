@@ -63,6 +63,9 @@ Scenario random_scenario(uint32_t seed) {
   testing::CheckingFakeRunner probe;
   KvCacheManager sizing(kv_groups_of(probe.config()), probe.config().sliding_window, 1, s.config.block_size, false);
   s.config.num_kv_blocks = sizing.blocks_needed(longest) + pick(0, 12);
+  // Half the scenarios keep a KV watermark at admission, up to 30% of these small pools (drawn last, so that the
+  // draws above are those of the scenarios before the watermark existed).
+  s.config.scheduler.kv_watermark = pick(0, 1) ? 0.01 * pick(1, 30) : 0.0;
   return s;
 }
 
@@ -100,6 +103,52 @@ TEST(EngineStress, RandomLoadsKeepEveryTokenAndEveryBlock) {
   EXPECT_GT(preemptions, 500);
   EXPECT_GT(cancellations, 100);
   EXPECT_GT(hits, 1000);
+}
+
+// An Offline-shaped burst into a pool that holds a fraction of it: with a watermark the running sequences grow
+// into the blocks admission left, instead of preempting (and later recomputing) the prompts admitted last.
+TEST(EngineWatermark, AnOfflineBurstPreemptsLessAndRecomputesLessWithTheWatermark) {
+  std::mt19937 rng(7);
+  std::vector<Arrival> arrivals;
+  for (int i = 0; i < 96; ++i) {
+    Arrival a;
+    for (int n = std::uniform_int_distribution<int>(80, 120)(rng); n > 0; --n)
+      a.spec.prompt.push_back(std::uniform_int_distribution<int>(0, 999)(rng));
+    a.spec.max_tokens = std::uniform_int_distribution<int>(150, 250)(rng);
+    a.spec.sampling.temperature = 0;
+    arrivals.push_back(std::move(a));
+  }
+  struct Run {
+    uint64_t preemptions, prompt_tokens_computed;
+    std::map<uint64_t, testing::Collected> got;
+  };
+  auto run = [&](double watermark) {
+    testing::CheckingFakeRunner runner;
+    EngineConfig config;
+    config.block_size = 4;
+    config.num_kv_blocks = 2000;  // ~22 sequences at full length (the full-attention group's 90 blocks each)
+    config.scheduler.max_batched_tokens = 512;
+    config.scheduler.max_num_seqs = 96;
+    config.scheduler.kv_watermark = watermark;
+    EngineCore core(runner, config);
+    Run r{0, 0, testing::run_requests(core, arrivals)};
+    r.preemptions = core.metrics().preemptions;
+    r.prompt_tokens_computed = core.metrics().prompt_tokens_computed;
+    EXPECT_TRUE(core.kv().pool().all_released());
+    return r;
+  };
+  const Run without = run(0.0), with = run(0.05);
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    ASSERT_EQ(with.got.at(i).tokens, without.got.at(i).tokens) << "request " << i;
+    ASSERT_EQ(with.got.at(i).finish, FinishReason::length) << "request " << i;
+  }
+  std::printf("preemptions %llu -> %llu, prompt tokens computed %llu -> %llu\n",
+              static_cast<unsigned long long>(without.preemptions), static_cast<unsigned long long>(with.preemptions),
+              static_cast<unsigned long long>(without.prompt_tokens_computed),
+              static_cast<unsigned long long>(with.prompt_tokens_computed));
+  EXPECT_GT(without.preemptions, 10u);  // the burst does run the pool dry without one
+  EXPECT_LT(with.preemptions * 4, without.preemptions);
+  EXPECT_LT(with.prompt_tokens_computed, without.prompt_tokens_computed);
 }
 
 }  // namespace
