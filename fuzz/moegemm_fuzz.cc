@@ -44,7 +44,8 @@ void check(bool condition) {
 void dequantise(uint32_t word, uint8_t scale_byte) {
   const uint32_t scale = scale_byte % 129;  // the upload's range (device_weights.cc)
   uint32_t out[4];
-  mxfp4_word_to_bf16(word, mxfp4_scale_bf16x2(scale), out);
+  mxfp4_word_to_bf16(mxfp4_pack_word(word), mxfp4_scale_bf16x2(scale), out);
+  check(mxfp4_unpack_word(mxfp4_pack_word(word)) == word);
   const float factor = e8m0_to_float(static_cast<uint8_t>(scale));
   for (int value = 0; value < 8; ++value) {
     const uint16_t expected = float_to_bf16(kFp4Values[(word >> (4 * value)) & 0xfu] * factor);

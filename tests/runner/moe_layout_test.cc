@@ -46,7 +46,8 @@ TEST(MoeLayout, Bf16MultiplyRoundsToNearestEvenAndKeepsSubnormals) {
 }
 
 // Every byte value at every position of a word, at every scale the upload accepts (0..128): each of the eight
-// bf16 values equals the e2m1 value times 2^(scale - 127) exactly, low nibble first.
+// bf16 values of the packed word equals the e2m1 value times 2^(scale - 127) exactly, in the checkpoint's order
+// (low nibble first).
 TEST(MoeLayout, Mxfp4WordsBecomeTheExactBf16Values) {
   std::mt19937 rng(7);
   for (uint32_t scale = 0; scale <= 128; ++scale) {
@@ -55,7 +56,7 @@ TEST(MoeLayout, Mxfp4WordsBecomeTheExactBf16Values) {
       for (uint32_t byte = 0; byte < 256; ++byte) {
         const uint32_t word = (static_cast<uint32_t>(rng()) & ~(0xffu << (8 * position))) | byte << (8 * position);
         uint32_t out[4];
-        mxfp4_word_to_bf16(word, mxfp4_scale_bf16x2(scale), out);
+        mxfp4_word_to_bf16(mxfp4_pack_word(word), mxfp4_scale_bf16x2(scale), out);
         for (int value = 0; value < 8; ++value) {
           const uint32_t nibble = (word >> (4 * value)) & 0xfu;
           const uint16_t expected = float_to_bf16(kFp4Values[nibble] * factor);
@@ -63,6 +64,24 @@ TEST(MoeLayout, Mxfp4WordsBecomeTheExactBf16Values) {
           ASSERT_EQ(got, expected) << "scale " << scale << " word " << std::hex << word << " value " << value;
         }
       }
+  }
+}
+
+// The device's packed order is a permutation of the word's 32 bits: each bit lands on its own place, and unpacking
+// undoes it.
+TEST(MoeLayout, PackedWordsPermuteTheBitsAndUnpackBack) {
+  std::set<uint32_t> images;
+  for (int bit = 0; bit < 32; ++bit) {
+    const uint32_t packed = mxfp4_pack_word(1u << bit);
+    ASSERT_EQ(std::popcount(packed), 1) << "bit " << bit;
+    images.insert(packed);
+    EXPECT_EQ(mxfp4_unpack_word(packed), 1u << bit);
+  }
+  EXPECT_EQ(images.size(), 32u);
+  std::mt19937 rng(11);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t word = static_cast<uint32_t>(rng());
+    ASSERT_EQ(mxfp4_unpack_word(mxfp4_pack_word(word)), word);
   }
 }
 

@@ -94,7 +94,9 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
     ExpertWeightsView e;
     e.out_features = m.out_features;
     e.in_features = m.in_features;
-    e.blocks = static_cast<const uint8_t*>(put(m.blocks, blocks * kMxfp4BlockBytes));
+    auto* block_bytes = static_cast<uint8_t*>(put(m.blocks, blocks * kMxfp4BlockBytes));
+    launch_mxfp4_pack(nullptr, block_bytes, blocks * kMxfp4BlockBytes);  // the kernels' order (moe_layout.h)
+    e.blocks = block_bytes;
     e.scales = static_cast<const uint8_t*>(put(m.scales, blocks));
     e.bias = put_floats(m.bias);
     launch_max_byte(nullptr, e.scales, blocks, max_scale.as<int32_t>());
@@ -150,6 +152,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
     e.in_features = in;
     auto* block_bytes = static_cast<uint8_t*>(d.allocate(blocks * kMxfp4BlockBytes));
     auto* scale_bytes = static_cast<uint8_t*>(d.allocate(blocks));
+    // Random bits: the kernels read them as packed words (moe_layout.h), which is the same distribution.
     launch_fill_bytes(nullptr, block_bytes, blocks * kMxfp4BlockBytes, next_key++);
     launch_fill_scales(nullptr, scale_bytes, blocks, next_key++, exponent);
     e.blocks = block_bytes;

@@ -248,5 +248,8 @@ void launch_fill_bytes(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t ke
 void launch_fill_scales(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key, int exponent);
 // Largest byte of an array (MXFP4 scale check), into *result (a device int).
 void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32_t* result);
+// MXFP4 blocks uploaded in the checkpoint's order into the device's packed order (moe_layout.h: mxfp4_pack_word),
+// in place; bytes a multiple of 16 (whole blocks).
+void launch_mxfp4_pack(cudaStream_t stream, uint8_t* blocks, int64_t bytes);
 
 }  // namespace moeserve::cuda

@@ -67,34 +67,62 @@ MOESERVE_HD uint32_t bf16x2_multiply(uint32_t a, uint32_t b) {
 }
 
 // ---- MXFP4 -> bf16 -------------------------------------------------------------------------------------------
-// An e2m1 nibble s e1 e0 m placed at bf16 bits 15 (s), 8 (e1), 7 (e0), 6 (m) is its value times 2^-126 (code 001,
-// 0.5, lands on the bf16 subnormal 2^-127; the others are normal), the same trick mxfp4_factor plays in fp32. The
-// bf16's high byte is s << 7 | e1 and its low byte e0 << 7 | m << 6, so two prmt table look-ups build four of them
-// at once: the low bytes indexed by the nibble's two low bits, the high bytes by its three high bits.
-inline constexpr uint32_t kMxfp4LowBytes = 0xc0804000u;     // e0 m = 00, 01, 10, 11
-inline constexpr uint32_t kMxfp4HighBytes03 = 0x01010000u;  // s e1 e0 = 000 .. 011
-inline constexpr uint32_t kMxfp4HighBytes47 = 0x81818080u;  // s e1 e0 = 100 .. 111
+// An e2m1 nibble s e1 e0 m becomes the bf16 with bits 15 (s), 8 (e1), 7 (e0), 6 (m): its value times 2^-126 (code
+// 001, 0.5, lands on the bf16 subnormal 2^-127; the others are normal), the same trick mxfp4_factor plays in fp32.
+// The bf16's low byte e0 << 7 | m << 6 depends on the nibble's two low bits, its high byte s << 7 | e1 on the two
+// high bits: eight distinct bytes in all, so one prmt over an 8-byte table builds two whole bf16 values when its
+// four selector nibbles are (low index, 4 + high index) of each. The device therefore holds each 32-bit word of an
+// MXFP4 block in a packed order (mxfp4_pack_word, applied once at upload) whose bit pairs are those selector
+// indices: 4 prmt, 3 shifts and 2 logic operations make the word's 8 bf16 values, where the checkpoint's order
+// needed 8 prmt, 4 shifts and 1 logic operation (decode_mma is bound by these integer instructions: docs/PERF.md).
+//   Packed word: nibble 4q + 2h (h = 0, 1) holds in bits 2p..2p+1 the low index (e0 m) of value 2r + h, and nibble
+// 4q + 2h + 1 its high index (s e1), where r = 2p + q (p: the pass, q: the selector half) is the output word.
+inline constexpr uint32_t kMxfp4LowBytes = 0xc0804000u;   // table bytes 0-3: index e0 m = 00, 01, 10, 11
+inline constexpr uint32_t kMxfp4HighBytes = 0x81800100u;  // table bytes 4-7: index s e1 = 00, 01, 10, 11
+inline constexpr uint32_t kMxfp4SelectorHigh = 0x40404040u;  // selector bit 2 of the high-byte nibbles
+
+// The checkpoint's word (value i in bits 4i..4i+3, MXFP4's order) in the device's packed order, and back.
+MOESERVE_HD uint32_t mxfp4_pack_word(uint32_t word) {
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t nibble = (word >> (4 * i)) & 0xfu;
+    const int r = i / 2, h = i % 2, p = r / 2, q = r % 2;
+    packed |= (nibble & 3u) << (4 * (4 * q + 2 * h) + 2 * p);
+    packed |= (nibble >> 2) << (4 * (4 * q + 2 * h + 1) + 2 * p);
+  }
+  return packed;
+}
+MOESERVE_HD uint32_t mxfp4_unpack_word(uint32_t packed) {
+  uint32_t word = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = i / 2, h = i % 2, p = r / 2, q = r % 2;
+    const uint32_t low = (packed >> (4 * (4 * q + 2 * h) + 2 * p)) & 3u;
+    const uint32_t high = (packed >> (4 * (4 * q + 2 * h + 1) + 2 * p)) & 3u;
+    word |= (high << 2 | low) << (4 * i);
+  }
+  return word;
+}
 
 // 2^(scale - 1) in both bf16 halves: times the values above gives value * 2^(scale - 127), exactly (e2m1 values
 // have two significant bits and 2^-128, the smallest product, is a bf16 subnormal). Normal for scale bytes 0..128;
 // the weight upload rejects larger ones (device_weights.cc).
 MOESERVE_HD uint32_t mxfp4_scale_bf16x2(uint32_t scale) { return scale * 0x00800080u + 0x3f003f00u; }
 
-// Four bf16x2 words from the 8 nibbles of one 32-bit word of an MXFP4 block: out[i] holds the values of byte i
-// (low nibble in the low half). `half` 0 gives out[0..1] (bytes 0, 1), `half` 1 gives out[2..3] (bytes 2, 3).
-MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t word, uint32_t factor, int half, uint32_t& lo_byte_pair,
+// Four bf16x2 words from the 8 values of one packed 32-bit word of an MXFP4 block: out[i] holds the values of the
+// checkpoint word's byte i (value 2i in the low half). `half` 0 gives out[0..1] (bytes 0, 1), `half` 1 gives
+// out[2..3] (bytes 2, 3).
+MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t packed, uint32_t factor, int half, uint32_t& lo_byte_pair,
                                         uint32_t& hi_byte_pair) {
-  const uint32_t low_index = (word & 0x33333333u) >> (16 * half);
-  const uint32_t high_index = ((word >> 1) & 0x77777777u) >> (16 * half);
-  const uint32_t low = byte_permute(kMxfp4LowBytes, kMxfp4LowBytes, low_index);
-  const uint32_t high = byte_permute(kMxfp4HighBytes03, kMxfp4HighBytes47, high_index);
-  lo_byte_pair = bf16x2_multiply(byte_permute(low, high, 0x5140u), factor);
-  hi_byte_pair = bf16x2_multiply(byte_permute(low, high, 0x7362u), factor);
+  const uint32_t selectors = ((packed >> (2 * half)) & 0x33333333u) | kMxfp4SelectorHigh;
+  lo_byte_pair = bf16x2_multiply(byte_permute(kMxfp4LowBytes, kMxfp4HighBytes, selectors), factor);
+  hi_byte_pair = bf16x2_multiply(byte_permute(kMxfp4LowBytes, kMxfp4HighBytes, selectors >> 16), factor);
 }
 
-MOESERVE_HD void mxfp4_word_to_bf16(uint32_t word, uint32_t factor, uint32_t (&out)[4]) {
-  mxfp4_word_half_to_bf16(word, factor, 0, out[0], out[1]);
-  mxfp4_word_half_to_bf16(word, factor, 1, out[2], out[3]);
+MOESERVE_HD void mxfp4_word_to_bf16(uint32_t packed, uint32_t factor, uint32_t (&out)[4]) {
+  mxfp4_word_half_to_bf16(packed, factor, 0, out[0], out[1]);
+  mxfp4_word_half_to_bf16(packed, factor, 1, out[2], out[3]);
 }
 
 // ---- shared-memory tiles for wgmma --------------------------------------------------------------------------------

@@ -3,9 +3,20 @@
 // precision and is the simplest statement of what moe_decode.cu and moe_prefill.cu compute.
 // CPU reference: cpu::expert_linear (then cpu::swiglu for the first projection).
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/moe_layout.h"
+
+#include <algorithm>
+
+#include "util/error.h"
 
 namespace moeserve::cuda {
 namespace {
+
+__global__ void mxfp4_pack_kernel(uint32_t* words, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    words[i] = mxfp4_pack_word(words[i]);
+}
 
 template <typename Act, bool kSwiglu>
 __global__ void moe_reference_kernel(MoeGemmParams p) {
@@ -23,7 +34,9 @@ __global__ void moe_reference_kernel(MoeGemmParams p) {
     for (int64_t kb = 0; kb < blocks_per_row; ++kb) {
       const float factor = mxfp4_factor(scales[kb]);
       for (int i = 0; i < 16; ++i) {
-        const float2 w = mxfp4_pair(blocks[kb * 16 + i], factor);
+        // The device's packed words (moe_layout.h) back in the checkpoint's order, byte i % 4 of word i / 4.
+        const uint32_t word = mxfp4_unpack_word(reinterpret_cast<const uint32_t*>(blocks + kb * 16)[i / 4]);
+        const float2 w = mxfp4_pair((word >> (8 * (i % 4))) & 0xffu, factor);
         acc += w.x * to_float(x[kb * 32 + 2 * i]);
         acc += w.y * to_float(x[kb * 32 + 2 * i + 1]);
       }
@@ -59,6 +72,15 @@ void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmPara
     launch_typed<bf16>(stream, params);
   else
     launch_typed<float>(stream, params);
+}
+
+void launch_mxfp4_pack(cudaStream_t stream, uint8_t* blocks, int64_t bytes) {
+  MOESERVE_CHECK(bytes >= 0 && bytes % 16 == 0, "MXFP4 packing: {} bytes (whole 16-byte blocks)", bytes);
+  if (bytes == 0) return;
+  const int64_t words = bytes / 4;
+  mxfp4_pack_kernel<<<static_cast<int>(std::min<int64_t>((words + 255) / 256, 65535)), 256, 0, stream>>>(
+      reinterpret_cast<uint32_t*>(blocks), words);
+  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

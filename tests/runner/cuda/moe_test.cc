@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
 #include "runner/cpu/ops.h"
 #include "runner/cuda/moe_buffers.h"
+#include "runner/cuda/moe_layout.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -40,6 +42,13 @@ struct HostExperts {
     cuda::launch_fill_bytes(nullptr, blocks_d.as<uint8_t>(), static_cast<int64_t>(n_blocks) * 16, rng());
     cuda::launch_fill_scales(nullptr, scales_d.as<uint8_t>(), static_cast<int64_t>(n_blocks), rng(), exponent);
     blocks = cuda::to_host<uint8_t>(blocks_d.get(), n_blocks * 16);
+    // The device reads its random bytes as packed words (moe_layout.h); the CPU reference gets the checkpoint order.
+    for (size_t i = 0; i < blocks.size(); i += 4) {
+      uint32_t word;
+      std::memcpy(&word, blocks.data() + i, 4);
+      word = cuda::mxfp4_unpack_word(word);
+      std::memcpy(blocks.data() + i, &word, 4);
+    }
     scales = cuda::to_host<uint8_t>(scales_d.get(), n_blocks);
     matrix.format = ExpertFormat::mxfp4;
     matrix.num_experts = E;
