@@ -48,7 +48,7 @@ struct HttpServerOptions {
   // CORS (vLLM's --allowed-origins): origins whose browser pages may call the server ("*": any). Responses to an
   // allowed Origin carry Access-Control-Allow-Origin, and preflight OPTIONS requests are answered here (204),
   // before the handler and its API key check, as browsers send them without credentials. Empty: no CORS headers.
-  std::vector<std::string> allowed_origins;
+  std::vector<std::string> allowed_origins{};
   // One line per response on stderr as uvicorn writes them under vLLM: client "METHOD target HTTP/1.1" status.
   bool access_log = false;
 };

@@ -16,7 +16,7 @@ namespace {
 // see `confirm_factor` times the latency.
 struct ThresholdSystem {
   double confirm_factor = 1;
-  std::vector<double> asked;
+  std::vector<double> asked{};
   ProbeResult operator()(double qps, bool confirm) {
     asked.push_back(qps);
     ProbeResult p;

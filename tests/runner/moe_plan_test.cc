@@ -52,8 +52,9 @@ TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
     // A decode_mma tile holds at least two fifths of the mean rows per expert (most experts take one or two tiles,
     // each re-reading the expert's weights).
     if (path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
-        path == MoePath::decode_mma_n64)
+        path == MoePath::decode_mma_n64) {
       EXPECT_GE(moe_rows_per_tile(path), per_expert / 2.5) << tokens;
+    }
   }
   EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma), kMoePrefillTileRows);
   EXPECT_EQ(moe_rows_per_tile(MoePath::decode_x2), 16);

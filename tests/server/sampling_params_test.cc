@@ -237,7 +237,9 @@ TEST(GenerationParametersN, OnePrefillServesAllNChoicesThroughThePrefixCache) {
     // The prompt counts once; the three later choices each found the first's full prompt blocks (of 16 tokens)
     // in the cache.
     const int64_t prompt_tokens = answer["usage"]["prompt_tokens"];
-    if (route == "/v1/completions") EXPECT_EQ(prompt_tokens, 40);
+    if (route == "/v1/completions") {
+      EXPECT_EQ(prompt_tokens, 40);
+    }
     ASSERT_GE(prompt_tokens, 32);
     const auto full_blocks = static_cast<uint64_t>((prompt_tokens - 1) / 16 * 16);
     EXPECT_GE(h.engine->metrics().prefix_hit_tokens - hits_before, 3 * full_blocks);

@@ -65,7 +65,9 @@ TEST(ResponsesStream, SendsEveryEventOpenAiSendsInOrder) {
       EXPECT_EQ(e["item_id"], done["output"][1]["id"]);
       EXPECT_EQ(e["text"], "Hello! How can I help?");
     }
-    if (e["type"] == "response.output_item.added") EXPECT_TRUE(e["item"]["content"].empty()) << e;
+    if (e["type"] == "response.output_item.added") {
+      EXPECT_TRUE(e["item"]["content"].empty()) << e;
+    }
   }
 }
 
@@ -193,7 +195,9 @@ TEST(ResponsesStore, KeepsTheMostRecentlyUsed) {
     auto r = post_json(h.port, "/v1/responses", {{"model", "tiny"}, {"input", "Hi"}});
     ASSERT_EQ(r.status, 200u);
     ids.push_back(json::parse(r.body)["id"]);
-    if (i == 1) EXPECT_EQ(testing::http_request(h.port, "GET", "/v1/responses/" + ids[0]).status, 200u);  // used
+    if (i == 1) {
+      EXPECT_EQ(testing::http_request(h.port, "GET", "/v1/responses/" + ids[0]).status, 200u);  // used
+    }
   }
   // Three stored into two places: the least recently used (the second) went.
   EXPECT_EQ(testing::http_request(h.port, "GET", "/v1/responses/" + ids[0]).status, 200u);

@@ -82,7 +82,9 @@ TEST(TokenMask, SpecialTokensAreNeverAllowedAndAFinishedDocumentAllowsNoText) {
   MatcherState state = grammar.start();
   const TokenMask first = *grammar.mask(state);
   for (int32_t t = 199998; t < 201088; ++t)
-    if (vocabulary()->special(t)) EXPECT_FALSE(allowed(first, t)) << t;
+    if (vocabulary()->special(t)) {
+      EXPECT_FALSE(allowed(first, t)) << t;
+    }
   ASSERT_TRUE(grammar.matcher().feed(state, "true"));
   EXPECT_TRUE(grammar.complete(state));
   const TokenMask after = *grammar.mask(state);

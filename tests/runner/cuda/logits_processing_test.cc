@@ -100,9 +100,10 @@ TEST(CudaLogitsProcessing, EditsMasksAndLogprobsMatchTheCpu) {
     std::vector<float> want(raw.begin(), raw.end());
     apply_logit_edits(want, row_edits[r], row_masks[r]);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), edited.begin() + static_cast<size_t>(r) * kVocab));
-    if (r % 2 == 0)
+    if (r % 2 == 0) {
       for (int j = 0; j < edit_rows[r / 2].num_edits; ++j)
         EXPECT_EQ(originals[edit_rows[r / 2].first_edit + j], raw[row_edits[r][j].token]);
+    }
     const int32_t chosen = r % 2 == 0 ? sampled[r] : logprob_rows[r].token;
     const TokenLogprobs cpu = token_logprobs(raw, chosen, top_ks[r % 4]);
     EXPECT_NEAR(results[r].log_sum_exp, log_sum_exp(raw), 1e-9 * std::abs(log_sum_exp(raw)));
