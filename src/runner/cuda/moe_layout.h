@@ -84,7 +84,6 @@ inline constexpr uint32_t kMxfp4SelectorHigh = 0x40404040u;  // selector bit 2 o
 // The checkpoint's word (value i in bits 4i..4i+3, MXFP4's order) in the device's packed order, and back.
 MOESERVE_HD uint32_t mxfp4_pack_word(uint32_t word) {
   uint32_t packed = 0;
-#pragma unroll
   for (int i = 0; i < 8; ++i) {
     const uint32_t nibble = (word >> (4 * i)) & 0xfu;
     const int r = i / 2, h = i % 2, p = r / 2, q = r % 2;
@@ -95,7 +94,6 @@ MOESERVE_HD uint32_t mxfp4_pack_word(uint32_t word) {
 }
 MOESERVE_HD uint32_t mxfp4_unpack_word(uint32_t packed) {
   uint32_t word = 0;
-#pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int r = i / 2, h = i % 2, p = r / 2, q = r % 2;
     const uint32_t low = (packed >> (4 * (4 * q + 2 * h) + 2 * p)) & 3u;
