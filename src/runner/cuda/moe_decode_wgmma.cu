@@ -96,9 +96,8 @@ struct Shared {
 template <bool kSwiglu, int kN>
 struct Producer {
   using L = Layout<kN>;
-  static constexpr int kWeightRowsN = kWeightRows<kN>;
-  static constexpr int kCopiesPerThread = kWeightRowsN * kStepBlocks / kProducerThreads;
-  static constexpr int kScalesPerThread = kWeightRowsN / kProducerThreads;
+  static constexpr int kCopiesPerThread = kWeightRows<kN> * kStepBlocks / kProducerThreads;
+  static constexpr int kScalesPerThread = kWeightRows<kN> / kProducerThreads;
   const MoeGemmParams& p;
   Shared<kN> s;
   int n_blocks, ksteps, blocks_per_row;
@@ -147,7 +146,7 @@ struct Producer {
 #pragma unroll
     for (int i = 0; i < kCopiesPerThread; ++i) {
       const int64_t index = block_index(copy_row[i % 2] + 64 * (i / 2), step, block);
-      cp_async_16(raw + (block * kWeightRowsN + t / 4 + 32 * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
+      cp_async_16(raw + (block * kWeightRows<kN> + t / 4 + 32 * i) * 16, p.w.blocks + (index >= 0 ? index * 16 : 0),
                   index >= 0);
     }
     const bf16* x = static_cast<const bf16*>(p.x);

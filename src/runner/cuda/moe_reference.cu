@@ -33,12 +33,15 @@ __global__ void moe_reference_kernel(MoeGemmParams p) {
     float acc = 0.0f;
     for (int64_t kb = 0; kb < blocks_per_row; ++kb) {
       const float factor = mxfp4_factor(scales[kb]);
-      for (int i = 0; i < 16; ++i) {
-        // The device's packed words (moe_layout.h) back in the checkpoint's order, byte i % 4 of word i / 4.
-        const uint32_t word = mxfp4_unpack_word(reinterpret_cast<const uint32_t*>(blocks + kb * 16)[i / 4]);
-        const float2 w = mxfp4_pair((word >> (8 * (i % 4))) & 0xffu, factor);
-        acc += w.x * to_float(x[kb * 32 + 2 * i]);
-        acc += w.y * to_float(x[kb * 32 + 2 * i + 1]);
+      for (int q = 0; q < 4; ++q) {
+        // The device's packed word (moe_layout.h) back in the checkpoint's order: bytes i = 4q .. 4q + 3.
+        const uint32_t word = mxfp4_unpack_word(reinterpret_cast<const uint32_t*>(blocks + kb * 16)[q]);
+        for (int b = 0; b < 4; ++b) {
+          const int i = 4 * q + b;
+          const float2 w = mxfp4_pair((word >> (8 * b)) & 0xffu, factor);
+          acc += w.x * to_float(x[kb * 32 + 2 * i]);
+          acc += w.y * to_float(x[kb * 32 + 2 * i + 1]);
+        }
       }
     }
     return acc + p.w.bias[static_cast<int64_t>(e) * N + n];
