@@ -242,7 +242,9 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
       {"kv_cache_dtype", a.runner.kv_cache_dtype},
       {"threads", a.runner.threads == 0 ? std::string("all cores") : std::to_string(a.runner.threads)},
       {"synthetic_router", a.runner.synthetic.empty() ? "" : a.runner.synthetic_router},
-      {"moe_path_table", a.runner.moe_path_table.empty() ? "built-in" : a.runner.moe_path_table}};
+      {"moe_path_table", a.runner.moe_path_table.empty() ? "built-in" : a.runner.moe_path_table},
+      {"tensor_parallel_size", a.runner.tensor_parallel_size},
+      {"enable_expert_parallel", a.runner.enable_expert_parallel}};
   return std::make_unique<InProcessSut>(std::move(engine), std::move(eos), std::move(description));
 }
 

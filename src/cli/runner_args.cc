@@ -5,6 +5,9 @@
 #include "cli/cli_flags.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cpu/deepseek_v3_runner.h"
+#include "model/gpt_oss/make_tiny.h"
+#include "runner/cpu/tensor_parallel_runner.h"
+#include "runner/parallel/rank_shard.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/moe_plan.h"
 #include "util/error.h"
@@ -50,6 +53,14 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
   command->add_option("--moe-path-table", args.moe_path_table,
                       "CUDA MoE kernels by mean rows per expert, PATH:MAX,...,PATH (e.g. decode-x1:3.9,decode-mma-n16:12,"
                       "prefill-wgmma); default: the choice measured on an H200. For benchmarking kernels end to end");
+  command
+      ->add_option("--tensor-parallel-size,--tp-size", args.tensor_parallel_size,
+                   "ranks to split the model over: attention heads, expert intermediate columns and the vocabulary "
+                   "(CUDA: GPUs 0 .. N-1 through NCCL; CPU: rank threads sharing --threads)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  command->add_flag("--enable-expert-parallel,--enable-ep", args.enable_expert_parallel,
+                    "place whole experts on the --tensor-parallel-size ranks instead of splitting every expert");
 }
 
 void check_model_directory(const std::string& model) {
@@ -73,10 +84,19 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   MOESERVE_CHECK(args.device == "cuda" || args.kv_cache_dtype == "auto",
                  "--kv-cache-dtype {} needs --device cuda: the CPU runner keeps an f32 KV cache (use auto)",
                  args.kv_cache_dtype);
+  const ParallelConfig parallel{args.tensor_parallel_size, args.enable_expert_parallel};
+  MOESERVE_CHECK(!parallel.expert_parallel || parallel.tensor_parallel_size > 1,
+                 "--enable-expert-parallel places experts over the ranks of --tensor-parallel-size: give a size above 1");
+  const bool split = parallel.tensor_parallel_size > 1;
+  cuda.tensor_parallel_size = parallel.tensor_parallel_size;
+  cuda.expert_parallel = parallel.expert_parallel;
   OpenedRunner opened;
   opened.threads = args.threads;
   if (!args.synthetic.empty()) {
     MOESERVE_CHECK(args.device == "cuda", "--synthetic needs --device cuda");
+    TinyModelOptions shape;
+    shape.shape = args.synthetic;
+    check_parallel_config(tiny_model_config(shape), parallel);  // before any device is opened
     opened.runner = make_synthetic_cuda_runner(args.synthetic, 0, cuda);
     return opened;
   }
@@ -84,15 +104,18 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
     MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
                    "(--device cpu)", args.model);
+    MOESERVE_CHECK(!split, "{} is a DeepSeek-V3 checkpoint, which runs on one rank so far (drop "
+                   "--tensor-parallel-size)", args.model);
     opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
     opened.runner = std::make_unique<DeepseekV3CpuRunner>(opened.deepseek, args.threads);
     return opened;
   }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));
+  check_parallel_config(opened.checkpoint->config(), parallel);  // before any device is opened
   if (args.device == "cuda")
     opened.runner = make_cuda_runner(opened.checkpoint, cuda);
   else
-    opened.runner = std::make_unique<CpuRunner>(opened.checkpoint, args.threads);
+    opened.runner = make_cpu_runner(opened.checkpoint, parallel, args.threads);
   return opened;
 }
 

@@ -1,6 +1,7 @@
 // The options that choose and open a model runner, shared by the subcommands that run a model:
 // the model directory (positional, or --model DIR) or --synthetic SHAPE, --device cpu|cuda, --dtype and
-// --kv-cache-dtype (CUDA; vLLM's names), --threads (CPU).
+// --kv-cache-dtype (CUDA; vLLM's names), --threads (CPU), --tensor-parallel-size and --enable-expert-parallel
+// (vLLM's names; the CPU runner so far).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,8 @@ struct RunnerArgs {
   size_t threads = 0;
   std::string synthetic_router = "uniform";  // --synthetic only: uniform or zipf[:S]
   std::string moe_path_table;                // --device cuda: the MoE kernels by rows per expert (benchmarking)
+  int tensor_parallel_size = 1;              // ranks the model is split over (runner/parallel/rank_shard.h)
+  bool enable_expert_parallel = false;       // whole experts a rank instead of a slice of each
 };
 
 void add_runner_options(CLI::App* command, RunnerArgs& args);

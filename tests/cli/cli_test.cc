@@ -234,3 +234,52 @@ TEST(VllmFlags, AnUnknownFlagGetsTheNearestKnownOne) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// The last line of a command's output: generate prints the generated ids there.
+std::string last_line(const std::string& output) {
+  std::string trimmed = output;
+  while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
+  return trimmed.substr(trimmed.find_last_of('\n') + 1);
+}
+
+TEST(TensorParallelCli, SplitRunsGenerateTheSameTokensAsOneRank) {
+  const std::string base = "generate " + testing::tiny_model() + " --tokens 200006,17360,200008,1000,2000 --ignore-eos ";
+  for (const std::string sampling : {"--max-tokens 24 --temperature 0", "--max-tokens 12 --temperature 0.8 --seed 5"}) {
+    const auto one = moeserve(base + sampling);
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_THAT(last_line(one.output), ::testing::MatchesRegex("[0-9]+(,[0-9]+)+"));
+    for (const std::string split : {"--tensor-parallel-size 2", "--tp-size 2 --enable-expert-parallel"}) {
+      const auto many = moeserve(base + sampling + " " + split);
+      ASSERT_EQ(many.exit_code, 0) << many.output;
+      EXPECT_EQ(last_line(many.output), last_line(one.output)) << sampling << " " << split;
+    }
+  }
+  // Through the engine's speculative path: verify steps of several tokens on the split runner.
+  const std::string speculative =
+      " --max-tokens 10 --temperature 0 --speculative-config '{\"method\":\"test_random\",\"num_speculative_tokens\":3}'";
+  const auto one = moeserve(base + speculative);
+  const auto many = moeserve(base + speculative + " --tensor-parallel-size 2");
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_EQ(last_line(many.output), last_line(one.output));
+}
+
+TEST(TensorParallelCli, SplitsTheModelCannotTakeFailAtStart) {
+  const std::string base = "generate " + testing::tiny_model() + " --tokens 1,2 --max-tokens 1 ";
+  // The CUDA runner's split is checked the same way, before any device is opened.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--tensor-parallel-size 3", "Total number of key-value heads (2) must be divisible by tensor parallel size (3)"},
+      {"--tensor-parallel-size 3 --device cuda", "must be divisible by tensor parallel size (3)"},
+      {"--enable-expert-parallel", "give a size above 1"},
+      {"--tensor-parallel-size 0", "--tensor-parallel-size"}};
+  for (const auto& [flags, message] : cases) {
+    const auto result = moeserve(base + flags);
+    EXPECT_NE(result.exit_code, 0) << flags;
+    EXPECT_THAT(result.output, HasSubstr(message)) << flags;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve

@@ -4,7 +4,11 @@
 #include <chrono>
 
 #include "model/gpt_oss/make_tiny.h"
+#include "runner/cpu/rank_weights.h"
 #include "runner/cuda/graph_capture.h"
+#include "runner/cuda/nccl_group.h"
+#include "runner/cuda/tensor_parallel_cuda_runner.h"
+#include "runner/parallel/rank_shard.h"
 #include "util/error.h"
 
 namespace moeserve::cuda {
@@ -63,6 +67,29 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   inv_freq_ = to_device(rope_inverse_frequencies(c));
+}
+
+namespace {
+
+void check_allowed_tokens(const SequenceStep& step, int vocab) {
+  MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(vocab),
+                 "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), vocab);
+}
+
+}  // namespace
+
+void CudaRunner::check_batch(const ForwardBatch& batch) const {
+  StepMetadata scratch;
+  scratch.build(batch, config_, groups_, layout_, 0, padding_block_,
+                precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
+  for (const SequenceStep& step : batch.sequences)
+    if (!step.allowed_tokens.empty()) check_allowed_tokens(step, config_.vocab_size);
+}
+
+void CudaRunner::join_group(Communicator* communicator) {
+  MOESERVE_CHECK(communicator != nullptr, "join_group() needs a communicator");
+  clear_graphs();
+  communicator_ = communicator;
 }
 
 CudaRunner::~CudaRunner() {
@@ -236,6 +263,10 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     }
     timer_.mark(stream_, KernelClass::output_projection);
     project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
+    if (communicator_ != nullptr) {
+      timer_.mark(stream_, KernelClass::collective);
+      communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});
+    }
 
     timer_.mark(stream_, KernelClass::norm);
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
@@ -266,6 +297,10 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.swiglu = false;
     timer_.mark(stream_, KernelClass::expert_mlp2);
     launch_moe_path(stream_, plan.moe, precision_, mlp2);
+    if (communicator_ != nullptr) {  // each (token, slot) row's partial sums over the intermediate slices
+      timer_.mark(stream_, KernelClass::collective);
+      communicator_->all_reduce_sum({moe_y_.as<float>(), static_cast<size_t>(T) * k * H});
+    }
   }
   timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, nullptr, &combine, weights_.final_norm, T, H, eps, normed_.get());
@@ -325,8 +360,7 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
       EditRow edit{r, first_edit, static_cast<int32_t>(step.logit_edits.size()), -1};
       work.edits.insert(work.edits.end(), step.logit_edits.begin(), step.logit_edits.end());
       if (!step.allowed_tokens.empty()) {
-        MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(config_.vocab_size),
-                       "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), config_.vocab_size);
+        check_allowed_tokens(step, config_.vocab_size);
         edit.mask_offset = static_cast<int64_t>(work.masks.size());
         work.masks.insert(work.masks.end(), step.allowed_tokens.begin(), step.allowed_tokens.end());
       }
@@ -484,10 +518,39 @@ bool cuda_runner_available() {
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 }
 
+namespace {
+
+// --tensor-parallel-size N over GPUs 0 .. N-1, one NCCL rank each.
+std::unique_ptr<cuda::DeviceRankGroup> local_gpus(int n) {
+  int count = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDeviceCount(&count));
+  MOESERVE_CHECK(count >= n, "--tensor-parallel-size {} needs {} GPUs; this host shows {}", n, n, count);
+  std::vector<int> devices(n);
+  for (int d = 0; d < n; ++d) devices[d] = d;
+  return std::make_unique<cuda::NcclGroup>(devices);
+}
+
+bool split(const CudaRunnerOptions& options) { return options.tensor_parallel_size > 1 || options.expert_parallel; }
+
+}  // namespace
+
 std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> checkpoint,
                                               const CudaRunnerOptions& options) {
   const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
+  if (split(options)) {
+    const ParallelConfig parallel{options.tensor_parallel_size, options.expert_parallel};
+    check_parallel_config(checkpoint->config(), parallel);
+    auto upload_slice = [&](const ModelConfig& rank_config, const RankShard& shard) {
+      const cpu::RankWeights slice(checkpoint->weights(), checkpoint->config(), shard, cpu::Vocabulary::whole);
+      return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision,
+                                         fmt::format("{} (rank {} of {})", checkpoint->directory(), shard.rank,
+                                                     shard.size));
+    };
+    return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), parallel,
+                                                  local_gpus(parallel.tensor_parallel_size), upload_slice, precision,
+                                                  options, cuda::read_kv_scales(*checkpoint));
+  }
   auto weights = cuda::DeviceWeights::upload(*checkpoint, precision);
   return std::make_unique<cuda::CudaRunner>(checkpoint->config(), std::move(weights), precision, options,
                                             cuda::read_kv_scales(*checkpoint));
@@ -500,7 +563,19 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
   ModelConfig config = tiny_model_config(tiny);
   const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
-  auto weights = cuda::DeviceWeights::synthetic(config, seed, precision, parse_synthetic_router(options.synthetic_router));
+  const double skew = parse_synthetic_router(options.synthetic_router);
+  if (split(options)) {
+    // Random weights of each rank's shapes: the bytes and work a rank of the real model has. One seed for all: the
+    // tensors every rank holds whole (embedding, router, unembedding) come out the same on every rank, since each
+    // tensor's values depend on its key (its place in the list) and its size only, so the ranks route alike.
+    const ParallelConfig parallel{options.tensor_parallel_size, options.expert_parallel};
+    auto random_slice = [&](const ModelConfig& rank_config, const RankShard&) {
+      return cuda::DeviceWeights::synthetic(rank_config, seed, precision, skew);
+    };
+    return cuda::make_tensor_parallel_cuda_runner(config, parallel, local_gpus(parallel.tensor_parallel_size),
+                                                  random_slice, precision, options, {});
+  }
+  auto weights = cuda::DeviceWeights::synthetic(config, seed, precision, skew);
   return std::make_unique<cuda::CudaRunner>(std::move(config), std::move(weights), precision, options);
 }
 

@@ -24,6 +24,7 @@
 #include "runner/cuda/logits_processing.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
+#include "runner/parallel/communicator.h"
 
 namespace moeserve::cuda {
 
@@ -55,6 +56,14 @@ class CudaRunner : public ModelRunner {
   KernelTimer& kernel_timer() { return timer_; }
   // Rows each expert got in the last layer of the last step (synchronises; benchmarks report the routing's skew).
   std::vector<int32_t> last_layer_expert_rows();
+
+  // Makes this runner one rank of a tensor-parallel group (tensor_parallel_cuda_runner.h): its config and weights
+  // are the rank's slice, and every step sums the attention output and the experts' outputs with the other ranks
+  // through `communicator`, on stream(), before their residual adds. The collectives are captured with the rest.
+  void join_group(Communicator* communicator);
+  // Fails as forward() would on a malformed step, without running it.
+  void check_batch(const ForwardBatch& batch) const;
+  cudaStream_t stream() const { return stream_; }
 
  private:
   struct Plan {
@@ -124,6 +133,7 @@ class CudaRunner : public ModelRunner {
 
   KernelTimer timer_;
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step
+  Communicator* communicator_ = nullptr;   // the rank's group, or null alone
 };
 
 }  // namespace moeserve::cuda

@@ -26,6 +26,10 @@ struct CudaRunnerOptions {
   // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
   // built-in choice measured on an H200. For benchmarking kernels end to end.
   std::string moe_path_table;
+  // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
+  // (tensor_parallel_cuda_runner.h).
+  int tensor_parallel_size = 1;
+  bool expert_parallel = false;  // --enable-expert-parallel: not built on the GPU yet (fails saying so)
 };
 
 // The router skew a --synthetic-router value names (0 for "uniform"); fails on anything else.

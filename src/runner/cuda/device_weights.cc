@@ -72,10 +72,13 @@ void* DeviceWeights::allocate(size_t n) {
 }
 
 DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dense) {
-  const ModelConfig& c = checkpoint.config();
-  const ModelWeights& w = checkpoint.weights();
-  MOESERVE_CHECK(checkpoint.expert_format() == ExpertFormat::mxfp4,
-                 "{}: the CUDA runner needs MXFP4 experts (this checkpoint stores them dense)", checkpoint.directory());
+  return upload(checkpoint.config(), checkpoint.weights(), dense, checkpoint.directory());
+}
+
+DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w, Precision dense,
+                                    const std::string& source) {
+  MOESERVE_CHECK(!w.layers.empty() && w.layers.front().mlp1.format == ExpertFormat::mxfp4,
+                 "{}: the CUDA runner needs MXFP4 experts (this checkpoint stores them dense)", source);
   DeviceWeights d;
   d.dense = dense;
   auto put = [&](const void* host, size_t n) {
@@ -102,7 +105,7 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
     launch_max_byte(nullptr, e.scales, blocks, max_scale.as<int32_t>());
     const int32_t largest = to_host<int32_t>(max_scale.get(), 1)[0];
     MOESERVE_CHECK(largest <= 128, "{}: {} has an MXFP4 scale of 2^{}; the CUDA dequantiser handles up to 2^1",
-                   checkpoint.directory(), name, largest - 127);
+                   source, name, largest - 127);
     return e;
   };
 
@@ -129,7 +132,7 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
     if ((i + 1) * 4 / n != i * 4 / n) log_info("weights on the GPU: {} of {} layers", i + 1, n);
   }
   MOESERVE_CHECK(static_cast<int>(d.layers.size()) == c.num_layers, "{}: {} layers bound for {} in config.json",
-                 checkpoint.directory(), d.layers.size(), c.num_layers);
+                 source, d.layers.size(), c.num_layers);
   return d;
 }
 

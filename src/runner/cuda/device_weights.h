@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/gpt_oss/checkpoint.h"
@@ -33,6 +34,10 @@ struct DeviceLayer {
 class DeviceWeights {
  public:
   static DeviceWeights upload(const Checkpoint& checkpoint, Precision dense);
+  // Weights of `config`'s shapes (a rank's slice of a checkpoint: runner/cpu/rank_weights.h); `source` names them
+  // in errors.
+  static DeviceWeights upload(const ModelConfig& config, const ModelWeights& weights, Precision dense,
+                              const std::string& source);
   // Random weights of config's shapes with the magnitudes make-tiny uses, keyed by seed. router_skew > 0 makes
   // expert popularity Zipf-like: each layer's experts, in a random order r = 0, 1, ..., get router_skew * ln(1 / (r +
   // 1)) added to their router bias (0: the near-uniform routing of random weights).

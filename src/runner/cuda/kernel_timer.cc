@@ -22,6 +22,7 @@ std::string_view kernel_class_name(KernelClass c) {
     case KernelClass::unembedding: return "unembedding";
     case KernelClass::sampling: return "argmax / sampling";
     case KernelClass::metadata_upload: return "metadata upload";
+    case KernelClass::collective: return "all-reduce (tensor parallel)";
     case KernelClass::count: break;
   }
   return "?";

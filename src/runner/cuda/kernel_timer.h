@@ -28,6 +28,7 @@ enum class KernelClass {
   unembedding,       // final rows gathered, logits projection
   sampling,          // argmax and the sampling kernel
   metadata_upload,   // the step's metadata copied to the device
+  collective,        // sums with the other ranks of a tensor-parallel group
   count
 };
 inline constexpr int kKernelClasses = static_cast<int>(KernelClass::count);

@@ -1,0 +1,60 @@
+// GPT-OSS over N GPUs of one host (vLLM's --tensor-parallel-size): one CudaRunner a rank, each with its rank's slice
+// of the weights (runner/parallel/rank_shard.h, the unembedding kept whole so every rank draws on the device as one
+// GPU does) and its slice of every KV block, driven from one process by one thread a rank. Each step, every rank
+// runs the same kernels on its slice and sums the attention output and the experts' outputs with the others through
+// its group (NCCL), inside the decode graphs too. To the engine it is one runner with one pool of blocks: each GPU
+// holds every block's slice of its KV heads, so a block costs each GPU a rank's share.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runner/cuda/cuda_runner.h"
+#include "runner/cuda/device_rank_group.h"
+#include "runner/parallel/rank_shard.h"
+#include "runner/runner.h"
+#include "util/thread_pool.h"
+
+namespace moeserve::cuda {
+
+class TensorParallelCudaRunner : public ModelRunner {
+ public:
+  // ranks[r] runs on group->device(r) and has joined group->rank(r).
+  TensorParallelCudaRunner(ModelConfig config, std::unique_ptr<DeviceRankGroup> group,
+                           std::vector<std::unique_ptr<CudaRunner>> ranks);
+  ~TensorParallelCudaRunner() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  // What a block costs each GPU (every GPU holds its slice of every block, and the same number of blocks).
+  size_t kv_block_bytes(int block_size) const override;
+  size_t device_memory_free() const override;   // the least any rank's GPU has free
+  size_t device_memory_total() const override;  // rank 0's GPU
+  void allocate_kv_cache(const KvCacheLayout& layout) override;
+  const KvCacheLayout& kv_cache_layout() const override { return ranks_.front()->kv_cache_layout(); }
+  void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+  void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) override;
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  CudaRunner& rank(int r) { return *ranks_.at(r); }
+
+ private:
+  // body(r) with rank r's device current, for every rank at once.
+  void on_every_rank(const std::function<void(int)>& body);
+
+  ModelConfig config_;
+  std::unique_ptr<DeviceRankGroup> group_;
+  std::vector<std::unique_ptr<CudaRunner>> ranks_;
+  ThreadPool rank_threads_;
+};
+
+// Builds the ranks of `group`: rank r's weights come from weights_of(rank config, shard) with rank r's device current
+// (an upload of its slice of a checkpoint, or synthetic weights of its shapes). Expert parallelism is not built on
+// the GPU yet.
+std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
+    const ModelConfig& config, const ParallelConfig& parallel, std::unique_ptr<DeviceRankGroup> group,
+    const std::function<DeviceWeights(const ModelConfig&, const RankShard&)>& weights_of, Precision precision,
+    const CudaRunnerOptions& options, const KvScales& scales);
+
+}  // namespace moeserve::cuda
