@@ -41,6 +41,7 @@
 #include "runner/cuda/blas.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "runner/cuda/cuda_runner.h"
+#include "runner/cuda/tensor_parallel_cuda_runner.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -56,7 +57,9 @@ struct Row {
 
 // profile: the timed steps run between cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off).
 // per_sequence > 1: a verify step of speculative decoding (per_sequence causal tokens, as many logits rows).
-Row time_decode(cuda::CudaRunner& runner, int batch, int per_sequence, int context, int steps, bool profile) {
+// Runner: a CudaRunner, or a TensorParallelCudaRunner (--tensor-parallel-size), which offer the same benchmark calls.
+template <typename Runner>
+Row time_decode(Runner& runner, int batch, int per_sequence, int context, int steps, bool profile) {
   const ModelConfig& c = runner.config();
   const int block_size = 16, groups = kv_groups_of(c).num_groups();
   const int blocks_each = (context + steps + 2 + per_sequence + block_size - 1) / block_size;
@@ -103,7 +106,8 @@ Row time_decode(cuda::CudaRunner& runner, int batch, int per_sequence, int conte
   return row;
 }
 
-Row time_prefill(cuda::CudaRunner& runner, int prompts, int length) {
+template <typename Runner>
+Row time_prefill(Runner& runner, int prompts, int length) {
   const ModelConfig& c = runner.config();
   const int block_size = 16, groups = kv_groups_of(c).num_groups();
   const int blocks_each = (length + block_size - 1) / block_size;
@@ -403,6 +407,11 @@ int run(int argc, char** argv) {
   app.add_option("--json", json_path, "write the figures here");
   std::string moe_path_table;
   app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
+  int tensor_parallel_size = 1;
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
+                 "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   cudaDeviceProp prop{};
@@ -414,16 +423,30 @@ int run(int argc, char** argv) {
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
   runner_options.moe_path_table = moe_path_table;
+  runner_options.tensor_parallel_size = tensor_parallel_size;
   std::shared_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, runner_options);
-  auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
-  fmt::print("{}: weights {:.1f} GB on the device, made in {:.1f} s\n", shape, runner.weight_bytes() / 1e9,
+  auto* single = dynamic_cast<cuda::CudaRunner*>(owned.get());
+  auto* split = dynamic_cast<cuda::TensorParallelCudaRunner*>(owned.get());
+  MOESERVE_CHECK(single != nullptr || split != nullptr, "cuda_bench: a {} runner", owned->name());
+  auto decode_row = [&](int batch, int per_sequence, bool prof) {
+    return single ? time_decode(*single, batch, per_sequence, context, steps, prof)
+                  : time_decode(*split, batch, per_sequence, context, steps, prof);
+  };
+  auto prefill_row = [&](int prompts, int length) {
+    return single ? time_prefill(*single, prompts, length) : time_prefill(*split, prompts, length);
+  };
+  // With N GPUs the floors are N times one GPU's: an upper bound, since each GPU also reads the whole embedding and
+  // unembedding.
+  const double gpus = tensor_parallel_size;
+  fmt::print("{}: weights {:.1f} GB on {} device(s), made in {:.1f} s\n", shape,
+             (single ? single->weight_bytes() : split->weight_bytes()) / 1e9, tensor_parallel_size,
              seconds_since(made));
-  const ModelConfig& c = runner.config();
+  const ModelConfig& c = owned->config();
 
   std::vector<Row> rows;
   for (int b : batches) {
-    Row row = time_decode(runner, b, 1, context, steps, profile);
-    row.roofline_tokens_per_s = b / (decode_bytes(c, b, context) / ceilings.copy_bytes_per_s);
+    Row row = decode_row(b, 1, profile);
+    row.roofline_tokens_per_s = gpus * b / (decode_bytes(c, b, context) / ceilings.copy_bytes_per_s);
     fmt::print("  {}: {:.1f} tok/s ({:.2f} ms/step)\n", row.what, row.tokens_per_s, row.step_ms);
     rows.push_back(row);
   }
@@ -432,9 +455,8 @@ int run(int argc, char** argv) {
     const auto x = p.find('x');
     MOESERVE_CHECK(x != std::string::npos, "--prefill {}: PROMPTSxLENGTH", p);
     const int prompts = std::stoi(p.substr(0, x)), length = std::stoi(p.substr(x + 1));
-    Row row = time_prefill(runner, prompts, length);
-    row.roofline_tokens_per_s =
-        static_cast<double>(prompts) * length / (prefill_flops(c, prompts, length) / ceilings.bf16_flops_per_s);
+    Row row = prefill_row(prompts, length);
+    row.roofline_tokens_per_s = gpus * prompts * length / (prefill_flops(c, prompts, length) / ceilings.bf16_flops_per_s);
     fmt::print("  {}: {:.0f} tok/s ({:.1f} ms)\n", row.what, row.tokens_per_s, row.step_ms);
     rows.push_back(row);
   }
@@ -442,11 +464,11 @@ int run(int argc, char** argv) {
   // Speculative decoding: verify steps beside one-token decode steps at the same batch.
   std::vector<std::string> spec_lines;
   for (int b : verify_tokens.empty() ? std::vector<int>{} : spec_batches) {
-    const Row decode = time_decode(runner, b, 1, context, steps, false);
+    const Row decode = decode_row(b, 1, false);
     const double draft_ms = eagle3_draft_step_bytes(c) / ceilings.copy_bytes_per_s * 1e3;
     for (int t : verify_tokens) {
-      Row row = time_decode(runner, b, t, context, steps, false);
-      row.roofline_tokens_per_s = b * t / (step_bytes(c, b, b * t, context) / ceilings.copy_bytes_per_s);
+      Row row = decode_row(b, t, false);
+      row.roofline_tokens_per_s = gpus * b * t / (step_bytes(c, b, b * t, context) / ceilings.copy_bytes_per_s);
       fmt::print("  {}: {:.2f} ms/step, {:.2f}x the decode step\n", row.what, row.step_ms, row.step_ms / decode.step_ms);
       const int k = t - 1;
       std::string line = fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.0f} |", b, k, decode.step_ms,
@@ -470,7 +492,7 @@ int run(int argc, char** argv) {
     // prompts one prefill; both at the rates modelled above.
     const double decode_s = r.output_tokens * decode_bytes(c, 256, 5000 + 625) / 256 / ceilings.copy_bytes_per_s;
     const double prefill_s = prefill_flops(c, 1, 5000) / 5000 * r.input_tokens / ceilings.bf16_flops_per_s;
-    row.roofline_tokens_per_s = r.output_tokens / (decode_s + prefill_s);
+    row.roofline_tokens_per_s = gpus * r.output_tokens / (decode_s + prefill_s);
     row.note = fmt::format("{} in / {} out tokens; {}", r.input_tokens, r.output_tokens, r.capacity);
     fmt::print("  {}: {:.0f} output tok/s over {:.1f} s\n", row.what, row.tokens_per_s, r.seconds);
     rows.push_back(row);
@@ -532,6 +554,7 @@ int run(int argc, char** argv) {
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
+                         {"tensor_parallel_size", tensor_parallel_size},
                          {"rows", nlohmann::json::array()}};
   fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
   for (const Row& r : rows) {

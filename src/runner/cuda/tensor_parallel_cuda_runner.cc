@@ -58,6 +58,16 @@ void TensorParallelCudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   on_every_rank([&](int r) { ranks_[r]->allocate_kv_cache(layout); });
 }
 
+void TensorParallelCudaRunner::fill_kv_cache_random(uint64_t seed) {
+  on_every_rank([&](int r) { ranks_[r]->fill_kv_cache_random(seed); });
+}
+
+size_t TensorParallelCudaRunner::weight_bytes() const {
+  size_t bytes = 0;
+  for (const auto& rank : ranks_) bytes += rank->weight_bytes();
+  return bytes;
+}
+
 void TensorParallelCudaRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_tables,
                                              std::span<const KvSlotMove> moves) {
   on_every_rank([&](int r) { ranks_[r]->move_kv_slots(block_tables, moves); });

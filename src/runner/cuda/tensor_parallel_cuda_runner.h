@@ -38,6 +38,10 @@ class TensorParallelCudaRunner : public ModelRunner {
 
   int size() const { return static_cast<int>(ranks_.size()); }
   CudaRunner& rank(int r) { return *ranks_.at(r); }
+  // CudaRunner's benchmark calls: random KV contents on every rank, the weights of all ranks, rank 0's MoE path.
+  void fill_kv_cache_random(uint64_t seed);
+  size_t weight_bytes() const;
+  std::string moe_path_name(int tokens) const { return ranks_.front()->moe_path_name(tokens); }
 
  private:
   // body(r) with rank r's device current, for every rank at once.
