@@ -29,7 +29,9 @@ sizes=(1)
 for n in ${SIZES:-2 4 8}; do [ "$n" -le "$gpus" ] && sizes+=("$n"); done
 
 if [[ " $STAGES " == *" tests "* ]]; then
-  "$BIN/tests/runner/cuda/runner_cuda_test" --gtest_filter='NcclGroup*:*TensorParallelCuda*' \
+  test_bin=$BIN/runner_cuda_test  # a carried, flat bin/ holds it beside moeserve
+  [ -x "$test_bin" ] || test_bin=$BIN/tests/runner/cuda/runner_cuda_test
+  "$test_bin" --gtest_filter='NcclGroup*:*TensorParallelCuda*' \
     > "$OUT/parallel/tests.log" 2>&1
   echo "tests: exit $?" >> "$OUT/parallel/runs.txt"
 fi
