@@ -87,7 +87,6 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   const ParallelConfig parallel{args.tensor_parallel_size, args.enable_expert_parallel};
   MOESERVE_CHECK(!parallel.expert_parallel || parallel.tensor_parallel_size > 1,
                  "--enable-expert-parallel places experts over the ranks of --tensor-parallel-size: give a size above 1");
-  const bool split = parallel.tensor_parallel_size > 1;
   cuda.tensor_parallel_size = parallel.tensor_parallel_size;
   cuda.expert_parallel = parallel.expert_parallel;
   OpenedRunner opened;
@@ -104,10 +103,8 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
     MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
                    "(--device cpu)", args.model);
-    MOESERVE_CHECK(!split, "{} is a DeepSeek-V3 checkpoint, which runs on one rank so far (drop "
-                   "--tensor-parallel-size)", args.model);
     opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
-    opened.runner = std::make_unique<DeepseekV3CpuRunner>(opened.deepseek, args.threads);
+    opened.runner = make_deepseek_cpu_runner(opened.deepseek, parallel, args.threads);
     return opened;
   }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));

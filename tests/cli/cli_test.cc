@@ -266,6 +266,21 @@ TEST(TensorParallelCli, SplitRunsGenerateTheSameTokensAsOneRank) {
   EXPECT_EQ(last_line(many.output), last_line(one.output));
 }
 
+TEST(TensorParallelCli, DeepseekSplitsByExpertsAndGivesTheSameTokens) {
+  const std::string dir = testing::temp_dir("deepseek-ep") + "/model";
+  const auto made = moeserve("make-tiny --family deepseek-v3 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string base = "generate " + dir + " --tokens 1,2,3,4 --max-tokens 12 --temperature 0 --ignore-eos";
+  const auto one = moeserve(base);
+  const auto many = moeserve(base + " --tensor-parallel-size 2 --enable-expert-parallel");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_EQ(last_line(many.output), last_line(one.output));
+  const auto heads = moeserve(base + " --tensor-parallel-size 2");
+  EXPECT_EQ(heads.exit_code, 1);
+  EXPECT_THAT(heads.output, HasSubstr("split by experts only so far: add --enable-expert-parallel"));
+}
+
 TEST(TensorParallelCli, SplitsTheModelCannotTakeFailAtStart) {
   const std::string base = "generate " + testing::tiny_model() + " --tokens 1,2 --max-tokens 1 ";
   // The CUDA runner's split is checked the same way, before any device is opened.

@@ -13,6 +13,7 @@
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cpu/tensor_parallel_runner.h"
 #include "runner/sequence_step.h"
+#include "runner/split_compare.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -65,26 +66,6 @@ struct Runners {
   }
 };
 
-ForwardOutput run(ModelRunner& runner, const ForwardBatch& batch) {
-  ForwardOutput out;
-  runner.forward(batch, out);
-  return out;
-}
-
-// Largest |a - b| over the logits, and the largest |a|.
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  float diff = 0.0f, scale = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(a[i]));
-  }
-  // fp32 sums in another order through 4 layers: measured at most 1e-5 on logits of 9-15 (about 1e-6 of the
-  // largest, a few ulps); the bound leaves 20 times that. A rank's missing or doubled bias moves them by units.
-  EXPECT_LE(diff, 2e-5f * scale + 1e-5f) << what << ": logits differ by " << diff << " (largest " << scale << ")";
-  EXPECT_GT(scale, 0.0f) << what;
-}
-
 class TensorParallel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallel, LogitsMatchOneRankWithinRounding) {
@@ -100,11 +81,11 @@ TEST_P(TensorParallel, LogitsMatchOneRankWithinRounding) {
   prefill.sequences.push_back(testing::sequence_step(prompt_a, 0, a.tables, 3));
   prefill.sequences.push_back(testing::sequence_step(prompt_b, 0, b.tables, 1));
   prefill.capture_layers = {0, 3};
-  const ForwardOutput one = run(r.single, prefill), many = run(r.parallel, prefill);
-  expect_close(one.logits, many.logits, "prefill");
+  const ForwardOutput one = testing::run_step(r.single, prefill), many = testing::run_step(r.parallel, prefill);
+  testing::expect_split_logits_close(one.logits, many.logits, "prefill");
   ASSERT_EQ(one.logits.size(), 4u * vocab);
   ASSERT_EQ(many.captured.size(), 2u);
-  expect_close(one.captured[1], many.captured[1], "residual after the last layer");
+  testing::expect_split_logits_close(one.captured[1], many.captured[1], "residual after the last layer");
 
   // Decode steps of both sequences, then a tree step on the first and its accepted path committed.
   std::vector<int32_t> next_a{5}, next_b{6};
@@ -112,14 +93,14 @@ TEST_P(TensorParallel, LogitsMatchOneRankWithinRounding) {
     ForwardBatch decode;
     decode.sequences.push_back(testing::sequence_step(next_a, 45 + step, a.tables, 1));
     decode.sequences.push_back(testing::sequence_step(next_b, 19 + step, b.tables, 1));
-    expect_close(run(r.single, decode).logits, run(r.parallel, decode).logits, "decode " + std::to_string(step));
+    testing::expect_split_logits_close(testing::run_step(r.single, decode).logits, testing::run_step(r.parallel, decode).logits, "decode " + std::to_string(step));
   }
   const std::vector<int32_t> tree_tokens{7, 11, 12, 13, 14};
   const std::vector<int32_t> parent{-1, 0, 0, 1, 1};
   ForwardBatch tree;
   tree.sequences.push_back(testing::sequence_step(tree_tokens, 48, a.tables, 5));
   tree.sequences[0].tree_parent = parent;
-  expect_close(run(r.single, tree).logits, run(r.parallel, tree).logits, "tree step");
+  testing::expect_split_logits_close(testing::run_step(r.single, tree).logits, testing::run_step(r.parallel, tree).logits, "tree step");
   std::vector<std::span<const int32_t>> tables(a.tables.begin(), a.tables.end());
   const std::vector<KvSlotMove> moves{{48 + 1, 49}, {48 + 3, 50}};
   r.single.move_kv_slots(tables, moves);
@@ -127,7 +108,7 @@ TEST_P(TensorParallel, LogitsMatchOneRankWithinRounding) {
   std::vector<int32_t> after{21};
   ForwardBatch next;
   next.sequences.push_back(testing::sequence_step(after, 51, a.tables, 1));
-  expect_close(run(r.single, next).logits, run(r.parallel, next).logits, "after the committed path");
+  testing::expect_split_logits_close(testing::run_step(r.single, next).logits, testing::run_step(r.parallel, next).logits, "after the committed path");
 }
 
 TEST_P(TensorParallel, GreedyContinuationsEqualWithoutGatheringLogits) {
@@ -146,7 +127,7 @@ TEST_P(TensorParallel, GreedyContinuationsEqualWithoutGatheringLogits) {
       batch.return_logits = false;
       batch.sequences.push_back(testing::sequence_step(fresh, start, s.tables, 1));
       batch.sequences[0].sampling = &greedy;
-      const ForwardOutput o = run(runner, batch);
+      const ForwardOutput o = testing::run_step(runner, batch);
       EXPECT_TRUE(o.logits.empty());
       start = static_cast<int32_t>(context.size());
       context.push_back(o.sampled.at(0));
@@ -170,7 +151,7 @@ TEST_P(TensorParallel, LogprobsAndSeededSamplingGoThroughWholeRows) {
   batch.sequences.push_back(testing::sequence_step(prompt, 0, s.tables, 1));
   batch.sequences[0].sampling = &seeded;
   batch.sequences[0].top_logprobs = 5;
-  const ForwardOutput one = run(r.single, batch), many = run(r.parallel, batch);
+  const ForwardOutput one = testing::run_step(r.single, batch), many = testing::run_step(r.parallel, batch);
   ASSERT_EQ(many.logprobs.size(), 1u);
   EXPECT_EQ(one.sampled, many.sampled);
   ASSERT_EQ(one.logprobs[0].top.size(), many.logprobs[0].top.size());
@@ -197,7 +178,7 @@ TEST_P(TensorParallel, ABadStepFailsAndTheRunnerGoesOn) {
   const std::vector<int32_t> good{1, 2, 3};
   ForwardBatch fine;
   fine.sequences.push_back(testing::sequence_step(good, 0, s.tables, 1));
-  expect_close(run(r.single, fine).logits, run(r.parallel, fine).logits, "after the failed step");
+  testing::expect_split_logits_close(testing::run_step(r.single, fine).logits, testing::run_step(r.parallel, fine).logits, "after the failed step");
 }
 
 TEST_P(TensorParallel, KvBlocksHoldEveryRanksSlice) {

@@ -18,7 +18,7 @@ void mlp(ThreadPool& pool, const deepseek_v3::Mlp& m, const float* x, int64_t T,
 }
 
 void feed_forward(ThreadPool& pool, const deepseek_v3::Config& c, const deepseek_v3::Layer& layer, const float* x,
-                  int64_t T, float* out) {
+                  int64_t T, float* out, const ExpertShare& share) {
   if (!layer.moe) return mlp(pool, layer.dense, x, T, out);
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -34,7 +34,8 @@ void feed_forward(ThreadPool& pool, const deepseek_v3::Config& c, const deepseek
   std::vector<std::vector<int64_t>> assigned(E);
   for (int64_t i = 0; i < T * K; ++i) assigned[chosen[i]].push_back(i);
   std::vector<float> expert_out(T * K * H), gathered, y;
-  for (int e = 0; e < E; ++e) {
+  const int first = std::max(share.first_expert, 0), end = std::min(share.end_expert, E);
+  for (int e = first; e < end; ++e) {
     const auto& slots = assigned[e];
     const int64_t n = static_cast<int64_t>(slots.size());
     if (n == 0) continue;
@@ -47,11 +48,12 @@ void feed_forward(ThreadPool& pool, const deepseek_v3::Config& c, const deepseek
   std::fill(out, out + T * H, 0.0f);
   for (int64_t t = 0; t < T; ++t)
     for (int j = 0; j < K; ++j) {
+      if (chosen[t * K + j] < first || chosen[t * K + j] >= end) continue;
       const float w = weights[t * K + j];
       const float* expert = expert_out.data() + (t * K + j) * H;
       for (int64_t i = 0; i < H; ++i) out[t * H + i] += expert[i] * w;
     }
-  if (!layer.shared) return;
+  if (!layer.shared || !share.shared) return;
   std::vector<float> shared(T * H);
   mlp(pool, *layer.shared, x, T, shared.data());
   for (int64_t i = 0; i < T * H; ++i) out[i] += shared[i];

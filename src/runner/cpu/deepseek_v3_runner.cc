@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "runner/cpu/deepseek_v3_ffn.h"
 #include "runner/cpu/ops.h"
 #include "runner/cpu/step_tokens.h"
+#include "runner/cpu/tensor_parallel_runner.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -15,6 +15,15 @@ DeepseekV3CpuRunner::DeepseekV3CpuRunner(std::shared_ptr<const deepseek_v3::Chec
       engine_config_(checkpoint_->config().engine_view()),
       pool_(threads),
       attention_(checkpoint_->config(), form) {}
+
+DeepseekV3CpuRunner::DeepseekV3CpuRunner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint, size_t threads,
+                                         Communicator& communicator)
+    : DeepseekV3CpuRunner(std::move(checkpoint), threads) {
+  const IndexRange experts =
+      split_range(checkpoint_->config().n_routed_experts, communicator.size(), communicator.rank());
+  communicator_ = &communicator;
+  share_ = {static_cast<int>(experts.begin), static_cast<int>(experts.end), communicator.rank() == 0};
+}
 
 size_t DeepseekV3CpuRunner::kv_block_bytes(int block_size) const {
   // One KV group of every layer, one latent of latent_width() floats a token a layer (engine_view's kv_tensors 1).
@@ -89,7 +98,8 @@ void DeepseekV3CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& outp
     attention_.forward(pool_, l.attention, normed.data(), queries, key_sets, delta.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += delta[i];
     cpu::rms_norm(x.data(), l.post_attention_norm.data(), T, H, c.rms_norm_eps, normed.data());
-    cpu::feed_forward(pool_, c, l, normed.data(), T, delta.data());
+    cpu::feed_forward(pool_, c, l, normed.data(), T, delta.data(), share_);
+    if (communicator_ != nullptr && l.moe) communicator_->all_reduce_sum(delta);
     for (int64_t i = 0; i < T * H; ++i) x[i] += delta[i];
     for (size_t j = 0; j < batch.capture_layers.size(); ++j)
       if (batch.capture_layers[j] == layer) output.captured[j] = x;
@@ -104,6 +114,22 @@ void DeepseekV3CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& outp
   cpu::linear(pool_, normed.data(), R, w.lm_head, nullptr, output.logits.data());
   cpu::sample_logit_rows(step, c.vocab_size, output);
   if (!batch.return_logits) output.logits.clear();
+}
+
+std::unique_ptr<ModelRunner> make_deepseek_cpu_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
+                                                      const ParallelConfig& parallel, size_t threads) {
+  const int n = parallel.tensor_parallel_size;
+  if (n == 1 && !parallel.expert_parallel) return std::make_unique<DeepseekV3CpuRunner>(std::move(checkpoint), threads);
+  MOESERVE_CHECK(parallel.expert_parallel,
+                 "DeepSeek-V3 models split by experts only so far: add --enable-expert-parallel to "
+                 "--tensor-parallel-size {}", n);
+  MOESERVE_CHECK(n > 1, "--enable-expert-parallel places experts over the ranks of --tensor-parallel-size: give a "
+                 "size above 1");
+  const int experts = checkpoint->config().n_routed_experts;
+  MOESERVE_CHECK(experts >= n, "{} routed experts cannot be placed over {} expert-parallel ranks", experts, n);
+  return std::make_unique<TensorParallelCpuRunner>(n, threads, [&](int, Communicator& communicator, size_t per_rank) {
+    return std::make_unique<DeepseekV3CpuRunner>(checkpoint, per_rank, communicator);
+  });
 }
 
 }  // namespace moeserve

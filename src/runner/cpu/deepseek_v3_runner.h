@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "model/deepseek_v3/checkpoint.h"
+#include "runner/cpu/deepseek_v3_ffn.h"
 #include "runner/cpu/mla.h"
+#include "runner/parallel/communicator.h"
 #include "runner/runner.h"
 #include "util/thread_pool.h"
 
@@ -23,6 +25,11 @@ class DeepseekV3CpuRunner : public ModelRunner {
   // within fp32 rounding; absorbed reads only the cached latents, naive expands keys and values as transformers).
   DeepseekV3CpuRunner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint, size_t threads = 0,
                       cpu::MlaForm form = cpu::MlaForm::absorbed);
+  // One rank of an expert-parallel group (--enable-expert-parallel, the layout SGLang and TensorRT-LLM serve R1
+  // with): attention and the dense layers whole on every rank, each MoE layer's routed experts split into
+  // contiguous shares (split_range), the shared expert on rank 0, the MoE output summed over the ranks.
+  DeepseekV3CpuRunner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint, size_t threads,
+                      Communicator& communicator);
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return engine_config_; }
@@ -40,10 +47,17 @@ class DeepseekV3CpuRunner : public ModelRunner {
 
   std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint_;
   ModelConfig engine_config_;
+  Communicator* communicator_ = nullptr;  // null alone
+  cpu::ExpertShare share_;                // this rank's routed experts and whether it runs the shared one
   ThreadPool pool_;
   cpu::MlaAttention attention_;
   KvCacheLayout layout_;
   std::vector<float> kv_cache_;  // [num_blocks, num_layers, block_size, latent_width]
 };
+
+// The DeepSeek CPU runner for --tensor-parallel-size N --enable-expert-parallel: N expert-parallel ranks
+// (TensorParallelCpuRunner), or one runner when N is 1. DeepSeek splits by experts only so far.
+std::unique_ptr<ModelRunner> make_deepseek_cpu_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
+                                                      const ParallelConfig& parallel, size_t threads);
 
 }  // namespace moeserve

@@ -17,17 +17,19 @@ size_t threads_per_rank(size_t threads, int ranks) {
 
 }  // namespace
 
+TensorParallelCpuRunner::TensorParallelCpuRunner(int ranks, size_t threads, const RankMaker& make_rank)
+    : group_(ranks), rank_threads_(static_cast<size_t>(ranks)) {
+  const size_t per_rank = threads_per_rank(threads, ranks);
+  for (int r = 0; r < ranks; ++r) ranks_.push_back(make_rank(r, group_.rank(r), per_rank));
+}
+
 TensorParallelCpuRunner::TensorParallelCpuRunner(std::shared_ptr<const Checkpoint> checkpoint,
                                                  const ParallelConfig& parallel, size_t threads)
-    : checkpoint_(std::move(checkpoint)),
-      group_(parallel.tensor_parallel_size),
-      rank_threads_(static_cast<size_t>(parallel.tensor_parallel_size)) {
-  check_parallel_config(checkpoint_->config(), parallel);
-  const size_t per_rank = threads_per_rank(threads, parallel.tensor_parallel_size);
-  for (int r = 0; r < parallel.tensor_parallel_size; ++r)
-    ranks_.push_back(std::make_unique<CpuRunner>(checkpoint_, per_rank, rank_shard(checkpoint_->config(), parallel, r),
-                                                 &group_.rank(r)));
-}
+    : TensorParallelCpuRunner(parallel.tensor_parallel_size, threads,
+                              [&](int r, Communicator& communicator, size_t per_rank) {
+                                return std::make_unique<CpuRunner>(
+                                    checkpoint, per_rank, rank_shard(checkpoint->config(), parallel, r), &communicator);
+                              }) {}
 
 size_t TensorParallelCpuRunner::kv_block_bytes(int block_size) const {
   size_t bytes = 0;
