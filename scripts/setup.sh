@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libboost-dev
           libboost-system-dev libssl-dev libthrift-dev libsnappy-dev libzstd-dev googletest libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev python3 chromium)
+          libbenchmark-dev zlib1g-dev python3 chromium haproxy)
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 

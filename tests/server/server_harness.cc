@@ -1,6 +1,7 @@
 #include "server/server_harness.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,56 +73,68 @@ void expect_error(const HttpResult& r, unsigned status, const std::string& fragm
   }
 }
 
-ServeProcess::ServeProcess(const std::vector<std::string>& arguments)
-    : log_path_(temp_dir("serve") + "/serve.log") {
-  std::vector<std::string> argv = {MOESERVE_BINARY, "serve", "--port", "0"};
-  argv.insert(argv.end(), arguments.begin(), arguments.end());
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log_path) : log_path_(log_path) {
   pid_ = fork();
   if (pid_ == 0) {
-    if (freopen(log_path_.c_str(), "w", stderr) == nullptr) _exit(126);
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that crashes leaves no server behind
+    if (freopen(log_path_.c_str(), "w", stderr) == nullptr || dup2(fileno(stderr), STDOUT_FILENO) < 0) _exit(126);
+    std::vector<std::string> copy = argv;
     std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
+    for (auto& arg : copy) args.push_back(arg.data());
     args.push_back(nullptr);
-    execv(MOESERVE_BINARY, args.data());
+    execv(args[0], args.data());
     _exit(127);
   }
-  for (int i = 0; i < 1200 && port_ == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const std::string text = log();
-    const auto at = text.find("on http://127.0.0.1:");
-    if (at != std::string::npos) port_ = static_cast<uint16_t>(std::stoi(text.substr(at + 20)));
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      exited_ = true;
-      break;
-    }
-  }
-  // The port is bound before the model loads: ready once /health answers 200.
-  for (int i = 0; i < 1200 && port_ != 0 && !exited_; ++i) {
-    if (http_request(port_, "GET", "/health").status == 200) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) exited_ = true;
-  }
-  port_ = 0;
 }
 
-ServeProcess::~ServeProcess() {
-  if (pid_ > 0 && !exited_) {
-    kill(pid_, SIGKILL);
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && running()) {
+    kill(-pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
 }
 
-std::string ServeProcess::log() const {
+std::string ChildProcess::log() const {
   std::ifstream in(log_path_);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-int ServeProcess::terminate_and_wait() {
-  kill(pid_, SIGTERM);
+bool ChildProcess::running() {
   int status = 0;
-  waitpid(pid_, &status, 0);
-  exited_ = true;
-  return status;
+  if (!status_ && waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+  return !status_;
 }
+
+std::optional<int> ChildProcess::signal_and_wait(int signal, std::chrono::milliseconds timeout) {
+  if (!running()) return status_;
+  kill(pid_, signal);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return status_;
+}
+
+ServeProcess::ServeProcess(const std::vector<std::string>& arguments)
+    : process_([&] {
+        std::vector<std::string> argv = {MOESERVE_BINARY, "serve", "--port", "0"};
+        argv.insert(argv.end(), arguments.begin(), arguments.end());
+        return argv;
+      }(), temp_dir("serve") + "/serve.log") {
+  for (int i = 0; i < 1200 && port_ == 0 && process_.running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string text = log();
+    const auto at = text.find("on http://127.0.0.1:");
+    if (at != std::string::npos) port_ = static_cast<uint16_t>(std::stoi(text.substr(at + 20)));
+  }
+  // The port is bound before the model loads: ready once /health answers 200.
+  for (int i = 0; i < 1200 && port_ != 0 && process_.running(); ++i) {
+    if (http_request(port_, "GET", "/health").status == 200) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  port_ = 0;
+}
+
+int ServeProcess::terminate_and_wait(int signal) { return process_.signal_and_wait(signal).value_or(-1); }
 
 }  // namespace moeserve::testing

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,23 +48,42 @@ struct ServerHarness {
 // given).
 void expect_error(const HttpResult& r, unsigned status, const std::string& fragment, const std::string& param = {});
 
-// `moeserve serve` as a child process with stderr in a log file; the port is read from its start-up line.
-class ServeProcess {
+// A program run as a child process in a process group of its own, its stdout and stderr in a log file. Killed
+// with its group (SIGKILL) at destruction if it is still running.
+class ChildProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& arguments);
-  ~ServeProcess();  // kills the process if it is still running
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
-  uint16_t port() const { return port_; }  // 0: it did not start or did not become ready
   std::string log() const;
-  // Sends SIGTERM and waits for the exit; the exit status as waitpid reports it.
-  int terminate_and_wait();
+  bool running();  // false once it has exited
+  // Sends `signal` and waits at most `timeout` for the exit: the status as waitpid reports it, or none.
+  std::optional<int> signal_and_wait(int signal, std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
  private:
   pid_t pid_ = -1;
-  uint16_t port_ = 0;
   std::string log_path_;
-  bool exited_ = false;
+  std::optional<int> status_;
+};
+
+// `moeserve serve` as a child process; the port is read from its start-up line.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& arguments);
+
+  pid_t pid() const { return process_.pid(); }
+  uint16_t port() const { return port_; }  // 0: it did not start or did not become ready
+  std::string log() const { return process_.log(); }
+  // Sends `signal` and waits for the exit; the exit status as waitpid reports it (-1: still running after the
+  // default wait of ChildProcess::signal_and_wait).
+  int terminate_and_wait(int signal = SIGTERM);
+
+ private:
+  ChildProcess process_;
+  uint16_t port_ = 0;
 };
 
 }  // namespace moeserve::testing
