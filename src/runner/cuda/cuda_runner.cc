@@ -79,6 +79,7 @@ void check_allowed_tokens(const SequenceStep& step, int vocab) {
 }  // namespace
 
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
+  MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   StepMetadata scratch;
   scratch.build(batch, config_, groups_, layout_, 0, padding_block_,
                 precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
