@@ -263,10 +263,13 @@ void OpenAiServer::render_and_submit(const std::string& path, const HttpRequest&
 
 void OpenAiServer::shutdown() {
   if (draining_.exchange(true)) return;
-  http_.stop_accepting();
+  // While the requests in flight finish, the listener stays open: new requests and /health answer 503, so a load
+  // balancer takes this replica out and sends them elsewhere (HAProxy retries a 503), where closing it at once would
+  // reset the connections already waiting in the kernel's backlog, requests no balancer may safely send again.
   // Requests still queued for rendering answer 503 (draining); those rendering finish and reach the engine.
   render_pool_.stop();
   if (const auto engine = engine_.load()) engine->drain(options_.drain_timeout);
+  http_.stop_accepting();
   // Every request has delivered its final event; give their last bytes a moment to reach the sockets.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (http_.open_connections() > 0 && std::chrono::steady_clock::now() < deadline)

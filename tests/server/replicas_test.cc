@@ -244,9 +244,9 @@ class Replicas : public ::testing::Test {
   }
   bool marked_down(const std::string& name) { return haproxy_->log().find(name + " is DOWN") != std::string::npos; }
 
-  // New requests, sent at once after `gone` stopped listening, all succeed on `survivor`. `gone` has the fewest
-  // connections, so leastconn picks it until its health checks fail: its port refuses the connection, and HAProxy
-  // retries the request on the survivor.
+  // New requests, sent at once after `gone` stopped taking them, all succeed on `survivor`. `gone` has the fewest
+  // connections, so leastconn picks it until its health checks fail: its port refuses the connection (killed) or
+  // it answers 503 (draining), and HAProxy retries the request on the survivor.
   void expect_new_requests_go_to(const std::string& survivor, const std::string& gone) {
     const bool down_before = marked_down(gone);
     for (int i = 0; i < 4; ++i) {
@@ -273,8 +273,13 @@ TEST_F(Replicas, RequestsThroughTheProxyReachBothReplicasAndStreamsPassThroughAs
     served_by.insert(r.headers["x-moeserve-replica"]);
   }
   EXPECT_EQ(served_by, (std::set<std::string>{"replica1", "replica2"}));
-  const double first = metric(replicas_[0]->port(), kCompletionsServed);
-  const double second = metric(replicas_[1]->port(), kCompletionsServed);
+  // A replica counts a request once its response is written, which may be just after the client has read it.
+  double first = 0, second = 0;
+  EXPECT_TRUE(eventually([&] {
+    first = metric(replicas_[0]->port(), kCompletionsServed);
+    second = metric(replicas_[1]->port(), kCompletionsServed);
+    return first + second >= 4;
+  }, 10s));
   EXPECT_GE(first, 1);
   EXPECT_GE(second, 1);
   EXPECT_EQ(first + second, 4);
@@ -298,8 +303,9 @@ TEST_F(Replicas, BenchAtTheProxyGivesAValidRun) {
   const json result = json::parse(read_text_file(dir + "/moeserve_result.json"));
   EXPECT_EQ(result["validity"], "VALID") << result["reasons"].dump();
   // Offline issues every query at once: leastconn spreads them over both replicas.
-  EXPECT_GE(metric(replicas_[0]->port(), kCompletionsServed), 1);
-  EXPECT_GE(metric(replicas_[1]->port(), kCompletionsServed), 1);
+  EXPECT_TRUE(eventually([&] {
+    return metric(replicas_[0]->port(), kCompletionsServed) >= 1 && metric(replicas_[1]->port(), kCompletionsServed) >= 1;
+  }, 10s));
 }
 
 TEST_F(Replicas, AKilledReplicaLosesOnlyItsInFlightRequestsAndNewOnesGoToTheOther) {
@@ -362,6 +368,9 @@ TEST_F(Replicas, ASigtermedReplicaFinishesItsStreamsWhileNewRequestsGoToTheOther
                                        ? std::pair{streams_on.begin()->first, streams_on.rbegin()->first}
                                        : std::pair{streams_on.rbegin()->first, streams_on.begin()->first};
   ASSERT_EQ(kill(replica(stopped).pid(), SIGTERM), 0);
+  // Draining: the replica still listens, and answers /health (and new requests) with 503.
+  EXPECT_TRUE(eventually([&] { return testing::http_request(replica(stopped).port(), "GET", "/health").status == 503; },
+                         10s));
   expect_new_requests_go_to(survivor, stopped);
   for (auto& stream : streams) expect_whole_stream(stream->finish(), kTokens);
   const int status = replica(stopped).terminate_and_wait();
