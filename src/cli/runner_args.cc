@@ -85,8 +85,7 @@ OpenedRunner open_runner(const RunnerArgs& args) {
                  "--kv-cache-dtype {} needs --device cuda: the CPU runner keeps an f32 KV cache (use auto)",
                  args.kv_cache_dtype);
   const ParallelConfig parallel{args.tensor_parallel_size, args.enable_expert_parallel};
-  MOESERVE_CHECK(!parallel.expert_parallel || parallel.tensor_parallel_size > 1,
-                 "--enable-expert-parallel places experts over the ranks of --tensor-parallel-size: give a size above 1");
+  check_parallel_size(parallel);  // before any model or device is opened
   cuda.tensor_parallel_size = parallel.tensor_parallel_size;
   cuda.expert_parallel = parallel.expert_parallel;
   OpenedRunner opened;

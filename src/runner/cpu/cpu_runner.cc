@@ -57,23 +57,21 @@ float* CpuRunner::kv_slot(int layer, std::span<const std::span<const int32_t>> b
   const int32_t block = table[logical];
   MOESERVE_CHECK(block >= 0 && block < layout_.num_blocks, "KV block {} for slot {} is not in the pool of {}", block,
                  slot, layout_.num_blocks);
-  const int64_t kv_dim = kv_dim_;
   const int64_t offset =
       (((static_cast<int64_t>(block) * max_layers_per_group_ + groups_.slot_of_layer[layer]) * 2 + kv) *
            layout_.block_size +
        slot % layout_.block_size) *
-      kv_dim;
+      kv_dim_;
   return kv_cache_.data() + offset;
 }
 
 void CpuRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) {
   MOESERVE_CHECK(static_cast<int>(block_tables.size()) == groups_.num_groups(), "{} block tables for {} KV groups",
                  block_tables.size(), groups_.num_groups());
-  const int64_t kv_dim = kv_dim_;
   for (const KvSlotMove& move : moves)
     for (int layer = 0; layer < config().num_layers; ++layer)
       for (int kv = 0; kv < 2; ++kv)
-        std::copy_n(kv_slot(layer, block_tables, move.from, kv), kv_dim, kv_slot(layer, block_tables, move.to, kv));
+        std::copy_n(kv_slot(layer, block_tables, move.from, kv), kv_dim_, kv_slot(layer, block_tables, move.to, kv));
 }
 
 void CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {

@@ -5,6 +5,7 @@
 #include "runner/cpu/ops.h"
 #include "runner/cpu/step_tokens.h"
 #include "runner/cpu/tensor_parallel_runner.h"
+#include "runner/parallel/rank_shard.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -118,13 +119,12 @@ void DeepseekV3CpuRunner::forward(const ForwardBatch& batch, ForwardOutput& outp
 
 std::unique_ptr<ModelRunner> make_deepseek_cpu_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
                                                       const ParallelConfig& parallel, size_t threads) {
+  check_parallel_size(parallel);
   const int n = parallel.tensor_parallel_size;
-  if (n == 1 && !parallel.expert_parallel) return std::make_unique<DeepseekV3CpuRunner>(std::move(checkpoint), threads);
+  if (n == 1) return std::make_unique<DeepseekV3CpuRunner>(std::move(checkpoint), threads);
   MOESERVE_CHECK(parallel.expert_parallel,
                  "DeepSeek-V3 models split by experts only so far: add --enable-expert-parallel to "
                  "--tensor-parallel-size {}", n);
-  MOESERVE_CHECK(n > 1, "--enable-expert-parallel places experts over the ranks of --tensor-parallel-size: give a "
-                 "size above 1");
   const int experts = checkpoint->config().n_routed_experts;
   MOESERVE_CHECK(experts >= n, "{} routed experts cannot be placed over {} expert-parallel ranks", experts, n);
   return std::make_unique<TensorParallelCpuRunner>(n, threads, [&](int, Communicator& communicator, size_t per_rank) {

@@ -8,14 +8,6 @@
 
 namespace moeserve {
 
-IndexRange split_range(int64_t total, int parts, int index) {
-  MOESERVE_CHECK(parts > 0 && index >= 0 && index < parts && total >= 0, "piece {} of {} pieces of {} items", index,
-                 parts, total);
-  const int64_t base = total / parts, longer = total % parts;
-  const int64_t begin = index * base + std::min<int64_t>(index, longer);
-  return {begin, begin + base + (index < longer ? 1 : 0)};
-}
-
 class InProcessGroup::Rank : public Communicator {
  public:
   Rank(InProcessGroup& group, int rank) : group_(group), rank_(rank) {}

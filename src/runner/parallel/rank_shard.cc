@@ -1,5 +1,7 @@
 #include "runner/parallel/rank_shard.h"
 
+#include <algorithm>
+
 #include "model/mxfp4.h"
 #include "util/error.h"
 
@@ -10,11 +12,24 @@ namespace {
 constexpr int kMaxRanks = 64;
 }  // namespace
 
-void check_parallel_config(const ModelConfig& config, const ParallelConfig& parallel) {
+IndexRange split_range(int64_t total, int parts, int index) {
+  MOESERVE_CHECK(parts > 0 && index >= 0 && index < parts && total >= 0, "piece {} of {} pieces of {} items", index,
+                 parts, total);
+  const int64_t base = total / parts, longer = total % parts;
+  const int64_t begin = index * base + std::min<int64_t>(index, longer);
+  return {begin, begin + base + (index < longer ? 1 : 0)};
+}
+
+void check_parallel_size(const ParallelConfig& parallel) {
   const int n = parallel.tensor_parallel_size;
   MOESERVE_CHECK(n >= 1 && n <= kMaxRanks, "--tensor-parallel-size {} is outside [1, {}]", n, kMaxRanks);
   MOESERVE_CHECK(!parallel.expert_parallel || n > 1,
                  "--enable-expert-parallel places experts over the --tensor-parallel-size ranks: give a size above 1");
+}
+
+void check_parallel_config(const ModelConfig& config, const ParallelConfig& parallel) {
+  check_parallel_size(parallel);
+  const int n = parallel.tensor_parallel_size;
   MOESERVE_CHECK(config.num_kv_heads % n == 0,
                  "Total number of key-value heads ({}) must be divisible by tensor parallel size ({})",
                  config.num_kv_heads, n);

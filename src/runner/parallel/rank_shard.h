@@ -34,6 +34,8 @@ struct RankShard {
 // device from whole rows).
 ModelConfig rank_model_config(const ModelConfig& config, const RankShard& shard);
 
+// Fails, naming the flag, for a size outside [1, 64] or expert parallelism over one rank (any model family).
+void check_parallel_size(const ParallelConfig& parallel);
 // Fails, naming the flag and the model's dimension, when the model does not split over the ranks as asked.
 void check_parallel_config(const ModelConfig& config, const ParallelConfig& parallel);
 RankShard rank_shard(const ModelConfig& config, const ParallelConfig& parallel, int rank);
