@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <mutex>
 
 #include "runner/cuda/kv_dtype.cuh"
 
@@ -384,11 +383,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(Attention
 template <typename KvElem, int kPerKv>
 auto* kernel_for() {
   auto* kernel = attention_decode_kernel<KvElem, kPerKv>;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    MOESERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<KvElem>()));
-  });
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes<KvElem>());
   return kernel;
 }
 

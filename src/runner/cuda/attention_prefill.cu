@@ -33,7 +33,6 @@
 // head_dim must be 64; G = 1, 2, 4 or 8. CPU reference: cpu::attend_one_head per (token, head).
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 
 #include "runner/cuda/kv_dtype.cuh"
 #include "runner/cuda/sm90.cuh"
@@ -429,10 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(Attentio
 template <typename KvElem, int kPerKv, bool kTree>
 auto* kernel_for() {
   auto* kernel = attention_prefill_kernel<KvElem, kPerKv, kTree>;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<KvElem>()));
-  });
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes<KvElem>());
   return kernel;
 }
 

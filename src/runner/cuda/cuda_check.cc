@@ -1,5 +1,9 @@
 #include "runner/cuda/cuda_check.h"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "runner/cuda/device_diagnosis.h"
 #include "util/error.h"
 
@@ -23,6 +27,18 @@ void select_cuda_device(int device) {
   const std::string reason = cuda_unavailable_reason(probe, device);
   if (!reason.empty()) fail("{}", reason);
   MOESERVE_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void allow_dynamic_shared_memory(const void* kernel, int bytes) {
+  int device = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> bytes set
+  std::lock_guard lock(mutex);
+  int& set = allowed[{kernel, device}];
+  if (set >= bytes) return;
+  MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  set = bytes;
 }
 
 }  // namespace moeserve::cuda

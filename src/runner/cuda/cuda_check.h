@@ -16,6 +16,11 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
 // older than the runtime, no such device.
 void select_cuda_device(int device);
 
+// Lets `kernel` (a __global__ function) launch with up to `bytes` of dynamic shared memory on the current device.
+// The attribute belongs to the function in the current device's context, so it is set once per kernel and device
+// (a once-per-process flag left every device but the first at the 48 KiB default: launches there failed).
+void allow_dynamic_shared_memory(const void* kernel, int bytes);
+
 }  // namespace moeserve::cuda
 
 #define MOESERVE_CUDA_CHECK(call) ::moeserve::cuda::check_cuda((call), #call, __FILE__, __LINE__)

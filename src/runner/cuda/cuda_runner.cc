@@ -171,6 +171,7 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
   grow(expert_weights_, T * K * 4);
   grow(moe_act_, T * K * I * A);
   grow(moe_y_, T * K * H * 4);
+  grow(moe_out_, communicator_ != nullptr ? T * H * 4 : 0);
   const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
   grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
                                               : attention_decode_partial_floats(decode_units, plan.splits) * 4);
@@ -228,14 +229,22 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   const MoeRouting routing = moe_.routing();
   const int rows_per_tile = moe_rows_per_tile(plan.moe);
   const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
+  // Alone, the next residual add + RMSNorm combines the experts' rows into the residual stream. In a group, a rank's
+  // rows are partial sums over its slice of the intermediate dimension, in its own grouped order: the grouping takes
+  // rows by atomics (moe_grouping.cu), so row r holds different (token, slot) pairs on different ranks and the rows
+  // cannot be summed across ranks as they are. Each rank combines its own rows per token into moe_out_, the ranks
+  // sum those [T, H] sums (as the CPU ranks do), and the residual add takes the sum as a dense delta.
+  const bool split = communicator_ != nullptr;
+  const float* moe_delta = split ? moe_out_.as<float>() : nullptr;
+  const ExpertCombine* moe_combine = split ? nullptr : &combine;
 
   timer_.mark(stream_, KernelClass::embedding);
   launch_embedding(stream_, weights_.dense, weights_.embedding, H, step.token_ids, T, x);
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const DeviceLayer& w = weights_.layers[layer];
     timer_.mark(stream_, KernelClass::norm);
-    launch_add_rms_norm(stream_, precision_, x, nullptr, layer == 0 ? nullptr : &combine, w.attn_norm, T, H, eps,
-                        normed_.get());
+    launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : moe_delta, layer == 0 ? nullptr : moe_combine,
+                        w.attn_norm, T, H, eps, normed_.get());
     if (layer > 0) capture(layer - 1);
     timer_.mark(stream_, KernelClass::qkv_projection);
     project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
@@ -298,13 +307,14 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.swiglu = false;
     timer_.mark(stream_, KernelClass::expert_mlp2);
     launch_moe_path(stream_, plan.moe, precision_, mlp2);
-    if (communicator_ != nullptr) {  // each (token, slot) row's partial sums over the intermediate slices
+    if (split) {  // each token's combined partial sums over the intermediate slices (see moe_delta above)
+      launch_moe_combine(stream_, combine, T, H, moe_out_.as<float>());
       timer_.mark(stream_, KernelClass::collective);
-      communicator_->all_reduce_sum({moe_y_.as<float>(), static_cast<size_t>(T) * k * H});
+      communicator_->all_reduce_sum({moe_out_.as<float>(), static_cast<size_t>(T) * H});
     }
   }
   timer_.mark(stream_, KernelClass::norm);
-  launch_add_rms_norm(stream_, precision_, x, nullptr, &combine, weights_.final_norm, T, H, eps, normed_.get());
+  launch_add_rms_norm(stream_, precision_, x, moe_delta, moe_combine, weights_.final_norm, T, H, eps, normed_.get());
   capture(c.num_layers - 1);
   timer_.mark(stream_, KernelClass::unembedding);
   launch_gather_rows(stream_, precision_, normed_.get(), H, meta.logits_rows(meta_device_.as<int32_t>()), R,

@@ -58,8 +58,9 @@ class CudaRunner : public ModelRunner {
   std::vector<int32_t> last_layer_expert_rows();
 
   // Makes this runner one rank of a tensor-parallel group (tensor_parallel_cuda_runner.h): its config and weights
-  // are the rank's slice, and every step sums the attention output and the experts' outputs with the other ranks
-  // through `communicator`, on stream(), before their residual adds. The collectives are captured with the rest.
+  // are the rank's slice, and every step sums the attention output and the experts' outputs (each rank's combined
+  // per token first: its grouped rows are in an order of its own) with the other ranks through `communicator`, on
+  // stream(), before their residual adds. The collectives are captured with the rest.
   void join_group(Communicator* communicator);
   // Fails as forward() would on a malformed step, without running it.
   void check_batch(const ForwardBatch& batch) const;
@@ -124,6 +125,7 @@ class CudaRunner : public ModelRunner {
   // Activations of the step in flight (capacity grows; a reallocation drops the captured graphs).
   DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
       partial_, logits_in_, logits_, sampled_;
+  DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches
   MoeBuffers moe_;
   SampleRow* sample_staging_ = nullptr;  // pinned host copy of the step's sample rows

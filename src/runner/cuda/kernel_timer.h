@@ -15,7 +15,7 @@ namespace moeserve::cuda {
 
 enum class KernelClass {
   embedding,
-  norm,              // residual add + RMSNorm (the MoE combine is fused in)
+  norm,              // residual add + RMSNorm (the MoE combine fused in; a tensor-parallel rank's: expert_mlp2)
   qkv_projection,    // dense GEMM / GEMV
   rope_kv_write,
   attention_prefill,

@@ -96,6 +96,9 @@ struct ExpertCombine {
 // x += delta (when set) or the expert combine (when set); out = x / sqrt(mean(x^2) + eps) * scale.
 void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
                          const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out);
+// out[T, H] = the expert combine alone (the same sums launch_add_rms_norm adds): a tensor-parallel rank combines its
+// own rows, whose grouped order is its own, before the ranks sum the results.
+void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out);
 
 // ---- rope.cu: YaRN RoPE on q and k, k and v written into the paged cache -----------------------------------------
 struct RopeParams {

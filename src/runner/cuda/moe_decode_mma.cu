@@ -236,12 +236,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
 template <bool kSwiglu, int kNTiles>
 void launch_kernel(cudaStream_t stream, const MoeGemmParams& p) {
   constexpr int bytes = Layout<kNTiles>::kSharedBytes;
-  static const bool allowed = [] {
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_mma_kernel<kSwiglu, kNTiles>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
-  }();
-  (void)allowed;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles>), bytes);
   // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past *num_tiles return at once).
   const MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
   moe_decode_mma_kernel<kSwiglu, kNTiles><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);

@@ -2,7 +2,8 @@
 // read once for all its tokens. A one-block scan turns the router's per-expert counts into row offsets and a
 // list of row tiles (the expert GEMMs' work list, sized on the device so a graph replays any routing); then
 // every pair takes a row of its expert by an atomic (one launch for both when the step is decode-sized). The order of rows inside an expert varies between runs,
-// but every row is computed on its own and the combine reads rows by (token, slot), so results do not.
+// but every row is computed on its own and the combine reads rows by (token, slot), so results do not. Rows of two
+// groupings (two tensor-parallel ranks) do not match by index, though: each rank combines its own (cuda_runner.cc).
 // CPU reference: the grouping in CpuRunner::moe_layer.
 #include <algorithm>
 

@@ -120,14 +120,11 @@ void launch_checked(const char* kernel, const MoeGemmParams& p, Launch&& launch)
     launch(std::false_type{});
 }
 
-// Lets kernel kKernel use `bytes` of dynamic shared memory: once per kernel and process.
+// Lets kernel kKernel use `bytes` of dynamic shared memory on the current device (cuda_check.h: once per kernel
+// and device).
 template <auto kKernel>
 void allow_dynamic_shared_memory(int bytes) {
-  static const bool allowed = [bytes] {
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
-  }();
-  (void)allowed;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kKernel), bytes);
 }
 
 // ---- cp.async --------------------------------------------------------------------------------------------------------

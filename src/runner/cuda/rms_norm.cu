@@ -1,6 +1,7 @@
 // Residual add fused with RMSNorm: x += delta (the attention projection) or x += the weighted sum of the token's
 // expert outputs (the MoE combine), then out = x / sqrt(mean(x^2) + eps) * scale in fp32, written in the
-// precision of the next matrix product. One block per token.
+// precision of the next matrix product. One block per token. The combine alone (launch_moe_combine) is a
+// tensor-parallel rank's: it sums its own rows per token before the ranks sum those sums.
 // CPU reference: cpu::rms_norm, and CpuRunner's residual adds (the combine sums slots in order, then adds).
 #include <algorithm>
 
@@ -26,6 +27,17 @@ __device__ __forceinline__ void store4(bf16* out, float a, float b, float c, flo
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
 }
 
+// The weighted sum of token t's expert outputs, float4 i of its row: the slots in order, from zero.
+__device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine, int64_t t, int i, int H) {
+  float4 combined = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int k = 0; k < combine.top_k; ++k) {
+    const int64_t slot = t * combine.top_k + k;
+    const float4 y = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(combine.slot_row[slot]) * H)[i];
+    combined = combined + scaled(y, combine.weights[slot]);
+  }
+  return combined;
+}
+
 template <typename Out, Delta kDelta>
 __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
                                     float eps, Out* out) {
@@ -40,15 +52,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine 
     if (i >= vectors) break;
     float4 a = row[i];
     if constexpr (kDelta == Delta::dense) a = a + reinterpret_cast<const float4*>(delta + t * H)[i];
-    if constexpr (kDelta == Delta::experts) {
-      float4 combined = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int k = 0; k < combine.top_k; ++k) {
-        const int64_t slot = t * combine.top_k + k;
-        const float4 y = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(combine.slot_row[slot]) * H)[i];
-        combined = combined + scaled(y, combine.weights[slot]);
-      }
-      a = a + combined;
-    }
+    if constexpr (kDelta == Delta::experts) a = a + combined_experts(combine, t, i, H);
     if constexpr (kDelta != Delta::none) row[i] = a;
     sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     v[j] = a;
@@ -65,13 +69,20 @@ __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine 
   }
 }
 
+__global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
+  const int64_t t = blockIdx.x;
+  float4* row = reinterpret_cast<float4*>(out + t * H);
+  for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts(combine, t, i, H);
+}
+
+int threads_for(int H) { return std::clamp((H / 4 + 31) / 32 * 32, 32, 1024); }
+
 template <typename Out>
 void launch_typed(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine, const float* scale,
                   int T, int H, float eps, Out* out) {
   const ExpertCombine none{};
-  const int vectors = H / 4;
   // One float4 per thread up to 1024 threads, then up to kMaxVectors each.
-  const int threads = std::clamp((vectors + 31) / 32 * 32, 32, 1024);
+  const int threads = threads_for(H);
   if (delta != nullptr)
     add_rms_norm_kernel<Out, Delta::dense><<<T, threads, 0, stream>>>(x, delta, none, scale, H, eps, out);
   else if (combine != nullptr)
@@ -91,6 +102,13 @@ void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, cons
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<bf16*>(out));
   else
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<float*>(out));
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out) {
+  if (T == 0) return;
+  if (H % 4 != 0) fail_cuda("moe_combine", "hidden size must be a multiple of 4", __FILE__, __LINE__);
+  moe_combine_kernel<<<T, threads_for(H), 0, stream>>>(combine, H, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 // The row-wise CUDA kernels against the CPU reference operations (runner/cpu/ops.h), on fresh random inputs:
-// residual add + RMSNorm (plain, dense delta, expert combine), the cuBLASLt projections, YaRN RoPE with the KV
-// write, the router's top-k, the embedding gather and greedy argmax. Bounds are on ||out - ref|| / ||ref||.
+// residual add + RMSNorm (plain, dense delta, expert combine), the combine alone, the cuBLASLt projections, YaRN
+// RoPE with the KV write, the router's top-k, the embedding gather and greedy argmax. Bounds are on ||out - ref|| / ||ref||.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,6 +72,27 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
     expect_error_within(label("rms_norm " + mode_name[mode]),
                         relative_error(download_as(precision(), out_d.get(), T * H), ref), rounding_bound());
   }
+}
+
+// The combine alone (a tensor-parallel rank's, summed over the ranks afterwards): the same sums the fused one adds.
+TEST(CudaKernelsExact, MoeCombineMatchesCpu) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 7u);
+  const int T = 9, H = 2880, k = 4;
+  const auto y = random_floats(rng, T * k * H);
+  std::vector<int32_t> slot_row(T * k);
+  std::iota(slot_row.begin(), slot_row.end(), 0);
+  std::shuffle(slot_row.begin(), slot_row.end(), rng);
+  const auto weights = random_floats(rng, T * k, 0.25f, 0.1f);
+  DeviceBuffer y_d = cuda::to_device(y), slot_d = cuda::to_device(slot_row), weights_d = cuda::to_device(weights),
+               out_d(T * H * 4);
+  const cuda::ExpertCombine combine{y_d.as<float>(), slot_d.as<int32_t>(), weights_d.as<float>(), k};
+  cuda::launch_moe_combine(nullptr, combine, T, H, out_d.as<float>());
+  std::vector<float> ref(T * H, 0.0f);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j)
+      for (int i = 0; i < H; ++i) ref[t * H + i] += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
+  expect_error_within("moe_combine", relative_error(cuda::to_host<float>(out_d.get(), T * H), ref), 1e-6);
 }
 
 TEST_P(CudaKernels, LinearMatchesCpu) {
