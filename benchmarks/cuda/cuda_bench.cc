@@ -412,6 +412,9 @@ int run(int argc, char** argv) {
                  "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  bool expert_parallel = false;
+  app.add_flag("--enable-expert-parallel", expert_parallel,
+               "whole experts a GPU instead of each expert split (moeserve's flag; needs --tensor-parallel-size > 1)");
   CLI11_PARSE(app, argc, argv);
 
   cudaDeviceProp prop{};
@@ -424,6 +427,7 @@ int run(int argc, char** argv) {
   runner_options.cuda_graphs = !no_graphs;
   runner_options.moe_path_table = moe_path_table;
   runner_options.tensor_parallel_size = tensor_parallel_size;
+  runner_options.expert_parallel = expert_parallel;
   std::shared_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, runner_options);
   auto* single = dynamic_cast<cuda::CudaRunner*>(owned.get());
   auto* split = dynamic_cast<cuda::TensorParallelCudaRunner*>(owned.get());
@@ -555,6 +559,7 @@ int run(int argc, char** argv) {
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"tensor_parallel_size", tensor_parallel_size},
+                         {"expert_parallel", expert_parallel},
                          {"rows", nlohmann::json::array()}};
   fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
   for (const Row& r : rows) {

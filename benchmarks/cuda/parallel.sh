@@ -5,6 +5,7 @@
 #   2. cuda_bench on the synthetic gpt-oss-120b at --tensor-parallel-size 1 and each N in SIZES that the host has:
 #      decode at batch 1 / 8 / 64 @ 2k, beside N times one GPU's byte floor (an upper bound: every GPU also reads
 #      the whole embedding and unembedding);
+#      and with --enable-expert-parallel (whole experts a GPU) at each N > 1, to say which layout wins where;
 #   3. moeserve bench Offline at 1,000 / 1,000 at the largest N, tokens/s per GPU against one GPU's.
 # Logs and JSONs under $OUT/parallel (tarred); a table printed last. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #   SIZES ("2 4 8")  OFFLINE_SAMPLES (1,000 / 1,000 samples, 1024)  STAGES ("tests cuda_bench offline")
@@ -41,6 +42,12 @@ if [[ " $STAGES " == *" cuda_bench "* ]]; then
     "$BIN/cuda_bench" --synthetic gpt-oss-120b --tensor-parallel-size "$n" --decode-batches 1,8,64 --prefill 1x8192 \
       --json "$OUT/parallel/cuda-bench-tp$n.json" > "$OUT/parallel/cuda-bench-tp$n.log" 2>&1
     echo "cuda_bench tp$n: exit $?" >> "$OUT/parallel/runs.txt"
+    [ "$n" -gt 1 ] || continue
+    # The other layout at the same size: whole experts a GPU (attention still split), to say which wins where.
+    "$BIN/cuda_bench" --synthetic gpt-oss-120b --tensor-parallel-size "$n" --enable-expert-parallel \
+      --decode-batches 1,8,64 --prefill 1x8192 --json "$OUT/parallel/cuda-bench-ep$n.json" \
+      > "$OUT/parallel/cuda-bench-ep$n.log" 2>&1
+    echo "cuda_bench ep$n: exit $?" >> "$OUT/parallel/runs.txt"
   done
 fi
 
@@ -63,5 +70,7 @@ grep -h "PASSED\|FAILED" "$OUT/parallel/tests.log" 2>/dev/null | tail -3
 for n in "${sizes[@]}"; do
   echo "--- tensor parallel $n"
   grep -h "^| decode\|^| prefill" "$OUT/parallel/cuda-bench-tp$n.log" 2>/dev/null
+  [ -f "$OUT/parallel/cuda-bench-ep$n.log" ] && echo "--- expert parallel $n" &&
+    grep -h "^| decode\|^| prefill" "$OUT/parallel/cuda-bench-ep$n.log"
 done
 grep -h "Tokens per second\|Result is" "$OUT"/parallel/offline-*/mlperf_log_summary.txt 2>/dev/null

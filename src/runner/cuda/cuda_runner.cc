@@ -59,6 +59,10 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   MOESERVE_CHECK(c.num_experts <= kMaxExperts && c.experts_per_token <= kMaxTopK,
                  "CUDA runner: {} experts, top-{} (at most {} and top-{})", c.num_experts, c.experts_per_token,
                  kMaxExperts, kMaxTopK);
+  local_experts_ = options.local_experts > 0 ? options.local_experts : c.num_experts;
+  MOESERVE_CHECK(options.first_expert >= 0 && options.first_expert + local_experts_ <= c.num_experts,
+                 "CUDA runner: experts {}..{} of {}", options.first_expert, options.first_expert + local_experts_ - 1,
+                 c.num_experts);
   if (kv_scales_.k.empty()) kv_scales_ = KvScales::ones(c.num_layers);
   MOESERVE_CHECK(static_cast<int>(kv_scales_.k.size()) == c.num_layers && kv_scales_.v.size() == kv_scales_.k.size(),
                  "CUDA runner: {} K and {} V scales for {} layers", kv_scales_.k.size(), kv_scales_.v.size(),
@@ -158,7 +162,7 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
   const ModelConfig& c = config_;
   const size_t T = plan.tokens, A = element_bytes(precision_), H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(),
                E = c.num_experts, K = c.experts_per_token, I = c.intermediate_size, R = meta.rows().size();
-  bool moved = moe_.grow(plan.tokens, c.experts_per_token, c.num_experts);
+  bool moved = moe_.grow(plan.tokens, c.experts_per_token, local_experts_, options_.first_expert, c.num_experts);
   auto grow = [&](DeviceBuffer& buffer, size_t bytes) { moved |= buffer.grow(std::max<size_t>(bytes, 16)); };
   grow(x_, T * H * 4);
   grow(normed_, T * H * A);
@@ -456,7 +460,7 @@ void CudaRunner::finish_logprobs(const RowWork& work, int64_t rows, ForwardOutpu
 }
 
 std::vector<int32_t> CudaRunner::last_layer_expert_rows() {
-  const int E = config_.num_experts;
+  const int E = local_experts_;  // this runner's experts (an expert-parallel rank's share)
   std::vector<int32_t> offsets(E + 1);
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(offsets.data(), moe_.routing().expert_offsets, (E + 1) * sizeof(int32_t),
                                       cudaMemcpyDeviceToHost, stream_));
@@ -556,7 +560,8 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
       const cpu::RankWeights slice(checkpoint->weights(), checkpoint->config(), shard, cpu::Vocabulary::whole);
       return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision,
                                          fmt::format("{} (rank {} of {})", checkpoint->directory(), shard.rank,
-                                                     shard.size));
+                                                     shard.size),
+                                         static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
     };
     return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), parallel,
                                                   local_gpus(parallel.tensor_parallel_size), upload_slice, precision,
@@ -580,8 +585,8 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
     // tensors every rank holds whole (embedding, router, unembedding) come out the same on every rank, since each
     // tensor's values depend on its key (its place in the list) and its size only, so the ranks route alike.
     const ParallelConfig parallel{options.tensor_parallel_size, options.expert_parallel};
-    auto random_slice = [&](const ModelConfig& rank_config, const RankShard&) {
-      return cuda::DeviceWeights::synthetic(rank_config, seed, precision, skew);
+    auto random_slice = [&](const ModelConfig& rank_config, const RankShard& shard) {
+      return cuda::DeviceWeights::synthetic(rank_config, seed, precision, skew, static_cast<int>(shard.experts.size()));
     };
     return cuda::make_tensor_parallel_cuda_runner(config, parallel, local_gpus(parallel.tensor_parallel_size),
                                                   random_slice, precision, options, {});

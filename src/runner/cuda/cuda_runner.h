@@ -108,6 +108,7 @@ class CudaRunner : public ModelRunner {
   KvGroups groups_;
   int max_layers_per_group_ = 0;
   int multiprocessors_ = 0;
+  int local_experts_ = 0;  // the experts this runner's weights hold, from options_.first_expert (all unless expert parallel)
   cudaStream_t stream_ = nullptr;
   Blas blas_;
   DeviceBuffer inv_freq_;

@@ -29,7 +29,10 @@ struct CudaRunnerOptions {
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
   // (tensor_parallel_cuda_runner.h).
   int tensor_parallel_size = 1;
-  bool expert_parallel = false;  // --enable-expert-parallel: not built on the GPU yet (fails saying so)
+  bool expert_parallel = false;  // --enable-expert-parallel: each GPU holds whole experts, its share of them
+  // Set by the expert-parallel split for one rank (tensor_parallel_cuda_runner.cc): the model's experts
+  // [first_expert, first_expert + local_experts) are the ones its weights hold; 0: all of them.
+  int first_expert = 0, local_experts = 0;
 };
 
 // The router skew a --synthetic-router value names (0 for "uniform"); fails on anything else.

@@ -76,7 +76,7 @@ DeviceWeights DeviceWeights::upload(const Checkpoint& checkpoint, Precision dens
 }
 
 DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w, Precision dense,
-                                    const std::string& source) {
+                                    const std::string& source, int first_expert, int local_experts) {
   MOESERVE_CHECK(!w.layers.empty() && w.layers.front().mlp1.format == ExpertFormat::mxfp4,
                  "{}: the CUDA runner needs MXFP4 experts (this checkpoint stores them dense)", source);
   DeviceWeights d;
@@ -93,15 +93,22 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
   };
   DeviceBuffer max_scale(sizeof(int32_t));
   auto put_experts = [&](const ExpertMatrix& m, const std::string& name) {
-    const int64_t blocks = m.num_experts * m.out_features * m.in_features / kMxfp4BlockSize;
+    const int64_t count = local_experts > 0 ? local_experts : m.num_experts;
+    MOESERVE_CHECK(first_expert >= 0 && first_expert + count <= m.num_experts &&
+                       m.bias.size() == static_cast<size_t>(m.num_experts * m.out_features),
+                   "{}: experts {}..{} of {} in {}", source, first_expert, first_expert + count - 1, m.num_experts, name);
+    const int64_t per_expert = m.out_features * m.in_features / kMxfp4BlockSize;  // blocks of one expert
+    const int64_t blocks = count * per_expert;
     ExpertWeightsView e;
     e.out_features = m.out_features;
     e.in_features = m.in_features;
-    auto* block_bytes = static_cast<uint8_t*>(put(m.blocks, blocks * kMxfp4BlockBytes));
+    auto* block_bytes =
+        static_cast<uint8_t*>(put(m.blocks + first_expert * per_expert * kMxfp4BlockBytes, blocks * kMxfp4BlockBytes));
     launch_mxfp4_pack(nullptr, block_bytes, blocks * kMxfp4BlockBytes);  // the kernels' order (moe_layout.h)
     e.blocks = block_bytes;
-    e.scales = static_cast<const uint8_t*>(put(m.scales, blocks));
-    e.bias = put_floats(m.bias);
+    e.scales = static_cast<const uint8_t*>(put(m.scales + first_expert * per_expert, blocks));
+    const auto bias_begin = m.bias.begin() + first_expert * m.out_features;
+    e.bias = put_floats(std::vector<float>(bias_begin, bias_begin + count * m.out_features));
     launch_max_byte(nullptr, e.scales, blocks, max_scale.as<int32_t>());
     const int32_t largest = to_host<int32_t>(max_scale.get(), 1)[0];
     MOESERVE_CHECK(largest <= 128, "{}: {} has an MXFP4 scale of 2^{}; the CUDA dequantiser handles up to 2^1",
@@ -136,7 +143,9 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
   return d;
 }
 
-DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense, double router_skew) {
+DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense, double router_skew,
+                                       int local_experts) {
+  const int64_t held = local_experts > 0 ? local_experts : c.num_experts;  // experts whose weights are made
   DeviceWeights d;
   d.dense = dense;
   uint64_t next_key = seed * 0x100000001b3ull + 1;
@@ -149,7 +158,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
   };
   auto vector = [&](int64_t n, float mean, float std) { return static_cast<const float*>(fill(Precision::f32, n, mean, std)); };
   auto experts = [&](int64_t out, int64_t in, int exponent) {
-    const int64_t blocks = static_cast<int64_t>(c.num_experts) * out * in / kMxfp4BlockSize;
+    const int64_t blocks = held * out * in / kMxfp4BlockSize;
     ExpertWeightsView e;
     e.out_features = out;
     e.in_features = in;
@@ -160,7 +169,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
     launch_fill_scales(nullptr, scale_bytes, blocks, next_key++, exponent);
     e.blocks = block_bytes;
     e.scales = scale_bytes;
-    e.bias = vector(c.num_experts * out, 0.0f, 0.5f);
+    e.bias = vector(held * out, 0.0f, 0.5f);
     return e;
   };
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size;

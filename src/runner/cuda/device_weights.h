@@ -35,13 +35,16 @@ class DeviceWeights {
  public:
   static DeviceWeights upload(const Checkpoint& checkpoint, Precision dense);
   // Weights of `config`'s shapes (a rank's slice of a checkpoint: runner/cpu/rank_weights.h); `source` names them
-  // in errors.
+  // in errors. Of the experts, only [first_expert, first_expert + local_experts) go up (an expert-parallel rank's
+  // share; local_experts 0: all).
   static DeviceWeights upload(const ModelConfig& config, const ModelWeights& weights, Precision dense,
-                              const std::string& source);
+                              const std::string& source, int first_expert = 0, int local_experts = 0);
   // Random weights of config's shapes with the magnitudes make-tiny uses, keyed by seed. router_skew > 0 makes
   // expert popularity Zipf-like: each layer's experts, in a random order r = 0, 1, ..., get router_skew * ln(1 / (r +
   // 1)) added to their router bias (0: the near-uniform routing of random weights).
-  static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense, double router_skew = 0);
+  // local_experts > 0: that many experts' weights (an expert-parallel rank's share), the router still over all.
+  static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense, double router_skew = 0,
+                                 int local_experts = 0);
 
   Precision dense = Precision::bf16;
   const void* embedding = nullptr;    // [vocab, hidden]

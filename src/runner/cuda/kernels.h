@@ -89,7 +89,7 @@ void launch_gather_rows(cudaStream_t stream, Precision type, const void* src, in
 // The MoE output folded into the residual: x[t] += sum_j weights[t, j] * y[slot_row[t, j]].
 struct ExpertCombine {
   const float* y = nullptr;           // [rows, H] expert outputs in grouped order
-  const int32_t* slot_row = nullptr;  // [T, top_k] row of y for each (token, slot)
+  const int32_t* slot_row = nullptr;  // [T, top_k] row of y for each (token, slot); -1: another rank's expert
   const float* weights = nullptr;     // [T, top_k]
   int top_k = 0;
 };
@@ -170,9 +170,15 @@ void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, 
                         float* weights, int32_t* expert_counts);
 
 // ---- moe_grouping.cu: (token, slot) pairs grouped by expert ----------------------------------------------------------
+// With expert parallelism a rank groups only the pairs routed to its own experts, global indices [first_expert,
+// first_expert + num_experts) of the router's router_experts; the other pairs get slot_row -1 (no row: the combine
+// skips them) and every index here (row_expert, tile_expert, offsets) is the rank's own, so the expert kernels read
+// its weights unchanged. Alone (first_expert 0, router_experts = num_experts) every pair has a row.
 struct MoeRouting {
   int num_experts = 0;
-  int32_t* expert_counts = nullptr;   // [E]
+  int first_expert = 0;
+  int router_experts = 0;             // the router's expert count (expert_counts' length); 0: num_experts
+  int32_t* expert_counts = nullptr;   // [router_experts] pairs per expert, as the router counts them
   int32_t* expert_offsets = nullptr;  // [E + 1] first grouped row of each expert
   int32_t* expert_fill = nullptr;     // [E] scratch
   int32_t* row_token = nullptr;       // [T * k] token of each grouped row

@@ -20,13 +20,14 @@ constexpr int kExpertsPerLane = kMaxExperts / 32;
 // Also zeroes the counts it read, so the next layer's router starts from zero without a memset.
 __device__ void scan_experts(int rows_per_tile, const MoeRouting& r) {
   const int E = r.num_experts, lane = threadIdx.x;
+  int32_t* const counts_of = r.expert_counts + r.first_expert;  // this rank's experts' counts
   const int per_lane = (E + 31) / 32, first = lane * per_lane;
   int counts[kExpertsPerLane];
   int rows = 0, tiles = 0;
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) {
-    counts[i] = i < per_lane && first + i < E ? r.expert_counts[first + i] : 0;
-    if (i < per_lane && first + i < E) r.expert_counts[first + i] = 0;
+    counts[i] = i < per_lane && first + i < E ? counts_of[first + i] : 0;
+    if (i < per_lane && first + i < E) counts_of[first + i] = 0;
     rows += counts[i];
     tiles += (counts[i] + rows_per_tile - 1) / rows_per_tile;
   }
@@ -39,6 +40,10 @@ __device__ void scan_experts(int rows_per_tile, const MoeRouting& r) {
       tile_offset += tile_before;
     }
   }
+  // Other ranks' experts (expert parallelism): their counts are zeroed too, for the next layer's router.
+  const int router_experts = r.router_experts > 0 ? r.router_experts : E;
+  for (int e = lane; e < router_experts; e += 32)
+    if (e < r.first_expert || e >= r.first_expert + E) r.expert_counts[e] = 0;
   if (lane == 31) {
     r.expert_offsets[E] = row_offset;
     *r.num_tiles = tile_offset;
@@ -62,7 +67,11 @@ __device__ void scan_experts(int rows_per_tile, const MoeRouting& r) {
 __global__ void moe_scan_kernel(int rows_per_tile, MoeRouting r) { scan_experts(rows_per_tile, r); }
 
 __device__ void place_pair(const int32_t* experts, int i, int k, const MoeRouting& r) {
-  const int e = experts[i];
+  const int e = experts[i] - r.first_expert;
+  if (e < 0 || e >= r.num_experts) {  // another rank's expert
+    r.slot_row[i] = -1;
+    return;
+  }
   const int row = r.expert_offsets[e] + atomicAdd(&r.expert_fill[e], 1);
   r.row_token[row] = i / k;
   r.row_expert[row] = e;
@@ -88,7 +97,11 @@ __global__ void __launch_bounds__(kFusedPairs)
 
 void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
                             const MoeRouting& routing) {
-  if (routing.num_experts > kMaxExperts) fail_cuda("group_by_expert", "more than 256 experts", __FILE__, __LINE__);
+  if (routing.num_experts > kMaxExperts || routing.router_experts > kMaxExperts)
+    fail_cuda("group_by_expert", "more than 256 experts", __FILE__, __LINE__);
+  if (routing.first_expert < 0 ||
+      routing.first_expert + routing.num_experts > std::max(routing.router_experts, routing.num_experts))
+    fail_cuda("group_by_expert", "a rank's experts outside the router's", __FILE__, __LINE__);
   const int pairs = T * k;
   if (pairs <= kFusedPairs) {
     moe_group_small_kernel<<<1, std::max(32, (pairs + 31) / 32 * 32), 0, stream>>>(experts, pairs, k, rows_per_tile,

@@ -24,7 +24,8 @@ __global__ void moe_reference_kernel(MoeGemmParams p) {
   const int64_t N = p.w.out_features, K = p.w.in_features, blocks_per_row = K / 32;
   const int64_t outputs = kSwiglu ? N / 2 : N;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= outputs) return;
+  // The grid covers every pair; with expert parallelism only the rank's own are grouped, rows [0, offsets[E]).
+  if (j >= outputs || row >= p.routing.expert_offsets[p.routing.num_experts]) return;
   const int e = p.routing.row_expert[row];
   const Act* x = static_cast<const Act*>(p.x) + static_cast<int64_t>(p.x_row != nullptr ? p.x_row[row] : row) * K;
   auto output = [&](int64_t n) {

@@ -32,7 +32,9 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
   float4 combined = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int k = 0; k < combine.top_k; ++k) {
     const int64_t slot = t * combine.top_k + k;
-    const float4 y = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(combine.slot_row[slot]) * H)[i];
+    const int row = combine.slot_row[slot];
+    if (row < 0) continue;  // another expert-parallel rank's expert
+    const float4 y = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(row) * H)[i];
     combined = combined + scaled(y, combine.weights[slot]);
   }
   return combined;

@@ -87,9 +87,6 @@ std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
     const std::function<DeviceWeights(const ModelConfig&, const RankShard&)>& weights_of, Precision precision,
     const CudaRunnerOptions& options, const KvScales& scales) {
   check_parallel_config(config, parallel);
-  MOESERVE_CHECK(!parallel.expert_parallel,
-                 "--enable-expert-parallel with --device cuda: the CUDA runner splits experts by tensor parallelism "
-                 "only so far (drop --enable-expert-parallel)");
   MOESERVE_CHECK(group->size() == parallel.tensor_parallel_size, "--tensor-parallel-size {} over a group of {} GPUs",
                  parallel.tensor_parallel_size, group->size());
   std::vector<std::unique_ptr<CudaRunner>> ranks;
@@ -100,6 +97,8 @@ std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
     CudaRunnerOptions rank_options = options;
     rank_options.device = group->device(r);
     rank_options.cuda_graphs = options.cuda_graphs && group->graph_capturable();
+    rank_options.first_expert = static_cast<int>(shard.experts.begin);
+    rank_options.local_experts = static_cast<int>(shard.experts.size());
     auto rank = std::make_unique<CudaRunner>(rank_config, weights_of(rank_config, shard), precision, rank_options,
                                              scales);
     group->use_stream(r, rank->stream());

@@ -54,8 +54,8 @@ class TensorParallelCudaRunner : public ModelRunner {
 };
 
 // Builds the ranks of `group`: rank r's weights come from weights_of(rank config, shard) with rank r's device current
-// (an upload of its slice of a checkpoint, or synthetic weights of its shapes). Expert parallelism is not built on
-// the GPU yet.
+// (an upload of its slice of a checkpoint, or synthetic weights of its shapes). With expert parallelism a rank's
+// weights hold its share of the experts (shard.experts) and its runner groups only the pairs routed to them.
 std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
     const ModelConfig& config, const ParallelConfig& parallel, std::unique_ptr<DeviceRankGroup> group,
     const std::function<DeviceWeights(const ModelConfig&, const RankShard&)>& weights_of, Precision precision,

@@ -1,6 +1,7 @@
 // GPT-OSS split over ranks on the CUDA runner (tensor_parallel_cuda_runner.h) against the CPU runner, under the
 // bounds a single CUDA runner is held to: logits of batched and chunked prompts, greedy continuations equal in
-// fp32, and a malformed step refused before any rank starts, with the runner usable after it.
+// fp32, and a malformed step refused before any rank starts, with the runner usable after it; tensor parallel and
+// expert parallel (whole experts a rank, each grouping only the pairs routed to its own).
 // On one GPU the ranks share it through a host-side communicator (SameDeviceGroup below: the collectives are host
 // copies, so steps run without graphs); with two or more GPUs the product's NCCL group runs them, graphs included.
 #include <gtest/gtest.h>
@@ -87,15 +88,16 @@ std::shared_ptr<const Checkpoint> splittable_model() {
 }
 
 std::unique_ptr<ModelRunner> same_device_runner(std::shared_ptr<const Checkpoint> checkpoint, int ranks,
-                                                const std::string& precision_name) {
+                                                const std::string& precision_name, bool expert_parallel) {
   const cuda::Precision precision = precision_name == "f32" ? cuda::Precision::f32 : cuda::Precision::bf16;
   CudaRunnerOptions options;
   options.precision = precision_name;
   auto upload = [&](const ModelConfig& rank_config, const RankShard& shard) {
     const cpu::RankWeights slice(checkpoint->weights(), checkpoint->config(), shard, cpu::Vocabulary::whole);
-    return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision, "test rank");
+    return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision, "test rank",
+                                       static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
   };
-  return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), {ranks, false},
+  return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), {ranks, expert_parallel},
                                                 std::make_unique<SameDeviceGroup>(ranks), upload, precision, options,
                                                 {});
 }
@@ -115,6 +117,7 @@ void expect_greedy_equal(ModelRunner& cpu, ModelRunner& gpu, const std::string& 
 struct Split {
   int ranks;
   std::string precision;
+  bool expert_parallel = false;  // whole experts a rank (8 experts: 4 or 2 each), attention split as with TP
 };
 
 class TensorParallelCuda : public ::testing::TestWithParam<Split> {
@@ -123,10 +126,10 @@ class TensorParallelCuda : public ::testing::TestWithParam<Split> {
 };
 
 TEST_P(TensorParallelCuda, RanksSharingOneGpuMatchTheCpuRunner) {
-  const auto [ranks, precision] = GetParam();
+  const auto [ranks, precision, expert_parallel] = GetParam();
   auto checkpoint = splittable_model();
   CpuRunner cpu(checkpoint, 0);
-  auto gpu = same_device_runner(checkpoint, ranks, precision);
+  auto gpu = same_device_runner(checkpoint, ranks, precision, expert_parallel);
   const int vocab = checkpoint->config().vocab_size;
   const std::vector<std::vector<int32_t>> prompts = {testing::prompt(70, 1, vocab), testing::prompt(9, 2, vocab),
                                                      testing::prompt(33, 3, vocab)};
@@ -137,9 +140,9 @@ TEST_P(TensorParallelCuda, RanksSharingOneGpuMatchTheCpuRunner) {
 }
 
 TEST_P(TensorParallelCuda, AMalformedStepIsRefusedBeforeAnyRankRuns) {
-  const auto [ranks, precision] = GetParam();
+  const auto [ranks, precision, expert_parallel] = GetParam();
   auto checkpoint = splittable_model();
-  auto gpu = same_device_runner(checkpoint, ranks, precision);
+  auto gpu = same_device_runner(checkpoint, ranks, precision, expert_parallel);
   gpu->allocate_kv_cache({16, 8});
   const std::vector<std::vector<int32_t>> tables(kv_groups_of(checkpoint->config()).num_groups(), {0, 1});
   const std::vector<int32_t> bad{1, checkpoint->config().vocab_size};
@@ -154,9 +157,12 @@ TEST_P(TensorParallelCuda, AMalformedStepIsRefusedBeforeAnyRankRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, TensorParallelCuda,
-                         ::testing::Values(Split{2, "f32"}, Split{4, "f32"}, Split{2, "bf16"}, Split{4, "bf16"}),
+                         ::testing::Values(Split{2, "f32"}, Split{4, "f32"}, Split{2, "bf16"}, Split{4, "bf16"},
+                                           Split{2, "f32", true}, Split{4, "f32", true}, Split{2, "bf16", true},
+                                           Split{4, "bf16", true}),
                          [](const ::testing::TestParamInfo<Split>& info) {
-                           return "tp" + std::to_string(info.param.ranks) + "_" + info.param.precision;
+                           return std::string(info.param.expert_parallel ? "ep" : "tp") +
+                                  std::to_string(info.param.ranks) + "_" + info.param.precision;
                          });
 
 // The product's path: --tensor-parallel-size over the host's GPUs through NCCL, decode steps in CUDA graphs.
@@ -178,6 +184,11 @@ TEST(TensorParallelCudaNccl, SplitOverGpusMatchesTheCpuRunner) {
                              got = testing::run_prompts(*gpu, prompts, 5);
     testing::expect_logits_close("NCCL split logits", precision, got.batched, expected.batched, vocab);
     if (precision == "f32") expect_greedy_equal(cpu, *gpu, "NCCL split");
+    options.expert_parallel = true;  // whole experts a GPU
+    auto experts = make_cuda_runner(checkpoint, options);
+    const testing::AllLogits got_ep = testing::run_prompts(*experts, prompts, 5);
+    testing::expect_logits_close("NCCL expert-parallel logits", precision, got_ep.batched, expected.batched, vocab);
+    if (precision == "f32") expect_greedy_equal(cpu, *experts, "NCCL expert parallel");
   }
 }
 
