@@ -141,7 +141,8 @@ double cache_write_error(const MlaWidths& w, const MlaCase& mc, KvDtype dtype, s
   const auto kv_a = testing::random_floats(rng, static_cast<size_t>(step.T) * W, 0.0f, 2.0f);
   const auto norm_weight = testing::random_floats(rng, L, 1.0f, 0.3f);
   const auto inv_freq = config.rope_inverse_frequencies();
-  const float factor = config.rope_attention_factor();
+  // V3's attention factor is 1 (mscale = mscale_all_dim); 1.25 times it, so that a factor left out shows.
+  const float factor = 1.25f * config.rope_attention_factor();
   const size_t elem = cuda::kv_element_bytes(dtype);
   const size_t pool_bytes = step.num_blocks * cuda::mla_block_elements(shape) * elem;
   DeviceBuffer pool(pool_bytes), kv_a_d = cuda::to_device(kv_a), weight_d = cuda::to_device(norm_weight),
