@@ -12,10 +12,15 @@
 // (token, head, split) writes a partial (max, sum, output) and the merge kernel combines a token's splits:
 // o = sum_s 2^(m_s - m) O_s / sum_s 2^(m_s - m) l_s.
 //
+// What version 1 costs beyond the latent rows (batch 1 @ 2k on V3, 128 splits of 16 keys): each split block reads
+// the token's whole query (128 x 576 fp32, 295 KB: 38 MB from L2 in all) and writes a partial of 128 x 514 floats
+// (34 MB, read again by the merge), against 2.4 MB of latent rows; and its dot products are shared-memory bound
+// (a 32-bit row load and a broadcast 64-bit query load per 2 FMAs).
 // What a tensor-core version changes: scores and outputs are GEMMs of [heads, 576] x [576, keys] and
-// [heads, keys] x [keys, 512] per token (FlashMLA runs them on wgmma with the 128 heads as M); at V3's 128 heads a
-// decode token costs ~2.4 FLOP per cached byte of bf16, so CUDA-core fp32 (~60 TFLOP/s) is compute-bound where the
-// tensor cores are not.
+// [heads, keys] x [keys, 512] per token (FlashMLA runs them on wgmma with the heads as M). At V3's 128 heads a
+// decode token costs 2 x 128 x (576 + 512) FLOP per cached row of 1,152 bf16 bytes, 242 FLOP a byte, past the
+// H200's ridge (~790 TFLOP/s over 4.28 TB/s, ~185): compute-bound even on tensor cores, and CUDA-core fp32
+// (~67 TFLOP/s peak) is 12 times further from the floor.
 // CPU reference: cpu::MlaAttention's absorbed form (attend_absorbed), between its two projections.
 #include <cmath>
 
