@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runner/cuda/mla_layout.h"
 #include "runner/cuda/moe_plan.h"
 #include "sampling/sampling_params.h"
 
@@ -146,6 +147,49 @@ void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& par
 // Prefill attention over the query tiles (step.q_tile_*) on Hopper's warpgroup MMA (sm_90a), FlashAttention-3
 // style; bf16 q, bf16 or fp8 KV, causal or tree steps.
 void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
+
+// ---- mla_cache_write.cu / mla_decode.cu: DeepSeek's multi-head latent attention over a paged latent cache --------
+// The pool (mla_layout.h): [block][layer][block_size][kv_lora_rank + rope_dim] of `dtype`, one KV group.
+struct MlaCacheView {
+  void* base = nullptr;
+  MlaCacheShape shape;
+  KvDtype dtype = KvDtype::bf16;
+};
+struct MlaCacheWriteParams {
+  const float* kv_a = nullptr;         // [T, kv_lora_rank + rope_dim]: kv_a_proj_with_mqa's output, latent then k_pe
+  const float* norm_weight = nullptr;  // [kv_lora_rank] kv_a_layernorm
+  float eps = 0.0f;                    // its epsilon
+  const float* inv_freq = nullptr;     // [rope_dim / 2] (deepseek_v3::Config::rope_inverse_frequencies)
+  float rope_factor = 1.0f;            // cos and sin times this (Config::rope_attention_factor)
+  MlaCacheView cache;
+  int layer = 0, group = 0;            // the layer's slot in a block; its block tables' group in the step
+  float scale = 1.0f;                  // fp8: stored = value / scale (saturated to +-448); else unused
+};
+// Each token's row at its slot (token_slot) through its sequence's block table: the RMS-normed latent, then k_pe
+// rotated by rope_adjacent_pairs at the token's position. CPU reference: the latent writes of
+// cpu::MlaAttention::forward.
+void launch_mla_cache_write(cudaStream_t stream, const MlaCacheWriteParams& params, const StepView& step);
+
+struct MlaDecodeParams {
+  const float* q_latent = nullptr;  // [T, heads, kv_lora_rank]: q~ = W_UK^T q_nope per head (absorbed)
+  const float* q_rope = nullptr;    // [T, heads, rope_dim]: q_pe, rotated
+  float* out = nullptr;             // [T, heads, kv_lora_rank]: o~ = sum_j p_j c_j (the caller applies W_UV)
+  float scale = 0.0f;               // deepseek_v3::Config::softmax_scale()
+  int heads = 0;
+  MlaCacheView cache;               // bf16 or fp8 e4m3
+  int layer = 0, group = 0;
+  float kv_scale = 1.0f;            // fp8: value = stored * kv_scale; else unused
+};
+struct MlaDecodeScratch {
+  int split_keys = kMlaMaxSplitKeys;  // mla_decode_split_keys
+  int max_splits = 1;                 // mla_decode_splits of the step's last visible position, at least
+  float* partial = nullptr;           // mla_decode_partial_floats(T, heads, kv_lora_rank, max_splits)
+};
+// Absorbed MLA for every token of the step (decode, chunks, prefill; not tree steps): scores
+// scale * (q~ . c + q_pe . k_pe) over the positions 0 .. its own of its sequence, softmax in fp32, o~ = sum p c.
+// CPU reference: cpu::MlaAttention's absorbed form (attend_absorbed), between its two projections.
+void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const StepView& step,
+                       const MlaDecodeScratch& scratch);
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
 struct KvMoveParams {

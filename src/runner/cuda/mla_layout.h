@@ -1,0 +1,98 @@
+// The paged latent cache of multi-head latent attention (DeepSeek-V2/V3 MLA) and the host-side plan of its decode
+// kernel (mla_cache_write.cu, mla_decode.cu). Plain C++ callable on the host and the device, so that the CPU tests
+// (tests/runner/mla_layout_test.cc) check the same addressing and choices the kernels use.
+//
+// Cache layout: [block][layer][block_size rows][kv_lora_rank + rope_dim] elements of the cache's type (bf16, or fp8
+// e4m3 with one scale per layer: value = stored * scale; f32 for the cache write only). A row is one token's
+// latent for one layer: the RMS-normed latent c (kv_lora_rank values), then the rotated shared rope key k_pe
+// (rope_dim values), as cpu::MlaAttention keeps it; 576 values for DeepSeek-V3 (1,152 bytes in bf16, 576 in fp8).
+// A layer's rows of a block are contiguous (block_size * width elements), so the decode kernel's 16-byte copies of
+// one key range run along whole rows. Token position p of a sequence lives in row p % block_size of block
+// table[p / block_size].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runner/cuda/host_device.h"
+
+namespace moeserve::cuda {
+
+struct MlaCacheShape {
+  int kv_lora_rank = 0;  // latent values per token (DeepSeek-V3: 512)
+  int rope_dim = 0;      // qk_rope_head_dim (DeepSeek-V3: 64)
+  int block_size = 0;    // tokens per block (the runners' 16)
+  int layers = 0;        // layers per block
+};
+
+MOESERVE_HD int mla_row_width(const MlaCacheShape& s) { return s.kv_lora_rank + s.rope_dim; }
+MOESERVE_HD int64_t mla_block_elements(const MlaCacheShape& s) {
+  return static_cast<int64_t>(s.layers) * s.block_size * mla_row_width(s);
+}
+// Element offset of row `row` (0 .. block_size - 1) of layer `layer` in pool block `block`.
+MOESERVE_HD int64_t mla_row_offset(const MlaCacheShape& s, int32_t block, int layer, int row) {
+  return ((static_cast<int64_t>(block) * s.layers + layer) * s.block_size + row) * mla_row_width(s);
+}
+// The same for a sequence's position through its block table, or -1 where the table has no block.
+MOESERVE_HD int64_t mla_position_offset(const MlaCacheShape& s, const int32_t* table, int layer, int position) {
+  const int32_t block = table[position / s.block_size];
+  if (block < 0) return -1;
+  return mla_row_offset(s, block, layer, position % s.block_size);
+}
+
+// ---- the decode kernel's plan -----------------------------------------------------------------------------------
+// A block of the decode kernel takes one query token and one key range of split_keys positions (a "split"): it
+// copies the range's latent rows into shared memory once, then walks the heads kMlaHeadsPerPass at a time over
+// them, writing a partial (max, sum, output) per (token, head, split); a merge kernel combines the splits.
+inline constexpr int kMlaHeadsPerPass = 8;   // one warp per head for the softmax
+inline constexpr int kMlaDecodeThreads = 256;
+inline constexpr int kMlaMaxSplitKeys = 64;  // 64 V3 rows in bf16: 74 KB of shared memory
+inline constexpr int kMlaMaxSharedBytes = 227 * 1024;  // Hopper's opt-in dynamic shared memory per block
+
+// Shared memory of one decode block: the key range's rows as 16-bit values (width + 2 per row: an odd number of
+// words, so 32 lanes reading one column of 32 rows hit 32 banks), the pass's queries in fp32 (width + 4 per row),
+// and the pass's scores.
+MOESERVE_HD int mla_decode_shared_bytes(int width, int split_keys) {
+  return split_keys * (width + 2) * 2 + kMlaHeadsPerPass * (width + 4) * 4 + kMlaHeadsPerPass * split_keys * 4;
+}
+
+// Splits of one query token whose last visible position is `last`.
+MOESERVE_HD int mla_decode_splits(int last, int split_keys) { return last / split_keys + 1; }
+
+// The key range per split: the largest of 64, 32, 16 whose (query tokens x splits of the longest context) fill
+// two waves of blocks on the GPU (two blocks fit per multiprocessor at V3's width), else 16. Fewer keys per
+// split mean more partial outputs (heads x kv_lora_rank floats each) written and merged.
+inline int mla_decode_split_keys(int query_tokens, int max_context, int multiprocessors) {
+  for (int keys = kMlaMaxSplitKeys; keys > 16; keys /= 2) {
+    const int64_t blocks = static_cast<int64_t>(query_tokens) * ((max_context + keys - 1) / keys);
+    if (blocks >= 2 * static_cast<int64_t>(multiprocessors)) return keys;
+  }
+  return 16;
+}
+
+// Partial floats: [query tokens][heads][max_splits][2 + kv_lora_rank] (max and sum in the log2 domain, then the
+// unnormalised output).
+MOESERVE_HD int mla_partial_stride(int kv_lora_rank) { return 2 + kv_lora_rank; }
+inline size_t mla_decode_partial_floats(int query_tokens, int heads, int kv_lora_rank, int max_splits) {
+  return static_cast<size_t>(query_tokens) * heads * max_splits * mla_partial_stride(kv_lora_rank);
+}
+
+// Why the kernels cannot run a shape (empty when they can): rows move in 16-byte copies (width * element_bytes a
+// multiple of 16), the rope part rotates in pairs and the output goes in column pairs, and a split's rows must fit
+// in shared memory.
+inline std::string mla_shape_error(const MlaCacheShape& s, int element_bytes, int heads, int split_keys) {
+  const int width = mla_row_width(s);
+  if (s.kv_lora_rank <= 0 || s.rope_dim <= 0 || s.block_size <= 0 || s.layers <= 0 || heads <= 0)
+    return "MLA shape: kv_lora_rank, rope_dim, block_size, layers and heads must be positive";
+  if (s.rope_dim % 2 != 0 || s.kv_lora_rank % 2 != 0) return "MLA shape: kv_lora_rank and rope_dim must be even";
+  if (width * element_bytes % 16 != 0)
+    return "MLA shape: a cache row (kv_lora_rank + rope_dim elements) must be a multiple of 16 bytes";
+  if (split_keys < 16 || split_keys > kMlaMaxSplitKeys || split_keys % 16 != 0)
+    return "MLA decode: split_keys must be 16, 32, 48 or 64";
+  if (mla_decode_shared_bytes(width, split_keys) > kMlaMaxSharedBytes)
+    return "MLA decode: a split's rows do not fit in shared memory (kv_lora_rank + rope_dim too large)";
+  return {};
+}
+
+}  // namespace moeserve::cuda

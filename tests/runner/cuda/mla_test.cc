@@ -1,0 +1,334 @@
+// The MLA kernels (mla_cache_write.cu, mla_decode.cu) against the CPU, over a paged latent cache with scattered
+// block tables, several sequences of different lengths in one step, chunked steps (a row sees the step's earlier
+// rows) and contexts from 1 to 3,000, at DeepSeek-V3's widths (128 heads, latent 512, rope 64) and the tiny
+// model's (4 heads, latent 144, rope 16).
+//
+// Cache write: against cpu::rms_norm and cpu::rope_adjacent_pairs (what cpu::MlaAttention::forward writes), per
+// element within the rounding of the cache's type (f32, bf16, fp8 e4m3 with a scale other than 1) plus 1e-5 of the
+// row's largest value (fp32 sums in another order, cosf against std::cos); every byte outside the step's rows
+// stays as it was.
+// Decode: against the absorbed formula of cpu::MlaAttention::attend_absorbed in double precision, on the same
+// stored cache values (bf16, fp8 dequantised with the layer's scale): the kernel is fp32 throughout, so the bound
+// is fp32 rounding (2e-5 of the output's norm). Against the unrounded fp32 cache the logs state what the cache's
+// rounding costs. Expected from the rounding: a latent value moves by ~1.6e-3 (bf16) or ~2.6e-2 (e4m3) of itself
+// (rms), the output directly by as much, and a score by scale * sqrt(576) * that (~5e-3 or ~8e-2 at V3's scale
+// 0.135), which reweights the keys; the bounds, 2e-2 (bf16) and 0.25 (fp8), are about three times those sums. Every
+// slot no query may see holds NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+
+#include "cuda_test_util.h"
+#include "model/deepseek_v3/config.h"
+#include "model/deepseek_v3/make_tiny.h"
+#include "runner/cpu/deepseek_v3_ops.h"
+#include "runner/cpu/ops.h"
+
+namespace moeserve {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::KvDtype;
+
+constexpr int kBlockSize = 16;
+constexpr int kLayers = 2;  // the kernels run layer 1: a wrong layer stride shows
+constexpr int kLayer = 1;
+constexpr float kFp8Scale = 0.02f;  // values up to ~6 stored as up to ~300 of e4m3's 448
+constexpr double kLatentNormEps = 1e-6;  // kv_a_layernorm's (cpu/mla.cc)
+
+// The widths under test with their YaRN RoPE and softmax scale: DeepSeek-R1's (V3's: 128 heads, latent 512, rope
+// 64) and the tiny model's (4 heads, half a pass of kMlaHeadsPerPass; latent 144, rope 16).
+struct MlaWidths {
+  std::string name;
+  deepseek_v3::Config config;
+};
+const MlaWidths& v3_widths() {
+  static const MlaWidths w{"v3", deepseek_v3::tiny_config({.shape = "deepseek-r1"})};
+  return w;
+}
+const MlaWidths& tiny_widths() {
+  static const MlaWidths w{"tiny", deepseek_v3::tiny_config({})};
+  return w;
+}
+
+struct MlaCase {
+  std::string name;
+  std::vector<int> contexts;  // positions each sequence has after the step
+  std::vector<int> q_lens;    // its tokens in the step: the last q_len positions
+};
+
+const char* kv_name(KvDtype kv) { return kv == KvDtype::f32 ? "f32" : kv == KvDtype::bf16 ? "bf16" : "fp8"; }
+
+int multiprocessors() {
+  int count = 0;
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
+  return count;
+}
+
+// A step's StepView built by hand (one KV group): sequences s with tokens at positions starts[s] .. contexts[s] - 1,
+// block tables scattered over a pool of num_blocks.
+struct MlaStep {
+  std::vector<int> starts, contexts, q_lens;
+  std::vector<std::vector<int32_t>> tables;
+  int64_t num_blocks = 0;
+  int T = 0, max_context = 0;
+  DeviceBuffer buffer;
+  cuda::StepView view;
+
+  MlaStep(std::mt19937& rng, const MlaCase& mc) : contexts(mc.contexts), q_lens(mc.q_lens) {
+    const int S = static_cast<int>(contexts.size());
+    for (int s = 0; s < S; ++s) starts.push_back(contexts[s] - q_lens[s]);
+    tables = testing::scattered_tables(rng, starts, contexts, 0, kBlockSize, &num_blocks);
+    std::vector<int32_t> positions, token_seq, q_start;
+    for (int s = 0; s < S; ++s) {
+      q_start.push_back(T);
+      for (int i = 0; i < q_lens[s]; ++i, ++T) {
+        positions.push_back(starts[s] + i);
+        token_seq.push_back(s);
+      }
+      max_context = std::max(max_context, contexts[s]);
+    }
+    size_t stride = 0;
+    for (const auto& t : tables) stride = std::max(stride, t.size());
+    std::vector<int32_t> data;
+    auto append = [&](const std::vector<int32_t>& v) {
+      const size_t at = data.size();
+      data.insert(data.end(), v.begin(), v.end());
+      return at;
+    };
+    const size_t positions_at = append(positions), token_seq_at = append(token_seq), q_start_at = append(q_start),
+                 q_len_at = append(std::vector<int32_t>(q_lens.begin(), q_lens.end())),
+                 context_at = append(std::vector<int32_t>(contexts.begin(), contexts.end())),
+                 stride_at = append({static_cast<int32_t>(stride)}), tables_at = data.size();
+    for (const auto& t : tables) {
+      append(t);
+      data.resize(data.size() + stride - t.size(), -1);
+    }
+    buffer = cuda::to_device(data);
+    const int32_t* d = buffer.as<int32_t>();
+    view.num_tokens = T;
+    view.num_seqs = S;
+    view.num_groups = 1;
+    view.positions = d + positions_at;
+    view.token_seq = d + token_seq_at;
+    view.seq_q_start = d + q_start_at;
+    view.seq_q_len = d + q_len_at;
+    view.seq_context = d + context_at;
+    view.table_stride = d + stride_at;
+    view.block_tables = d + tables_at;
+  }
+
+  // Element offset of sequence s's position in the pool (layer kLayer).
+  int64_t offset(const cuda::MlaCacheShape& shape, int s, int position) const {
+    return cuda::mla_position_offset(shape, tables[s].data(), kLayer, position);
+  }
+};
+
+cuda::MlaCacheShape shape_of(const MlaWidths& w) {
+  return {w.config.kv_lora_rank, w.config.qk_rope_head_dim, kBlockSize, kLayers};
+}
+
+// ---- cache write -------------------------------------------------------------------------------------------------
+
+// The worst element's error as a fraction of its bound (<= 1 passes).
+double cache_write_error(const MlaWidths& w, const MlaCase& mc, KvDtype dtype, std::mt19937& rng) {
+  const deepseek_v3::Config& config = w.config;
+  const cuda::MlaCacheShape shape = shape_of(w);
+  const int L = config.kv_lora_rank, R = config.qk_rope_head_dim, W = L + R;
+  MlaStep step(rng, mc);
+  const auto kv_a = testing::random_floats(rng, static_cast<size_t>(step.T) * W, 0.0f, 2.0f);
+  const auto norm_weight = testing::random_floats(rng, L, 1.0f, 0.3f);
+  const auto inv_freq = config.rope_inverse_frequencies();
+  // V3's attention factor is 1 (mscale = mscale_all_dim); 1.25 times it, so that a factor left out shows.
+  const float factor = 1.25f * config.rope_attention_factor();
+  const size_t elem = cuda::kv_element_bytes(dtype);
+  const size_t pool_bytes = step.num_blocks * cuda::mla_block_elements(shape) * elem;
+  DeviceBuffer pool(pool_bytes), kv_a_d = cuda::to_device(kv_a), weight_d = cuda::to_device(norm_weight),
+      inv_freq_d = cuda::to_device(inv_freq);
+  MOESERVE_CUDA_CHECK(cudaMemset(pool.get(), 0xa5, pool_bytes));
+  const float scale = dtype == KvDtype::fp8_e4m3 ? kFp8Scale : 1.0f;
+  const cuda::MlaCacheWriteParams params{kv_a_d.as<float>(), weight_d.as<float>(), static_cast<float>(kLatentNormEps),
+                                         inv_freq_d.as<float>(), factor, cuda::MlaCacheView{pool.get(), shape, dtype},
+                                         kLayer, 0, scale};
+  cuda::launch_mla_cache_write(nullptr, params, step.view);
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> bytes = cuda::to_host<uint8_t>(pool.get(), pool_bytes);
+
+  auto decode = [&](size_t element) -> float {
+    const uint8_t* at = bytes.data() + element * elem;
+    if (dtype == KvDtype::f32) {
+      float v;
+      std::memcpy(&v, at, 4);
+      return v;
+    }
+    if (dtype == KvDtype::bf16) {
+      uint32_t bits = static_cast<uint32_t>(at[0]) << 16 | static_cast<uint32_t>(at[1]) << 24;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return v;
+    }
+    return testing::from_e4m3({*at}, [&](size_t) { return scale; })[0];
+  };
+  const double relative = dtype == KvDtype::f32 ? 1e-6 : dtype == KvDtype::bf16 ? 0x1p-8 : 0x1p-4;
+  const double absolute = dtype == KvDtype::fp8_e4m3 ? 0x1p-10 * scale : 0.0;  // half e4m3's smallest subnormal
+  double worst = 0.0;
+  std::vector<float> ref(W);
+  std::vector<bool> written(pool_bytes, false);
+  int t = 0;
+  for (size_t s = 0; s < step.contexts.size(); ++s)
+    for (int i = 0; i < step.q_lens[s]; ++i, ++t) {
+      const int position = step.starts[s] + i;
+      const float* x = kv_a.data() + static_cast<size_t>(t) * W;
+      cpu::rms_norm(x, norm_weight.data(), 1, L, kLatentNormEps, ref.data());
+      std::copy_n(x + L, R, ref.data() + L);
+      cpu::rope_adjacent_pairs(ref.data() + L, 1, R, R, position, inv_freq, factor);
+      float row_max = 0.0f;
+      for (float v : ref) row_max = std::max(row_max, std::fabs(v));
+      const int64_t at = step.offset(shape, static_cast<int>(s), position);
+      for (int e = 0; e < W; ++e) {
+        const double bound = relative * std::fabs(ref[e]) + absolute + 1e-5 * row_max;
+        worst = std::max(worst, std::fabs(decode(at + e) - ref[e]) / bound);
+        for (size_t b = 0; b < elem; ++b) written[(at + e) * elem + b] = true;
+      }
+    }
+  size_t touched = 0;
+  for (size_t b = 0; b < pool_bytes; ++b) touched += !written[b] && bytes[b] != 0xa5;
+  EXPECT_EQ(touched, 0u) << "bytes outside the step's rows changed";
+  return worst;
+}
+
+const std::vector<MlaCase>& write_cases() {
+  static const std::vector<MlaCase> all = {
+      {"decode", {1, 17, 300, 2049, 3000}, {1, 1, 1, 1, 1}},
+      {"chunks", {40, 130, 33}, {40, 20, 17}},
+  };
+  return all;
+}
+
+class CudaMla : public ::testing::Test {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 170u};
+};
+
+TEST_F(CudaMla, CacheWriteMatchesTheCpu) {
+  for (const MlaWidths* w : {&v3_widths(), &tiny_widths()})
+    for (const MlaCase& mc : write_cases())
+      for (KvDtype dtype : {KvDtype::f32, KvDtype::bf16, KvDtype::fp8_e4m3})
+        testing::expect_error_within("mla cache write " + w->name + " " + mc.name + " " + kv_name(dtype) +
+                                         " (worst element / its bound)",
+                                     cache_write_error(*w, mc, dtype, rng_), 1.0);
+}
+
+// ---- decode attention --------------------------------------------------------------------------------------------
+
+// The absorbed form (cpu::MlaAttention::attend_absorbed) in double over a host copy of the cache: out [T, heads, L].
+std::vector<float> absorbed_reference(const MlaWidths& w, const MlaStep& step, const std::vector<float>& cache,
+                                      const std::vector<float>& q_latent, const std::vector<float>& q_rope,
+                                      float scale) {
+  const cuda::MlaCacheShape shape = shape_of(w);
+  const int H = w.config.num_heads, L = w.config.kv_lora_rank, R = w.config.qk_rope_head_dim;
+  std::vector<float> out(static_cast<size_t>(step.T) * H * L);
+  std::vector<double> scores, sum(L);
+  int t = 0;
+  for (size_t s = 0; s < step.contexts.size(); ++s)
+    for (int i = 0; i < step.q_lens[s]; ++i, ++t) {
+      const int position = step.starts[s] + i;
+      scores.resize(position + 1);
+      for (int h = 0; h < H; ++h) {
+        const float* ql = q_latent.data() + (static_cast<size_t>(t) * H + h) * L;
+        const float* qr = q_rope.data() + (static_cast<size_t>(t) * H + h) * R;
+        double m = -INFINITY;
+        for (int j = 0; j <= position; ++j) {
+          const float* row = cache.data() + step.offset(shape, static_cast<int>(s), j);
+          double nope = 0.0, pe = 0.0;
+          for (int k = 0; k < L; ++k) nope += static_cast<double>(ql[k]) * row[k];
+          for (int k = 0; k < R; ++k) pe += static_cast<double>(qr[k]) * row[L + k];
+          scores[j] = (nope + pe) * scale;
+          m = std::max(m, scores[j]);
+        }
+        double total = 0.0;
+        for (double& v : scores) total += (v = std::exp(v - m));
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (int j = 0; j <= position; ++j) {
+          const float* row = cache.data() + step.offset(shape, static_cast<int>(s), j);
+          for (int k = 0; k < L; ++k) sum[k] += scores[j] / total * row[k];
+        }
+        float* o = out.data() + (static_cast<size_t>(t) * H + h) * L;
+        for (int k = 0; k < L; ++k) o[k] = static_cast<float>(sum[k]);
+      }
+    }
+  return out;
+}
+
+void expect_decode_case(const MlaWidths& w, const MlaCase& mc, std::mt19937& rng) {
+  const deepseek_v3::Config& config = w.config;
+  const cuda::MlaCacheShape shape = shape_of(w);
+  const int H = config.num_heads, L = config.kv_lora_rank, R = config.qk_rope_head_dim, W = L + R;
+  MlaStep step(rng, mc);
+  const size_t pool_elements = step.num_blocks * cuda::mla_block_elements(shape);
+  // Unit-variance latents at the visible positions (every one of positions 0 .. context - 1), NaN elsewhere.
+  std::vector<float> exact(pool_elements, NAN);
+  for (size_t s = 0; s < step.contexts.size(); ++s)
+    for (int j = 0; j < step.contexts[s]; ++j) {
+      const auto row = testing::random_floats(rng, W);
+      std::copy(row.begin(), row.end(), exact.begin() + step.offset(shape, static_cast<int>(s), j));
+    }
+  const auto q_latent = testing::random_floats(rng, static_cast<size_t>(step.T) * H * L);
+  const auto q_rope = testing::random_floats(rng, static_cast<size_t>(step.T) * H * R);
+  const float scale = config.softmax_scale();
+  const auto exact_ref = absorbed_reference(w, step, exact, q_latent, q_rope, scale);
+  DeviceBuffer q_latent_d = cuda::to_device(q_latent), q_rope_d = cuda::to_device(q_rope),
+               out_d(exact_ref.size() * sizeof(float));
+
+  for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
+    const bool fp8 = dtype == KvDtype::fp8_e4m3;
+    std::vector<float> stored_values;
+    DeviceBuffer pool;
+    if (fp8) {
+      auto bytes = testing::to_e4m3(exact, [](size_t) { return kFp8Scale; });
+      for (size_t i = 0; i < exact.size(); ++i)
+        if (std::isnan(exact[i])) bytes[i] = 0x7f;  // e4m3's NaN
+      stored_values = testing::from_e4m3(bytes, [](size_t) { return kFp8Scale; });
+      pool = cuda::to_device(bytes);
+    } else {
+      stored_values = testing::round_to(cuda::Precision::bf16, exact);
+      pool = testing::upload_as(cuda::Precision::bf16, exact);
+    }
+    const auto ref = absorbed_reference(w, step, stored_values, q_latent, q_rope, scale);
+    const cuda::MlaDecodeParams params{q_latent_d.as<float>(), q_rope_d.as<float>(), out_d.as<float>(), scale, H,
+                                       cuda::MlaCacheView{pool.get(), shape, dtype}, kLayer, 0,
+                                       fp8 ? kFp8Scale : 1.0f};
+    const int planned = cuda::mla_decode_split_keys(step.T, step.max_context, multiprocessors());
+    for (int split_keys : {planned, 16, 48, 64}) {
+      const int max_splits = cuda::mla_decode_splits(step.max_context - 1, split_keys);
+      DeviceBuffer partial(cuda::mla_decode_partial_floats(step.T, H, L, max_splits) * sizeof(float));
+      MOESERVE_CUDA_CHECK(cudaMemset(out_d.get(), 0xff, out_d.bytes()));  // NaN where a row is never written
+      cuda::launch_mla_decode(nullptr, params, step.view, cuda::MlaDecodeScratch{split_keys, max_splits,
+                                                                                partial.as<float>()});
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto out = cuda::to_host<float>(out_d.get(), exact_ref.size());
+      const std::string what = "mla decode " + w.name + " " + mc.name + " " + kv_name(dtype) + " split_keys " +
+                               std::to_string(split_keys);
+      testing::expect_error_within(what + " (same cache values)", testing::relative_error(out, ref), 2e-5);
+      if (split_keys == planned)
+        testing::expect_error_within(what + " (against the fp32 cache)", testing::relative_error(out, exact_ref),
+                                     fp8 ? 0.25 : 2e-2);
+    }
+  }
+}
+
+TEST_F(CudaMla, DecodeV3Widths) {
+  expect_decode_case(v3_widths(), {"decode", {1, 17, 300, 2049, 3000}, {1, 1, 1, 1, 1}}, rng_);
+  expect_decode_case(v3_widths(), {"chunks", {24, 150, 1000}, {24, 9, 3}}, rng_);
+}
+
+TEST_F(CudaMla, DecodeTinyWidths) {
+  expect_decode_case(tiny_widths(), {"decode", {1, 16, 17, 64, 65, 2500}, {1, 1, 1, 1, 1, 1}}, rng_);
+  expect_decode_case(tiny_widths(), {"prefill and chunks", {70, 200, 33, 3000}, {70, 40, 16, 5}}, rng_);
+}
+
+}  // namespace
+}  // namespace moeserve

@@ -1,0 +1,83 @@
+// The MLA latent cache's addressing and the decode kernel's host-side plan (runner/cuda/mla_layout.h), on the CPU:
+// the same functions the kernels call. Rows of every (block, layer, row) tile the pool without overlap, a position
+// goes through its block table, and the plan's choices (keys per split, splits, partial size, shape checks) hold
+// at DeepSeek-V3's and a small model's widths. The kernels are checked against the CPU on a GPU
+// (tests/runner/cuda/mla_test.cc).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runner/cuda/mla_layout.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr MlaCacheShape kV3{512, 64, 16, 3};
+constexpr MlaCacheShape kSmall{32, 16, 16, 2};
+
+TEST(MlaLayout, RowsTileThePoolWithoutOverlap) {
+  for (const MlaCacheShape& s : {kV3, kSmall}) {
+    const int blocks = 3, width = mla_row_width(s);
+    std::vector<int> hits(blocks * mla_block_elements(s), 0);
+    for (int b = 0; b < blocks; ++b)
+      for (int layer = 0; layer < s.layers; ++layer)
+        for (int row = 0; row < s.block_size; ++row) {
+          const int64_t at = mla_row_offset(s, b, layer, row);
+          ASSERT_GE(at, 0);
+          ASSERT_LE(at + width, static_cast<int64_t>(hits.size()));
+          for (int e = 0; e < width; ++e) ++hits[at + e];
+        }
+    for (int h : hits) ASSERT_EQ(h, 1);
+  }
+  EXPECT_EQ(mla_row_width(kV3), 576);
+  // A layer's 16 rows of a block are contiguous, the block's layers one after another.
+  EXPECT_EQ(mla_row_offset(kV3, 0, 0, 1), 576);
+  EXPECT_EQ(mla_row_offset(kV3, 0, 1, 0), 16 * 576);
+  EXPECT_EQ(mla_row_offset(kV3, 2, 0, 0), 2 * 3 * 16 * 576);
+}
+
+TEST(MlaLayout, PositionsGoThroughTheBlockTable) {
+  const std::vector<int32_t> table = {7, -1, 2};
+  EXPECT_EQ(mla_position_offset(kV3, table.data(), 1, 5), mla_row_offset(kV3, 7, 1, 5));
+  EXPECT_EQ(mla_position_offset(kV3, table.data(), 0, 16), -1);
+  EXPECT_EQ(mla_position_offset(kV3, table.data(), 2, 47), mla_row_offset(kV3, 2, 2, 15));
+}
+
+TEST(MlaLayout, SplitsCoverEveryVisiblePosition) {
+  for (int keys : {16, 32, 48, 64})
+    for (int last = 0; last < 300; ++last) {
+      const int splits = mla_decode_splits(last, keys);
+      EXPECT_LE((splits - 1) * keys, last);  // the last split starts at or before the token's own position
+      EXPECT_GT(splits * keys, last);        // and reaches it
+    }
+}
+
+TEST(MlaLayout, SplitKeysFillTheGpu) {
+  // Two waves on 132 multiprocessors are 264 blocks (query tokens x splits of the longest context).
+  EXPECT_EQ(mla_decode_split_keys(1, 2048, 132), 16);   // 32 splits of 64, 64 of 32: too few; 128 of 16
+  EXPECT_EQ(mla_decode_split_keys(4, 2048, 132), 16);   // 4 x 64 splits of 32 = 256 < 264
+  EXPECT_EQ(mla_decode_split_keys(8, 2048, 132), 32);   // 8 x 32 = 256 < 264 at 64; 8 x 64 = 512 at 32
+  EXPECT_EQ(mla_decode_split_keys(16, 2048, 132), 64);  // 16 x 32 = 512
+  EXPECT_EQ(mla_decode_split_keys(1, 20000, 132), 64);  // a long context alone: 313 splits of 64
+}
+
+TEST(MlaLayout, PartialSizeAndSharedMemory) {
+  EXPECT_EQ(mla_decode_partial_floats(2, 128, 512, 3), size_t{2} * 128 * 3 * 514);
+  // V3 at 64 keys per split: 64 rows of 578 bf16, 8 query rows of 580 floats, 8 x 64 scores.
+  EXPECT_EQ(mla_decode_shared_bytes(576, 64), 64 * 578 * 2 + 8 * 580 * 4 + 8 * 64 * 4);
+  EXPECT_LE(2 * mla_decode_shared_bytes(576, 64), 228 * 1024);  // two blocks per H200 multiprocessor
+}
+
+TEST(MlaLayout, ShapeChecks) {
+  EXPECT_EQ(mla_shape_error(kV3, 2, 128, 64), "");
+  EXPECT_EQ(mla_shape_error(kV3, 1, 128, 16), "");
+  EXPECT_EQ(mla_shape_error(kSmall, 1, 4, 32), "");
+  EXPECT_NE(mla_shape_error(MlaCacheShape{24, 16, 16, 1}, 1, 4, 64), "");  // 40 fp8 bytes a row
+  EXPECT_NE(mla_shape_error(MlaCacheShape{32, 15, 16, 1}, 2, 4, 64), "");  // odd rope_dim
+  EXPECT_NE(mla_shape_error(kV3, 2, 128, 24), "");
+  EXPECT_NE(mla_shape_error(kV3, 2, 0, 64), "");
+  EXPECT_NE(mla_shape_error(MlaCacheShape{4096, 64, 16, 1}, 2, 128, 64), "");  // rows past shared memory
+}
+
+}  // namespace
+}  // namespace moeserve::cuda
