@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define MOESERVE_HD __host__ __device__ __forceinline__
-#else
-#define MOESERVE_HD inline
-#endif
+#include "runner/cuda/host_device.h"
 
 namespace moeserve::cuda {
 
