@@ -111,9 +111,11 @@ void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& 
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(fp8_blocks(w.rows)));
   if (out == Precision::bf16)
-    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w, static_cast<bf16*>(y));
+    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
+                                                                    static_cast<bf16*>(y));
   else
-    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w, static_cast<float*>(y));
+    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
+                                                                    static_cast<float*>(y));
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

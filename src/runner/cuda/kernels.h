@@ -169,7 +169,7 @@ void fill_kv_random(cudaStream_t stream, KvDtype dtype, void* base, size_t bytes
 void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
                         float* weights, int32_t* expert_counts);
 
-// ---- router_noaux_tc.cu: DeepSeek-V3's grouped sigmoid router ----------------------------------------------------------
+// ---- router_noaux_tc.cu: DeepSeek-V3's grouped sigmoid router ----------------------------------------------------
 // The config's routing fields (model/deepseek_v3/config.h), read by the runner: n_routed_experts, n_group,
 // topk_group, num_experts_per_tok, norm_topk_prob, routed_scaling_factor.
 inline constexpr int kMaxNoauxGroups = 8;

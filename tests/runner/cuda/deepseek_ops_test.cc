@@ -67,8 +67,9 @@ TEST_F(DeepseekCuda, QuantizerMatchesCpuModel) {
 
       DeviceBuffer x_d = upload_as(type, x), q_d(q.size()), scales_d(scales.size() * 4);
       cuda::launch_fp8_quantize_activations(nullptr, type, x_d.get(), T, K, {q_d.as<uint8_t>(), scales_d.as<float>()});
-      EXPECT_EQ(cuda::to_host<uint8_t>(q_d.get(), q.size()), q) << precision_name(type) << " " << T << "x" << K;
-      EXPECT_EQ(cuda::to_host<float>(scales_d.get(), scales.size()), scales) << precision_name(type) << " " << T << "x" << K;
+      const std::string what = std::string(precision_name(type)) + " " + std::to_string(T) + "x" + std::to_string(K);
+      EXPECT_EQ(cuda::to_host<uint8_t>(q_d.get(), q.size()), q) << what;
+      EXPECT_EQ(cuda::to_host<float>(scales_d.get(), scales.size()), scales) << what;
     }
 }
 
