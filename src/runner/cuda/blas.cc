@@ -48,6 +48,11 @@ Blas::Plan& Blas::plan(Precision operands, int64_t rows, int64_t N, int64_t K, b
   MOESERVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, type, K, rows, K));
   MOESERVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, N, rows, N));
 
+  MOESERVE_CHECK(choose_algorithm(plan), "cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T", rows, K, N, K);
+  return plans_.emplace(key, plan).first->second;
+}
+
+bool Blas::choose_algorithm(Plan& plan) {
   cublasLtMatmulPreference_t preference = nullptr;
   MOESERVE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   const size_t workspace = workspace_.bytes();
@@ -55,12 +60,61 @@ Blas::Plan& Blas::plan(Precision operands, int64_t rows, int64_t N, int64_t K, b
                                                              &workspace, sizeof(workspace)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  MOESERVE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
-                                                       1, &result, &found));
+  // An unsupported combination may answer NOT_SUPPORTED rather than zero results: both mean no algorithm.
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                               preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  MOESERVE_CHECK(found > 0, "cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T", rows, K, N, K);
-  plan.algo = result.algo;
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) MOESERVE_CUBLAS_CHECK(status);
+  plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan.found) plan.algo = result.algo;
+  return plan.found;
+}
+
+// The same column-major view as plan(), e4m3 operands, block scales (fp8_block_layout.h gives their layouts and
+// sources): A = W with BLK128x128_32F, B = xq with VEC128_32F. Fast accumulation stays off (its default), so the
+// tensor cores' partial sums are promoted to fp32 as each 128-block is scaled.
+Blas::Plan& Blas::fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out) {
+  Key key{-1 - static_cast<int>(out), rows, N, K, false};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan plan;
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  MOESERVE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+  const int32_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const int32_t activation_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode,
+                                                       sizeof(weight_mode)));
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                       &activation_mode, sizeof(activation_mode)));
+  const cudaDataType_t out_type = out == Precision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  MOESERVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, K, N, K));
+  MOESERVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, K, rows, K));
+  MOESERVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out_type, N, rows, N));
+  choose_algorithm(plan);
   return plans_.emplace(key, plan).first->second;
+}
+
+bool Blas::has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out) {
+  return rows > 0 && fp8_block_plan(rows, N, K, out).found;
+}
+
+void Blas::linear_fp8_block(cudaStream_t stream, const uint8_t* xq, const float* x_scales, int64_t rows,
+                            const uint8_t* weight, const float* weight_scales, int64_t N, int64_t K, Precision out,
+                            void* y) {
+  if (rows == 0) return;
+  Plan& p = fp8_block_plan(rows, N, K, out);
+  MOESERVE_CHECK(p.found, "cuBLASLt has no FP8 block-scaled algorithm for [{}, {}] x [{}, {}]^T ({} out)", rows, K,
+                 N, K, out == Precision::bf16 ? "bf16" : "fp32");
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
+                                                       sizeof(weight_scales)));
+  MOESERVE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+  const float one = 1.0f, zero = 0.0f;
+  MOESERVE_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &one, weight, p.a, xq, p.b, &zero, y, p.c, y, p.c, &p.algo,
+                                       workspace_.get(), workspace_.bytes(), stream));
 }
 
 void Blas::linear(cudaStream_t stream, Precision operands, const void* x, int64_t rows, const void* weight,

@@ -26,14 +26,27 @@ class Blas {
   void linear(cudaStream_t stream, Precision operands, const void* x, int64_t rows, const void* weight,
               int64_t out_features, int64_t in_features, const float* bias, float* y);
 
+  // FP8 block-scaled: y[rows, N] (fp32 or bf16, `out`) = dequant(xq) dequant(W)^T, xq [rows, K] e4m3 with one
+  // scale per token per 128 columns, W [N, K] e4m3 with one per 128 x 128 block, both in the layouts of
+  // fp8_block_layout.h. False when cuBLASLt's heuristic has no algorithm for the shape (fp8_gemm.h then runs the
+  // plain kernel); the shape must pass fp8_gemm_cublaslt_refusal.
+  bool has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out);
+  void linear_fp8_block(cudaStream_t stream, const uint8_t* xq, const float* x_scales, int64_t rows,
+                        const uint8_t* weight, const float* weight_scales, int64_t N, int64_t K, Precision out,
+                        void* y);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool found = false;
   };
+  // (operands, rows, N, K, bias); FP8 block plans have operands = -1 - (output precision).
   using Key = std::tuple<int, int64_t, int64_t, int64_t, bool>;
   Plan& plan(Precision operands, int64_t rows, int64_t out_features, int64_t in_features, bool bias);
+  Plan& fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out);
+  bool choose_algorithm(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;

@@ -39,6 +39,36 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// One round of a warp's top-k over ids 0 .. E - 1 held every 32nd by lane (id lane + 32 i in values[i]): the id of
+// the largest value, ties to the lower id, on every lane; its value is returned in *value and marked -inf.
+template <int kPerLane>
+__device__ __forceinline__ int warp_take_max(float (&values)[kPerLane], int E, float* value) {
+  const int lane = threadIdx.x % 32;
+  float best = -INFINITY;
+  int best_id = E;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    if (e < E && (values[i] > best || (values[i] == best && e < best_id))) {
+      best = values[i];
+      best_id = e;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
+    if (other > best || (other == best && other_id < best_id)) {
+      best = other;
+      best_id = other_id;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + 32 * i == best_id) values[i] = -INFINITY;
+  *value = best;
+  return best_id;
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float partial[32];

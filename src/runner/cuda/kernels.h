@@ -213,6 +213,20 @@ void fill_kv_random(cudaStream_t stream, KvDtype dtype, void* base, size_t bytes
 void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
                         float* weights, int32_t* expert_counts);
 
+// ---- router_noaux_tc.cu: DeepSeek-V3's grouped sigmoid router ----------------------------------------------------
+// The config's routing fields (model/deepseek_v3/config.h), read by the runner: n_routed_experts, n_group,
+// topk_group, num_experts_per_tok, norm_topk_prob, routed_scaling_factor.
+inline constexpr int kMaxNoauxGroups = 8;
+struct NoauxTcRouting {
+  int num_experts = 0, n_group = 0, topk_group = 0, top_k = 0;
+  bool normalize = true;
+  float scaling_factor = 1.0f;
+};
+// experts / weights [T, top_k] from logits [T, num_experts] (fp32) and the correction bias [num_experts]: exactly
+// cpu::route_noaux_tc's contract, experts ascending. expert_counts as launch_route_top_k's, or null.
+void launch_route_noaux_tc(cudaStream_t stream, const float* logits, const float* bias, int T,
+                           const NoauxTcRouting& routing, int32_t* experts, float* weights, int32_t* expert_counts);
+
 // ---- moe_grouping.cu: (token, slot) pairs grouped by expert ----------------------------------------------------------
 // With expert parallelism a rank groups only the pairs routed to its own experts, global indices [first_expert,
 // first_expert + num_experts) of the router's router_experts; the other pairs get slot_row -1 (no row: the combine

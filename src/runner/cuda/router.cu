@@ -26,27 +26,8 @@ __global__ void route_top_k_kernel(const float* logits, int T, int E, int k, int
   float top_value[kMaxTopK];
   int top_id[kMaxTopK];
   for (int j = 0; j < k; ++j) {
-    float best = -INFINITY;
-    int best_id = E;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (e < E && (values[i] > best || (values[i] == best && e < best_id))) {
-        best = values[i];
-        best_id = e;
-      }
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      if (other > best || (other == best && other_id < best_id)) {
-        best = other;
-        best_id = other_id;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + 32 * i == best_id) values[i] = -INFINITY;
+    float best = 0.0f;
+    const int best_id = warp_take_max(values, E, &best);
     // Registers indexed by the loop counter: k is small and the loop is unrolled up to kMaxTopK.
 #pragma unroll
     for (int slot = 0; slot < kMaxTopK; ++slot)

@@ -1,0 +1,137 @@
+// FP8 block-scaled projections (fp8_gemm.h): the activation quantiser, the plain product, and the launcher that
+// picks cuBLASLt or the plain product.
+//   act_quant: one warp per (token, 128-column group), 4 columns a lane; amax by a warp reduction, then
+//     q = e4m3(x / s) with IEEE division and the conversion's round-to-nearest-even with saturation, which is what
+//     quantize_activations_fp8 computes on the host.
+//   reference product: one thread per output (a block of 128 consecutive outputs of one token), correctness first.
+// CPU reference: cpu::linear (runner/cpu/deepseek_v3_ops.h); the quantiser's: quantize_activations_fp8.
+#include "runner/cuda/fp8_gemm.h"
+
+#include <cuda_fp8.h>
+
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/fp8_block_layout.h"
+#include "util/log.h"
+
+namespace moeserve::cuda {
+namespace {
+
+__device__ __forceinline__ float e4m3_to_float(uint8_t byte) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));
+}
+
+template <typename T>
+__global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K, uint8_t* q, float* scales) {
+  constexpr int kPerLane = kFp8Block / 32;
+  const int64_t groups = fp8_blocks(K);
+  const int64_t group = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (group >= rows * groups) return;
+  const int64_t t = group / groups, kb = group % groups;
+  float v[kPerLane];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t k = kb * kFp8Block + i * 32 + lane;
+    v[i] = k < K ? to_float(x[t * K + k]) : 0.0f;
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  const float s = fmaxf(amax, 1e-4f) / kFp8E4m3Max;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t k = kb * kFp8Block + i * 32 + lane;
+    if (k < K) q[t * K + k] = __nv_cvt_float_to_fp8(v[i] / s, __NV_SATFINITE, __NV_E4M3);
+  }
+  if (lane == 0) scales[fp8_activation_scale_index(t, kb, rows)] = s;
+}
+
+// blockIdx.x: the token; blockIdx.y: 128 outputs.
+template <typename Out>
+__global__ void fp8_block_gemm_reference_kernel(const uint8_t* xq, const float* x_scales, int64_t rows,
+                                                Fp8WeightView w, Out* y) {
+  const int64_t t = blockIdx.x;
+  const int64_t n = static_cast<int64_t>(blockIdx.y) * kFp8Block + threadIdx.x;
+  if (n >= w.rows) return;
+  const int64_t K = w.cols, ld = fp8_weight_scale_ld(K);
+  const uint8_t* x_row = xq + t * K;
+  const uint8_t* w_row = w.values + n * K;
+  float acc = 0.0f;
+  for (int64_t kb = 0; kb < fp8_blocks(K); ++kb) {
+    float partial = 0.0f;
+    for (int64_t k = kb * kFp8Block; k < min(K, (kb + 1) * kFp8Block); ++k)
+      partial = fmaf(e4m3_to_float(x_row[k]), e4m3_to_float(w_row[k]), partial);
+    acc = fmaf(partial, x_scales[fp8_activation_scale_index(t, kb, rows)] * w.scales[(n / kFp8Block) * ld + kb], acc);
+  }
+  y[t * w.rows + n] = from_float<Out>(acc);
+}
+
+// Once per (shape, reason): the plain product is slow, so its use must be visible, but not once per layer and step.
+void warn_reference_once(int64_t rows, int64_t N, int64_t K, Precision out, const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::tuple<int64_t, int64_t, int64_t, int>> warned;
+  std::lock_guard lock(mutex);
+  if (!warned.emplace(rows, N, K, static_cast<int>(out)).second) return;
+  log_warning("FP8 block GEMM [{}, {}] x [{}, {}]^T ({} out) runs on the plain CUDA kernel: {}", rows, K, N, K,
+              out == Precision::bf16 ? "bf16" : "fp32", reason);
+}
+
+}  // namespace
+
+Fp8DeviceWeight::Fp8DeviceWeight(const Fp8BlockMatrix& w)
+    : values_(static_cast<size_t>(w.rows) * w.cols), scales_(to_device(fp8_weight_scales_for_cublaslt(w))),
+      rows_(w.rows), cols_(w.cols) {
+  check_fp8_gemm_shape(0, w.rows, w.cols);
+  MOESERVE_CUDA_CHECK(cudaMemcpy(values_.get(), w.data, values_.bytes(), cudaMemcpyHostToDevice));
+}
+
+void launch_fp8_quantize_activations(cudaStream_t stream, Precision type, const void* x, int64_t rows, int64_t K,
+                                     const Fp8Activations& out) {
+  check_fp8_gemm_shape(rows, 1, K);
+  if (rows == 0) return;
+  constexpr int kWarpsPerBlock = 8;
+  const int64_t groups = rows * fp8_blocks(K);
+  const auto blocks = static_cast<unsigned>((groups + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  if (type == Precision::bf16)
+    quantize_activations_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), rows, K,
+                                                                           out.values, out.scales);
+  else
+    quantize_activations_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const float*>(x), rows, K,
+                                                                           out.values, out.scales);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& x, int64_t rows,
+                                     const Fp8WeightView& w, Precision out, void* y) {
+  check_fp8_gemm_shape(rows, w.rows, w.cols);
+  if (rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(fp8_blocks(w.rows)));
+  if (out == Precision::bf16)
+    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
+                                                                    static_cast<bf16*>(y));
+  else
+    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
+                                                                    static_cast<float*>(y));
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+Fp8GemmPath fp8_block_linear(cudaStream_t stream, Blas& blas, Precision x_type, const void* x, int64_t rows,
+                             const Fp8WeightView& w, const Fp8Activations& scratch, Precision out, void* y) {
+  check_fp8_gemm_shape(rows, w.rows, w.cols);
+  if (rows == 0) return Fp8GemmPath::cublaslt;
+  launch_fp8_quantize_activations(stream, x_type, x, rows, w.cols, scratch);
+  std::string refusal = fp8_gemm_cublaslt_refusal(w.rows, w.cols);
+  if (refusal.empty() && blas.has_fp8_block_algorithm(rows, w.rows, w.cols, out)) {
+    blas.linear_fp8_block(stream, scratch.values, scratch.scales, rows, w.values, w.scales, w.rows, w.cols, out, y);
+    return Fp8GemmPath::cublaslt;
+  }
+  warn_reference_once(rows, w.rows, w.cols, out, refusal.empty() ? "cuBLASLt has no algorithm for it" : refusal);
+  launch_fp8_block_gemm_reference(stream, scratch, rows, w, out, y);
+  return Fp8GemmPath::reference;
+}
+
+}  // namespace moeserve::cuda

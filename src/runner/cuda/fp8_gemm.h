@@ -1,0 +1,62 @@
+// DeepSeek-V3's FP8 dense projections on the GPU: y[T, N] = x[T, K] W[N, K]^T with W e4m3 in 128 x 128 blocks of
+// one fp32 scale each (the checkpoint's format, model/fp8_blocks.h) and x bf16 or fp32, quantised on the device
+// per token per 128 columns to e4m3 (DeepSeek's act_quant). The product runs on cuBLASLt's block-scaled FP8 path
+// (Blas::linear_fp8_block, sm_90) or, where its heuristic has no algorithm, on a plain kernel that dequantises
+// each weight block in its loop. Layouts and shape rules: fp8_block_layout.h. CPU reference: cpu::linear over the
+// deepseek_v3::Linear (which keeps the activations fp32: the difference is act_quant's rounding).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/fp8_blocks.h"
+#include "runner/cuda/blas.h"
+#include "runner/cuda/device_buffer.h"
+#include "runner/cuda/kernels.h"
+
+namespace moeserve::cuda {
+
+struct Fp8WeightView {
+  const uint8_t* values = nullptr;  // [N, K] e4m3
+  const float* scales = nullptr;    // [ceil(N/128), fp8_weight_scale_ld(K)]: cuBLASLt's layout
+  int64_t rows = 0, cols = 0;       // N, K
+};
+
+// A weight on the device: its bytes as they are, its scales rearranged on the host (they are held as floats
+// there, model/fp8_blocks.h) into cuBLASLt's layout, so no device kernel is needed for them.
+class Fp8DeviceWeight {
+ public:
+  explicit Fp8DeviceWeight(const Fp8BlockMatrix& w);
+  Fp8WeightView view() const { return {values_.as<uint8_t>(), scales_.as<float>(), rows_, cols_}; }
+
+ private:
+  DeviceBuffer values_, scales_;
+  int64_t rows_ = 0, cols_ = 0;
+};
+
+// The quantised activations of one product: values [rows, K] e4m3 and scales (fp8_activation_scale_count floats,
+// cuBLASLt's layout). Pointers 256-byte aligned (cudaMalloc's), as cuBLASLt's heuristic assumes.
+struct Fp8Activations {
+  uint8_t* values = nullptr;
+  float* scales = nullptr;
+};
+
+// DeepSeek's act_quant of rows x K values of `type` into `out`: the same bytes and scales as
+// quantize_activations_fp8 (fp8_block_layout.h) on the values as floats. One warp per (token, 128-column group).
+void launch_fp8_quantize_activations(cudaStream_t stream, Precision type, const void* x, int64_t rows, int64_t K,
+                                     const Fp8Activations& out);
+
+// The plain product: one thread per output, sum over each 128-column block of e4m3 x e4m3 in fp32, times the two
+// block scales, added into an fp32 accumulator (DeepSeek's fp8_gemm arithmetic); y fp32 or bf16 (`out`).
+void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& x, int64_t rows,
+                                     const Fp8WeightView& w, Precision out, void* y);
+
+enum class Fp8GemmPath { cublaslt, reference };
+// The projection: quantise x into `scratch`, then the product on cuBLASLt when it has an algorithm for the shape
+// (a shape it refuses, or one with no algorithm, goes to the plain kernel with a warning naming it, once per
+// shape). Returns the path taken; rows == 0 launches nothing.
+Fp8GemmPath fp8_block_linear(cudaStream_t stream, Blas& blas, Precision x_type, const void* x, int64_t rows,
+                             const Fp8WeightView& w, const Fp8Activations& scratch, Precision out, void* y);
+
+}  // namespace moeserve::cuda
