@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "model/gpt_oss/make_tiny.h"
-#include "runner/cpu/rank_weights.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/nccl_group.h"
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
@@ -557,11 +556,7 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
     const ParallelConfig parallel{options.tensor_parallel_size, options.expert_parallel};
     check_parallel_config(checkpoint->config(), parallel);
     auto upload_slice = [&](const ModelConfig& rank_config, const RankShard& shard) {
-      const cpu::RankWeights slice(checkpoint->weights(), checkpoint->config(), shard, cpu::Vocabulary::whole);
-      return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision,
-                                         fmt::format("{} (rank {} of {})", checkpoint->directory(), shard.rank,
-                                                     shard.size),
-                                         static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
+      return cuda::upload_rank_weights(*checkpoint, rank_config, shard, precision);
     };
     return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), parallel,
                                                   local_gpus(parallel.tensor_parallel_size), upload_slice, precision,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runner/cpu/rank_weights.h"
 #include "runner/cuda/cuda_check.h"
 #include "runner/parallel/rank_shard.h"
 #include "runner/parallel/run_ranks.h"
@@ -80,6 +81,14 @@ void TensorParallelCudaRunner::forward(const ForwardBatch& batch, ForwardOutput&
   ranks_.front()->check_batch(batch);
   std::vector<ForwardOutput> outputs(size() - 1);
   on_every_rank([&](int r) { ranks_[r]->forward(batch, r == 0 ? output : outputs[r - 1]); });
+}
+
+DeviceWeights upload_rank_weights(const Checkpoint& checkpoint, const ModelConfig& rank_config, const RankShard& shard,
+                                  Precision precision) {
+  const cpu::RankWeights slice(checkpoint.weights(), checkpoint.config(), shard, cpu::Vocabulary::whole);
+  return DeviceWeights::upload(rank_config, slice.weights(), precision,
+                               fmt::format("{} (rank {} of {})", checkpoint.directory(), shard.rank, shard.size),
+                               static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
 }
 
 std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/gpt_oss/checkpoint.h"
 #include "runner/cuda/cuda_runner.h"
 #include "runner/cuda/device_rank_group.h"
 #include "runner/parallel/rank_shard.h"
@@ -56,6 +57,11 @@ class TensorParallelCudaRunner : public ModelRunner {
 // Builds the ranks of `group`: rank r's weights come from weights_of(rank config, shard) with rank r's device current
 // (an upload of its slice of a checkpoint, or synthetic weights of its shapes). With expert parallelism a rank's
 // weights hold its share of the experts (shard.experts) and its runner groups only the pairs routed to them.
+// Rank `shard`'s weights from a checkpoint (a weights_of for the builder below): its slice (runner/cpu/rank_weights.h)
+// with the unembedding whole, and of the experts only its own when expert parallel.
+DeviceWeights upload_rank_weights(const Checkpoint& checkpoint, const ModelConfig& rank_config, const RankShard& shard,
+                                  Precision precision);
+
 std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
     const ModelConfig& config, const ParallelConfig& parallel, std::unique_ptr<DeviceRankGroup> group,
     const std::function<DeviceWeights(const ModelConfig&, const RankShard&)>& weights_of, Precision precision,

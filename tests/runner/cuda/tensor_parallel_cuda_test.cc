@@ -12,7 +12,6 @@
 #include "engine/generate.h"
 #include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
-#include "runner/cpu/rank_weights.h"
 #include "runner/cuda/cuda_check.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
@@ -93,9 +92,7 @@ std::unique_ptr<ModelRunner> same_device_runner(std::shared_ptr<const Checkpoint
   CudaRunnerOptions options;
   options.precision = precision_name;
   auto upload = [&](const ModelConfig& rank_config, const RankShard& shard) {
-    const cpu::RankWeights slice(checkpoint->weights(), checkpoint->config(), shard, cpu::Vocabulary::whole);
-    return cuda::DeviceWeights::upload(rank_config, slice.weights(), precision, "test rank",
-                                       static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
+    return cuda::upload_rank_weights(*checkpoint, rank_config, shard, precision);
   };
   return cuda::make_tensor_parallel_cuda_runner(checkpoint->config(), {ranks, expert_parallel},
                                                 std::make_unique<SameDeviceGroup>(ranks), upload, precision, options,
