@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <system_error>
 
 #include "util/bounded_read.h"
 #include "util/error.h"
@@ -33,7 +34,12 @@ void write_text_file(const std::string& path, const std::string& text) {
   write_file(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
 
-bool file_exists(const std::string& path) { return std::filesystem::is_regular_file(path); }
+// The error_code form: a path the filesystem cannot even look up (a name over NAME_MAX from a checkpoint's index, say)
+// is not a file, where the throwing form would escape as a filesystem_error.
+bool file_exists(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error);
+}
 
 std::string sha256_hex(std::span<const uint8_t> bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -187,6 +187,13 @@ TEST(CheckpointErrors, MissingShardNamedByTheIndex) {
   std::string dir = copy_model(testing::tiny_model(sharded));
   fs::remove(dir + "/model-00002-of-00002.safetensors");
   expect_open_fails(dir, {"missing checkpoint file", "model-00002-of-00002.safetensors"});
+  // A shard name longer than the filesystem allows (found by safetensors_fuzz) is a missing file too, not a throw
+  // from the filesystem library.
+  auto index = read_json_file(dir + "/model.safetensors.index.json");
+  const std::string long_name = std::string(300, 'x') + ".safetensors";
+  for (auto& [tensor, file] : index["weight_map"].items()) file = long_name;
+  write_text_file(dir + "/model.safetensors.index.json", index.dump());
+  expect_open_fails(dir, {"missing checkpoint file", long_name});
 }
 
 TEST(CheckpointErrors, TruncatedAndCorruptHeaders) {
