@@ -96,8 +96,9 @@ struct Step {
   }
   int rows() const { return T * k; }
   int touched() const { return static_cast<int>(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; })); }
-  cuda::MoeRouting group(int rows_per_tile) {
-    const cuda::MoeRouting r = buffers.routing();
+  cuda::MoeRouting group(int rows_per_tile, const cuda::MoeMixedBounds& mixed = {}) {
+    cuda::MoeRouting r = buffers.routing();
+    r.mixed = mixed;
     MOESERVE_CUDA_CHECK(cudaMemcpy(r.expert_counts, counts.data(), E * 4, cudaMemcpyHostToDevice));
     cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, rows_per_tile, r);
     return r;
@@ -253,10 +254,30 @@ int run(int argc, char** argv) {
   app.add_option("--paths", path_names, "MoE paths (moe_plan.h names)")->delimiter(',')->capture_default_str();
   app.add_option("--min-ms", min_ms, "time to fill with repetitions per measurement")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", seed, "random data and routing")->capture_default_str();
+  std::vector<std::string> mixed_texts;
+  app.add_option("--mixed-bounds", mixed_texts,
+                 "decode-mma-mixed's N8:N16 bounds to run it with (each its own row, named decode-mma-mixed-N8-N16; "
+                 "default: the built-in bounds)")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
-  std::vector<MoePath> paths;
-  for (const std::string& name : path_names) paths.push_back(cuda::parse_moe_path(name));
+  // Each run of a path: the path, its mixed bounds (decode-mma-mixed only) and its row's name.
+  struct Run {
+    MoePath path;
+    cuda::MoeMixedBounds mixed;
+    std::string name;
+  };
+  std::vector<Run> paths;
+  for (const std::string& name : path_names) {
+    const MoePath path = cuda::parse_moe_path(name);
+    if (path != MoePath::decode_mma_mixed || mixed_texts.empty()) {
+      paths.push_back({path, {}, name});
+      continue;
+    }
+    for (const std::string& text : mixed_texts) {
+      const cuda::MoeMixedBounds b = cuda::parse_moe_mixed_bounds(text);
+      paths.push_back({path, b, fmt::format("{}-{}-{}", name, b.n8_max, b.n16_max)});
+    }
+  }
   for (int r : rows_per_expert) MOESERVE_CHECK(r > 0 && r <= 4096, "--rows {} (1 to 4096)", r);
 
   TinyModelOptions tiny;
@@ -287,14 +308,15 @@ int run(int argc, char** argv) {
       const double bytes = step.touched() * (w1.expert_bytes() + w2.expert_bytes()) +
                            (static_cast<double>(T) * H * 2 + 2.0 * rows * I * 2 + static_cast<double>(rows) * H * 4);
       const double flops = 2.0 * rows * (2.0 * I * H + static_cast<double>(H) * I);
-      for (MoePath path : paths) {
+      for (const Run& run : paths) {
+        const MoePath path = run.path;
         Result res;
-        res.path = cuda::moe_path_name(path);
+        res.path = run.name;
         res.routing = routing;
         res.rows_per_expert = r;
         res.tokens = T;
         res.touched = step.touched();
-        const Projections p = projections(c, w1, w2, step.group(cuda::moe_rows_per_tile(path)), rows, x.get(), act.get(), y.get());
+        const Projections p = projections(c, w1, w2, step.group(cuda::moe_rows_per_tile(path), run.mixed), rows, x.get(), act.get(), y.get());
         cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp1);
         cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp2);
         std::tie(res.mlp1_error, res.mlp2_error) = check_rows(p, rng);

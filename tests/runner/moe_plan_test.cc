@@ -30,10 +30,10 @@ TEST(MoePlan, PathFollowsRowsPerExpert) {
   EXPECT_EQ(choose_moe_path(true, 32, 4, 128), MoePath::decode_mma_n8);
   EXPECT_EQ(choose_moe_path(true, 144, 4, 128), MoePath::decode_mma_n8);   // 4.5
   EXPECT_EQ(choose_moe_path(true, 145, 4, 128), MoePath::decode_mma_n16);
-  EXPECT_EQ(choose_moe_path(true, 627, 4, 128), MoePath::decode_mma_n16);  // 19.59
-  EXPECT_EQ(choose_moe_path(true, 628, 4, 128), MoePath::decode_mma_n32);
-  EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_mma_n32);
-  EXPECT_EQ(choose_moe_path(true, 1254, 4, 128), MoePath::decode_mma_n32);  // 39.19
+  EXPECT_EQ(choose_moe_path(true, 256, 4, 128), MoePath::decode_mma_n16);  // 8
+  EXPECT_EQ(choose_moe_path(true, 257, 4, 128), MoePath::decode_mma_mixed);
+  EXPECT_EQ(choose_moe_path(true, 1024, 4, 128), MoePath::decode_mma_mixed);
+  EXPECT_EQ(choose_moe_path(true, 1254, 4, 128), MoePath::decode_mma_mixed);  // 39.19
   EXPECT_EQ(choose_moe_path(true, 1255, 4, 128), MoePath::decode_mma_n64);  // 39.22
   EXPECT_EQ(choose_moe_path(true, 2896, 4, 128), MoePath::decode_mma_n64);  // 90.5
   EXPECT_EQ(choose_moe_path(true, 2897, 4, 128), MoePath::prefill_wgmma);
@@ -55,6 +55,9 @@ TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
         path == MoePath::decode_mma_n64) {
       EXPECT_GE(moe_rows_per_tile(path), per_expert / 2.5) << tokens;
     }
+    if (path == MoePath::decode_mma_mixed) {
+      EXPECT_GE(32, per_expert / 2.5) << tokens;  // its widest tiles
+    }
   }
   EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma), kMoePrefillTileRows);
   EXPECT_EQ(moe_rows_per_tile(MoePath::decode_x2), 16);
@@ -72,6 +75,73 @@ TEST(MoePlan, DecodeMmaGridCoversEveryWeightRowAndTile) {
   expect_error([] { moe_decode_mma_grid(int64_t{8} << 20, 8, 2880, 2880, 128); }, "at most 65,535");
   expect_error([] { moe_decode_mma_grid(8, 8, int64_t{1} << 24, int64_t{1} << 24, 4); }, "under 2^31 bytes");
   expect_error([] { moe_decode_mma_grid(8, 8, 0, 64, 4); }, "out_features 0");
+}
+
+TEST(MoePlan, MixedTilesTakeTheWidthOfEachExpertsOwnCount) {
+  const MoeMixedBounds defaults;
+  EXPECT_EQ(moe_rows_per_tile(MoePath::decode_mma_mixed), kMoeMixedTileRows);
+  EXPECT_EQ(moe_mixed_tile_rows(1, defaults), 8);
+  EXPECT_EQ(moe_mixed_tile_rows(defaults.n8_max, defaults), 8);
+  EXPECT_EQ(moe_mixed_tile_rows(defaults.n8_max + 1, defaults), 16);
+  EXPECT_EQ(moe_mixed_tile_rows(defaults.n16_max, defaults), 16);
+  EXPECT_EQ(moe_mixed_tile_rows(defaults.n16_max + 1, defaults), 32);
+  EXPECT_EQ(moe_mixed_tile_rows(5000, defaults), 32);
+  const MoeMixedBounds b = parse_moe_mixed_bounds("12:40");
+  EXPECT_EQ(b.n8_max, 12);
+  EXPECT_EQ(b.n16_max, 40);
+  EXPECT_EQ(moe_mixed_tile_rows(12, b), 8);
+  EXPECT_EQ(moe_mixed_tile_rows(13, b), 16);
+  EXPECT_EQ(moe_mixed_tile_rows(41, b), 32);
+  EXPECT_EQ(parse_moe_mixed_bounds("1:1").n16_max, 1);
+  for (const char* bad : {"", "12", "12:", ":40", "0:4", "8:4", "8:5000", "a:b", "8:16:32", "-1:4"})
+    expect_error([bad] { parse_moe_mixed_bounds(bad); }, "mixed tile bounds");
+  expect_error([] { parse_moe_mixed_bounds("8:4"); }, "\"8:4\"");
+  // Each class's launch is sized by the most tiles its experts can make. Batch 256 of gpt-oss-120b (1,024 rows over
+  // 128 experts) with bounds 8:16: at most 128 experts of <= 8 rows, 113 of 9-16 rows (one tile each), and 1,024 /
+  // 32 tiles plus one partial for each of at most 60 experts of > 16 rows.
+  const MoeMixedBounds b816{8, 16};
+  EXPECT_EQ(moe_mixed_class_max_tiles(1024, 2, b816, 128), 128);
+  EXPECT_EQ(moe_mixed_class_max_tiles(1024, 1, b816, 128), 113);
+  EXPECT_EQ(moe_mixed_class_max_tiles(1024, 0, b816, 128), 32 + 60);
+  // Few rows: no expert can reach the wide classes.
+  EXPECT_EQ(moe_mixed_class_max_tiles(8, 1, b816, 128), 0);
+  EXPECT_EQ(moe_mixed_class_max_tiles(16, 0, b816, 128), 0);
+  EXPECT_EQ(moe_mixed_class_max_tiles(17, 0, b816, 128), 1);
+  // Bounds of several tiles an expert: 4 experts of up to 40 rows could take 5 tiles each, but 40 rows make at most
+  // 40 / 8 + 4 (a partial tile each).
+  EXPECT_EQ(moe_mixed_class_max_tiles(40, 2, MoeMixedBounds{40, 40}, 4), 9);
+  EXPECT_EQ(moe_mixed_class_max_tiles(40, 2, MoeMixedBounds{40, 40}, 4), moe_max_tiles(40, 8, 4));
+  // The bound holds for every split of the rows (brute force over small cases).
+  for (const MoeMixedBounds b : {MoeMixedBounds{8, 16}, MoeMixedBounds{1, 1}, MoeMixedBounds{12, 40}})
+    for (int rows = 0; rows <= 90; ++rows)
+      for (int experts = 1; experts <= 4; ++experts) {
+        // The most tiles of each class over every way `rows` can split among `experts` (counts in non-increasing
+        // order suffice: tiles do not depend on which expert holds a count).
+        int most[3] = {0, 0, 0};
+        std::vector<int> split(experts, 0);
+        std::function<void(int, int, int)> walk = [&](int i, int left, int cap) {
+          if (i == experts - 1) {
+            if (left > cap) return;
+            split[i] = left;
+            int tiles[3] = {0, 0, 0};
+            for (int r : split) {
+              const int w = moe_mixed_tile_rows(r, b), cls = w == 32 ? 0 : w == 16 ? 1 : 2;
+              tiles[cls] += (r + w - 1) / w;
+            }
+            for (int c = 0; c < 3; ++c) most[c] = std::max(most[c], tiles[c]);
+            return;
+          }
+          for (int r = std::min(left, cap); r >= 0; --r) {
+            split[i] = r;
+            walk(i + 1, left - r, r);
+          }
+        };
+        walk(0, rows, rows);
+        for (int c = 0; c < 3; ++c)
+          ASSERT_GE(moe_mixed_class_max_tiles(rows, c, b, experts), most[c])
+              << b.n8_max << ":" << b.n16_max << " rows " << rows << " experts " << experts << " class " << c;
+      }
+  expect_error([] { moe_mixed_class_max_tiles(8, 3, MoeMixedBounds{}, 4); }, "class 3");
 }
 
 TEST(MoePlan, AGivenTableReplacesTheBuiltInChoice) {

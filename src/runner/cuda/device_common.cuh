@@ -165,7 +165,12 @@ struct MoeTile {
   int expert = 0, row0 = 0, row_end = 0;
 };
 __device__ __forceinline__ bool moe_tile(const MoeRouting& r, int tile, MoeTile& t) {
-  if (tile >= *r.num_tiles) return false;
+  if (r.tile_class < 0) {
+    if (tile >= r.num_tiles[0]) return false;
+  } else {  // tile of one class of a mixed grouping: its classes follow each other in the list
+    if (tile >= r.num_tiles[1 + r.tile_class]) return false;
+    for (int c = 0; c < r.tile_class; ++c) tile += r.num_tiles[1 + c];
+  }
   t.expert = r.tile_expert[tile];
   t.row0 = r.tile_row0[tile];
   t.row_end = r.expert_offsets[t.expert + 1];

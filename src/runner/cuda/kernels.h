@@ -244,9 +244,15 @@ struct MoeRouting {
   int32_t* slot_row = nullptr;        // [T * k] grouped row of each (token, slot)
   int32_t* tile_expert = nullptr;     // [max tiles] expert of each tile of rows_per_tile rows
   int32_t* tile_row0 = nullptr;       // [max tiles] first grouped row of each tile
-  int32_t* num_tiles = nullptr;       // device scalar
+  int32_t* num_tiles = nullptr;       // [4] tiles in all, then (mixed tiling) those of the 32-, 16- and 8-row class
+  int tile_class = -1;                // a launch over one class's tiles only (0, 1, 2: 32, 16, 8 rows); -1: all
+  MoeMixedBounds mixed;               // the mixed tiling's classes (the grouping and the launches read the same)
 };
 // Tiles of rows_per_tile rows (moe_rows_per_tile of the path that reads them); moe_max_tiles bounds their count.
+// rows_per_tile kMoeMixedTileRows (decode_mma_mixed): each expert's rows cut into tiles of one width chosen by its
+// own count (routing.mixed: up to n8_max rows in 8-row tiles, up to n16_max in 16-row tiles, beyond in 32-row
+// tiles), listed by class, the 32-row tiles first, then the 16- and 8-row ones, with each class's count in
+// num_tiles[1 + class]; at most moe_max_tiles(rows, 8, E) tiles.
 void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
                             const MoeRouting& routing);
 
@@ -273,7 +279,8 @@ struct MoeGemmParams {
 void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_tiles);
 // Decode at large batch: tiles of tile_rows = 16, 32 or 64 rows, each expert's weights read once (sm_90a wgmma).
 void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
-// Decode at batch 8-64 rows per expert: tiles of tile_rows = 8, 16, 32 or 64 rows, each expert's weights read once,
+// Decode at batch 8-64 rows per expert: tiles of tile_rows = 8, 16, 32 or 64 rows (kMoeMixedTileRows: one launch per
+// class of the mixed grouping, each of its width), each expert's weights read once,
 // activations shared through shared memory (mma.sync).
 void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
 // Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows, mma.sync.

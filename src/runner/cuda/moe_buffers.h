@@ -16,7 +16,8 @@ class MoeBuffers {
   bool grow(int tokens, int top_k, int num_experts, int first_expert = 0, int router_experts = 0) {
     const size_t rows = static_cast<size_t>(tokens) * top_k, E = num_experts;
     const size_t counted = std::max(router_experts, num_experts);
-    // Tiles of the smallest size (8 rows) are the most numerous.
+    // Tiles of the smallest size (8 rows) are the most numerous (mixed tiling's too: each expert's are at most its
+    // 8-row ones).
     const size_t tiles = moe_max_tiles(static_cast<int>(rows), 8, num_experts);
     num_experts_ = num_experts;
     first_expert_ = first_expert;
@@ -24,7 +25,7 @@ class MoeBuffers {
     bool moved = false;
     for (auto [buffer, count] : {std::pair{&counts_, counted}, {&offsets_, E + 1}, {&fill_, E}, {&row_token_, rows},
                                  {&row_expert_, rows}, {&slot_row_, rows}, {&tile_expert_, tiles},
-                                 {&tile_row0_, tiles}, {&num_tiles_, size_t{1}}})
+                                 {&tile_row0_, tiles}, {&num_tiles_, size_t{4}}})
       moved |= buffer->grow(std::max<size_t>(count, 1) * sizeof(int32_t));
     if (moved) MOESERVE_CUDA_CHECK(cudaMemset(counts_.get(), 0, counts_.bytes()));  // the router adds onto zero
     return moved;

@@ -46,11 +46,10 @@ struct Layout {
   static constexpr int kSharedBytes = kStages * kStageBytes;
 };
 
+// One CTA's work: tile t's rows (up to 8 kNTiles of them) against weight slice blockIdx.x.
 template <bool kSwiglu, int kNTiles>
-__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
+__device__ __forceinline__ void decode_mma_tile(const MoeGemmParams& p, const MoeTile& t) {
   using L = Layout<kNTiles>;
-  MoeTile t;
-  if (!moe_tile(p.routing, blockIdx.y, t)) return;
   const int e = t.expert, row0 = t.row0, row_end = t.row_end;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t N = p.w.out_features, K = p.w.in_features;
@@ -234,21 +233,43 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
 }
 
 template <bool kSwiglu, int kNTiles>
-void launch_kernel(cudaStream_t stream, const MoeGemmParams& p) {
+__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
+  MoeTile t;
+  if (moe_tile(p.routing, blockIdx.y, t)) decode_mma_tile<kSwiglu, kNTiles>(p, t);
+}
+
+// max_tiles: the grid's tile count (-1: the grouping's bound for tiles of this kernel's rows).
+template <bool kSwiglu, int kNTiles>
+void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
   constexpr int bytes = Layout<kNTiles>::kSharedBytes;
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles>), bytes);
-  // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past *num_tiles return at once).
-  const MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
+  // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past the step's count return at once).
+  MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
+  if (max_tiles >= 0) grid.blocks = max_tiles;
+  if (grid.blocks == 0) return;
   moe_decode_mma_kernel<kSwiglu, kNTiles><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 template <int kNTiles>
-void launch_tiles(cudaStream_t stream, const MoeGemmParams& p) {
+void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles = -1) {
   if (p.swiglu)
-    launch_kernel<true, kNTiles>(stream, p);
+    launch_kernel<true, kNTiles>(stream, p, max_tiles);
   else
-    launch_kernel<false, kNTiles>(stream, p);
+    launch_kernel<false, kNTiles>(stream, p, max_tiles);
+}
+
+// decode_mma_mixed: the grouping's 32-, 16- and 8-row classes, each by the kernel of its width (widest first), so
+// that every tile runs exactly the fixed-width kernel with its own shared memory size.
+void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
+  for (int cls = 0; cls < 3; ++cls) {
+    MoeGemmParams q = p;
+    q.routing.tile_class = cls;
+    const int max_tiles = moe_mixed_class_max_tiles(p.rows, cls, p.routing.mixed, p.routing.num_experts);
+    if (cls == 0) launch_tiles<4>(stream, q, max_tiles);
+    if (cls == 1) launch_tiles<2>(stream, q, max_tiles);
+    if (cls == 2) launch_tiles<1>(stream, q, max_tiles);
+  }
 }
 
 }  // namespace
@@ -258,11 +279,12 @@ void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int
                        params.routing.num_experts);
   if (params.rows == 0) return;
   switch (tile_rows) {
+    case kMoeMixedTileRows: return launch_mixed(stream, params);
     case 8: return launch_tiles<1>(stream, params);
     case 16: return launch_tiles<2>(stream, params);
     case 32: return launch_tiles<4>(stream, params);
     case 64: return launch_tiles<8>(stream, params);
-    default: fail_cuda("moe_decode_mma", "tile_rows must be 8, 16, 32 or 64", __FILE__, __LINE__);
+    default: fail_cuda("moe_decode_mma", "tile_rows must be 8, 16, 32, 64 or mixed", __FILE__, __LINE__);
   }
 }
 

@@ -14,31 +14,63 @@ namespace {
 
 constexpr int kExpertsPerLane = kMaxExperts / 32;
 
-// One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles, and a warp
-// exclusive scan over the lanes gives every expert its first row and tile. (Version 1 walked the experts in one
+// Tiles of one width class: fixed tiling has one class of rows_per_tile rows; mixed tiling (rows_per_tile
+// kMoeMixedTileRows) three, 32-, 16- and 8-row tiles in that order of the list, each expert in the class its own
+// count picks (moe_mixed_tile_rows).
+constexpr int kMixedClasses = 3;
+struct Tiling {
+  bool mixed = false;
+  int rows_per_tile = 8;
+  MoeMixedBounds bounds;
+  __device__ int width(int cls) const { return mixed ? 32 >> cls : rows_per_tile; }
+  __device__ int class_of(int rows) const {
+    if (!mixed) return 0;
+    const int w = moe_mixed_tile_rows(rows, bounds);
+    return w == 32 ? 0 : w == 16 ? 1 : 2;
+  }
+};
+
+// One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles per class, and warp
+// exclusive scans over the lanes give every expert its first row and tile. (Version 1 walked the experts in one
 // thread: ~10 us per layer under ncu at 128 experts.)
 // Also zeroes the counts it read, so the next layer's router starts from zero without a memset.
-__device__ void scan_experts(int rows_per_tile, const MoeRouting& r) {
+__device__ void scan_experts(const Tiling tiling, const MoeRouting& r) {
   const int E = r.num_experts, lane = threadIdx.x;
   int32_t* const counts_of = r.expert_counts + r.first_expert;  // this rank's experts' counts
   const int per_lane = (E + 31) / 32, first = lane * per_lane;
   int counts[kExpertsPerLane];
-  int rows = 0, tiles = 0;
+  int rows = 0, tiles[kMixedClasses] = {};
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) {
     counts[i] = i < per_lane && first + i < E ? counts_of[first + i] : 0;
     if (i < per_lane && first + i < E) counts_of[first + i] = 0;
     rows += counts[i];
-    tiles += (counts[i] + rows_per_tile - 1) / rows_per_tile;
+    const int cls = tiling.class_of(counts[i]);
+#pragma unroll
+    for (int c = 0; c < kMixedClasses; ++c)
+      if (c == cls) tiles[c] += (counts[i] + tiling.width(c) - 1) / tiling.width(c);
   }
-  int row_offset = rows, tile_offset = tiles;  // inclusive scans, then made exclusive
+  int row_offset = rows, tile_offset[kMixedClasses];  // inclusive scans, then made exclusive
+#pragma unroll
+  for (int c = 0; c < kMixedClasses; ++c) tile_offset[c] = tiles[c];
   for (int delta = 1; delta < 32; delta <<= 1) {
     const int row_before = __shfl_up_sync(0xffffffffu, row_offset, delta);
-    const int tile_before = __shfl_up_sync(0xffffffffu, tile_offset, delta);
+    int tile_before[kMixedClasses];
+#pragma unroll
+    for (int c = 0; c < kMixedClasses; ++c) tile_before[c] = __shfl_up_sync(0xffffffffu, tile_offset[c], delta);
     if (lane >= delta) {
       row_offset += row_before;
-      tile_offset += tile_before;
+#pragma unroll
+      for (int c = 0; c < kMixedClasses; ++c) tile_offset[c] += tile_before[c];
     }
+  }
+  // Each class's tiles follow the classes before it: the totals are lane 31's inclusive sums.
+  int class_base = 0, class_total[kMixedClasses];
+#pragma unroll
+  for (int c = 0; c < kMixedClasses; ++c) {
+    class_total[c] = __shfl_sync(0xffffffffu, tile_offset[c], 31);
+    tile_offset[c] += class_base - tiles[c];
+    class_base += class_total[c];
   }
   // Other ranks' experts (expert parallelism): their counts are zeroed too, for the next layer's router.
   const int router_experts = r.router_experts > 0 ? r.router_experts : E;
@@ -46,25 +78,36 @@ __device__ void scan_experts(int rows_per_tile, const MoeRouting& r) {
     if (e < r.first_expert || e >= r.first_expert + E) r.expert_counts[e] = 0;
   if (lane == 31) {
     r.expert_offsets[E] = row_offset;
-    *r.num_tiles = tile_offset;
+    r.num_tiles[0] = class_base;
+    if (tiling.mixed)
+#pragma unroll
+      for (int c = 0; c < kMixedClasses; ++c) r.num_tiles[1 + c] = class_total[c];
   }
   row_offset -= rows;
-  tile_offset -= tiles;
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) {
     if (i >= per_lane || first + i >= E) break;
     const int e = first + i;
     r.expert_offsets[e] = row_offset;
     r.expert_fill[e] = 0;
-    for (int row = 0; row < counts[i]; row += rows_per_tile, ++tile_offset) {
-      r.tile_expert[tile_offset] = e;
-      r.tile_row0[tile_offset] = row_offset + row;
+    const int cls = tiling.class_of(counts[i]), width = tiling.width(cls);
+    int tile = 0;
+#pragma unroll
+    for (int c = 0; c < kMixedClasses; ++c)
+      if (c == cls) tile = tile_offset[c];
+    const int first_tile = tile;
+    for (int row = 0; row < counts[i]; row += width, ++tile) {
+      r.tile_expert[tile] = e;
+      r.tile_row0[tile] = row_offset + row;
     }
+#pragma unroll
+    for (int c = 0; c < kMixedClasses; ++c)
+      if (c == cls) tile_offset[c] += tile - first_tile;
     row_offset += counts[i];
   }
 }
 
-__global__ void moe_scan_kernel(int rows_per_tile, MoeRouting r) { scan_experts(rows_per_tile, r); }
+__global__ void moe_scan_kernel(const Tiling tiling, MoeRouting r) { scan_experts(tiling, r); }
 
 __device__ void place_pair(const int32_t* experts, int i, int k, const MoeRouting& r) {
   const int e = experts[i] - r.first_expert;
@@ -87,8 +130,8 @@ __global__ void moe_place_kernel(const int32_t* experts, int pairs, int k, MoeRo
 // the scan's registers (1,024 threads of them were more than a block may hold).
 constexpr int kFusedPairs = 256;
 __global__ void __launch_bounds__(kFusedPairs)
-    moe_group_small_kernel(const int32_t* experts, int pairs, int k, int rows_per_tile, MoeRouting r) {
-  if (threadIdx.x < 32) scan_experts(rows_per_tile, r);
+    moe_group_small_kernel(const int32_t* experts, int pairs, int k, const Tiling tiling, MoeRouting r) {
+  if (threadIdx.x < 32) scan_experts(tiling, r);
   __syncthreads();  // offsets and zeroed fill counts are visible to the block
   if (static_cast<int>(threadIdx.x) < pairs) place_pair(experts, threadIdx.x, k, r);
 }
@@ -102,14 +145,22 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
   if (routing.first_expert < 0 ||
       routing.first_expert + routing.num_experts > std::max(routing.router_experts, routing.num_experts))
     fail_cuda("group_by_expert", "a rank's experts outside the router's", __FILE__, __LINE__);
+  Tiling tiling;
+  tiling.mixed = rows_per_tile == kMoeMixedTileRows;
+  tiling.rows_per_tile = tiling.mixed ? 8 : rows_per_tile;
+  tiling.bounds = routing.mixed;
+  const MoeMixedBounds& mixed = routing.mixed;
+  if (!tiling.mixed && rows_per_tile < 1) fail_cuda("group_by_expert", "rows_per_tile below 1", __FILE__, __LINE__);
+  if (tiling.mixed && (mixed.n8_max < 1 || mixed.n16_max < mixed.n8_max))
+    fail_cuda("group_by_expert", "mixed tiles need bounds 1 <= n8_max <= n16_max", __FILE__, __LINE__);
   const int pairs = T * k;
   if (pairs <= kFusedPairs) {
-    moe_group_small_kernel<<<1, std::max(32, (pairs + 31) / 32 * 32), 0, stream>>>(experts, pairs, k, rows_per_tile,
+    moe_group_small_kernel<<<1, std::max(32, (pairs + 31) / 32 * 32), 0, stream>>>(experts, pairs, k, tiling,
                                                                                   routing);
     MOESERVE_CUDA_CHECK_LAUNCH();
     return;
   }
-  moe_scan_kernel<<<1, 32, 0, stream>>>(rows_per_tile, routing);
+  moe_scan_kernel<<<1, 32, 0, stream>>>(tiling, routing);
   MOESERVE_CUDA_CHECK_LAUNCH();
   moe_place_kernel<<<(pairs + 255) / 256, 256, 0, stream>>>(experts, pairs, k, routing);
   MOESERVE_CUDA_CHECK_LAUNCH();

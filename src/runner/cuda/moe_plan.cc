@@ -25,6 +25,7 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_mma_n16: return "decode-mma-n16";
     case MoePath::decode_mma_n32: return "decode-mma-n32";
     case MoePath::decode_mma_n64: return "decode-mma-n64";
+    case MoePath::decode_mma_mixed: return "decode-mma-mixed";
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
   }
@@ -54,6 +55,7 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_mma_n16: return 16;
     case MoePath::decode_mma_n32: return 32;
     case MoePath::decode_mma_n64: return 64;
+    case MoePath::decode_mma_mixed: return kMoeMixedTileRows;
     case MoePath::prefill_mma:
     case MoePath::prefill_wgmma: return kMoePrefillTileRows;
   }
@@ -73,10 +75,13 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, c
   // 64-row tiles, the grouped GEMM beyond 90 rows. n16 takes over from n8 at 4.5 rows rather than where uniform
   // routing would put it (11): at 5 and 8 rows n8 is 9% faster with uniform routing and n16 15% faster with
   // Zipf's, and real routing is skewed.
+  // From 8 rows up decode_mma_mixed, each expert's width by its own count (2026-12-02: 1.2-7.6% faster than the
+  // single width where routing spreads the counts, Zipf's at 16-32 rows in moe_bench and the synthetic router's at
+  // batch 384 in cuda_bench; 2-3% slower with exactly equal counts, where its two empty launches are pure cost).
   if (per_expert < 1) return MoePath::decode_x1;
   if (per_expert <= 4.5) return MoePath::decode_mma_n8;
-  if (per_expert <= 19.6) return MoePath::decode_mma_n16;
-  if (per_expert <= 39.2) return MoePath::decode_mma_n32;
+  if (per_expert <= 8) return MoePath::decode_mma_n16;
+  if (per_expert <= 39.2) return MoePath::decode_mma_mixed;
   if (per_expert <= 90.5) return MoePath::decode_mma_n64;
   return MoePath::prefill_wgmma;
 }
@@ -116,6 +121,39 @@ MoePathTable parse_moe_path_table(std::string_view text) {
     start = comma + 1;
   }
   return table;
+}
+
+MoeMixedBounds parse_moe_mixed_bounds(std::string_view text) {
+  const size_t colon = text.find(':');
+  MoeMixedBounds b;
+  bool ok = colon != std::string_view::npos;
+  if (ok) {
+    const std::optional<int64_t> n8 = parse_int(text.substr(0, colon)), n16 = parse_int(text.substr(colon + 1));
+    ok = n8 && n16 && *n8 >= 1 && *n8 <= *n16 && *n16 <= 4096;
+    if (ok) {
+      b.n8_max = static_cast<int>(*n8);
+      b.n16_max = static_cast<int>(*n16);
+    }
+  }
+  MOESERVE_CHECK(ok, "mixed tile bounds \"{}\": want N8:N16 with 1 <= N8 <= N16 <= 4096 (rows of an expert up to "
+                 "which 8- and then 16-row tiles serve it)", text);
+  return b;
+}
+
+int moe_mixed_class_max_tiles(int64_t rows, int cls, const MoeMixedBounds& b, int num_experts) {
+  MOESERVE_CHECK(cls >= 0 && cls <= 2 && b.n8_max >= 1 && b.n16_max >= b.n8_max, "mixed MoE tiles: class {} with "
+                 "bounds {}:{}", cls, b.n8_max, b.n16_max);
+  moe_max_tiles(rows, 8, num_experts);  // checks rows and experts
+  // Experts of r rows take ceil(r / width) <= floor(r / width) + 1 tiles: at most rows / width + experts in all,
+  // and for the bounded classes at most ceil(max_rows / width) each.
+  const int width = 32 >> cls;
+  if (cls == 0) {
+    const int64_t experts = std::min<int64_t>(num_experts, rows / (b.n16_max + 1));
+    return static_cast<int>(experts == 0 ? 0 : rows / width + experts);
+  }
+  const int max_rows = cls == 1 ? b.n16_max : b.n8_max;
+  const int64_t experts = std::min<int64_t>(num_experts, cls == 1 ? rows / (b.n8_max + 1) : rows);
+  return static_cast<int>(std::min<int64_t>(rows / width + experts, experts * ((max_rows + width - 1) / width)));
 }
 
 int moe_max_tiles(int64_t rows, int rows_per_tile, int num_experts) {

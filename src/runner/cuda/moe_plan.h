@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runner/cuda/host_device.h"
+
 namespace moeserve::cuda {
 
 // reference: one thread per output, any precision (moe_reference.cu).
@@ -18,6 +20,9 @@ namespace moeserve::cuda {
 // decode_mma_n8 / _n16 / _n32 / _n64: tiles of up to 8 / 16 / 32 / 64 rows x 256-row weight slices, mma.sync with
 //   the weights dequantised in registers and the tile's activations shared through shared memory; each expert's
 //   weights read once per step when its rows fit one tile (moe_decode_mma.cu).
+// decode_mma_mixed: decode_mma with each expert's tile width (8, 16 or 32 rows) chosen on the device by that
+//   expert's own row count (MoeMixedBounds), one launch for all widths: skewed routing's hot experts get wide tiles
+//   and the cold ones narrow tiles in the same step, where the other paths pick one width by the mean.
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
 enum class MoePath {
@@ -32,14 +37,15 @@ enum class MoePath {
   decode_mma_n16,
   decode_mma_n32,
   decode_mma_n64,
+  decode_mma_mixed,
   prefill_mma,
   prefill_wgmma
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
-    MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::prefill_mma,
-    MoePath::prefill_wgmma};
+    MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
+    MoePath::prefill_mma,    MoePath::prefill_wgmma};
 const char* moe_path_name(MoePath path);
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -55,13 +61,33 @@ constexpr int moe_decode_wgmma_weight_rows(int tile_rows) {
 }
 inline constexpr int kMoeDecodeMmaWeightRows = 256;    // weight rows of a decode_mma CTA
 
-// Rows of the grouping's tiles (launch_group_by_expert's rows_per_tile) the path expects.
+// Rows of the grouping's tiles (launch_group_by_expert's rows_per_tile) the path expects; kMoeMixedTileRows for
+// decode_mma_mixed, whose tiles' widths the grouping chooses per expert.
+inline constexpr int kMoeMixedTileRows = 0;
 int moe_rows_per_tile(MoePath path);
+
+// decode_mma_mixed's widths by an expert's rows r: 8-row tiles for r <= n8_max, 16-row tiles for r <= n16_max,
+// 32-row tiles beyond (ceil(r / width) tiles each).
+struct MoeMixedBounds {
+  int n8_max = 8;
+  int n16_max = 16;
+};
+// The tile width decode_mma_mixed's grouping gives an expert of `rows` rows (the device scan's rule, for tests).
+MOESERVE_HD constexpr int moe_mixed_tile_rows(int rows, const MoeMixedBounds& b) {
+  return rows <= b.n8_max ? 8 : rows <= b.n16_max ? 16 : 32;
+}
+// At most this many tiles of mixed class `cls` (0, 1, 2: the 32-, 16- and 8-row tiles) for `rows` grouped rows over
+// `num_experts` experts: an expert in class 2 has at most n8_max rows, one in class 1 more than n8_max and at most
+// n16_max, one in class 0 more than n16_max. Throws on a bad class or bounds.
+int moe_mixed_class_max_tiles(int64_t rows, int cls, const MoeMixedBounds& bounds, int num_experts);
+// "N8:N16" (moe_bench's --mixed-bounds): 1 <= N8 <= N16 <= 4096. Throws naming the bad text.
+MoeMixedBounds parse_moe_mixed_bounds(std::string_view text);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
 // (bf16; fp32 steps use the reference), from moe_bench's measurements on an H200 (docs/PERF.md): decode_x1 for
-// r < 1, decode_mma_n8 up to 4.5, n16 up to 19.6, n32 up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
-// decode_x2, the decode_wgmma tiles and prefill_mma won at no measured point and are kept for moe_bench's comparison.
+// r < 1, decode_mma_n8 up to 4.5, n16 up to 8, decode_mma_mixed up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
+// decode_x2, the decode_wgmma tiles, decode_mma_n32 and prefill_mma win at no measured point of the built-in choice
+// and are kept for moe_bench's comparison.
 // A table given by the user replaces the built-in choice (moeserve's --moe-path-table, for benchmarking kernels
 // end to end): rule i's path serves mean rows per expert up to its bound, the last rule all the rest.
 struct MoePathRule {

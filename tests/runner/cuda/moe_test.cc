@@ -10,6 +10,7 @@
 // fp32 summation order differs, bound 1e-4; fp32 precision (reference path) 1e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -157,13 +158,14 @@ class MoeCase {
     x_d_ = testing::upload_as(precision, x_);
   }
 
-  MoeErrors run(MoePath path) const {
+  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}) const {
     const int E = shape_.E, H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k, rows = T * k;
     std::vector<int32_t> counts(E, 0);
     for (int32_t e : routing_.experts) ++counts[e];
     cuda::MoeBuffers buffers;
     buffers.grow(T, k, E);
-    const cuda::MoeRouting routing = buffers.routing();
+    cuda::MoeRouting routing = buffers.routing();
+    routing.mixed = mixed;
     DeviceBuffer experts_d = cuda::to_device(routing_.experts),
                  act_d(static_cast<size_t>(rows) * I * cuda::element_bytes(precision_)),
                  y_d(static_cast<size_t>(rows) * H * 4);
@@ -281,6 +283,68 @@ TEST_F(CudaMoe, EveryPathMatchesCpuOnSkewedRouting) {
 TEST_F(CudaMoe, EveryPathMatchesCpuAtTileEdges) {
   // Odd widths: tails of K (96, 160) and of the weight tiles; top-2 so that T >= 129.
   check(Precision::bf16, kBf16Paths, kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), "edge counts");
+}
+
+// decode_mma_mixed with bounds that put the edge counts in each width: all 32-row tiles (but 1-row experts), mostly
+// 8-row ones (several a expert), and the three mixed.
+TEST_F(CudaMoe, MixedTilesMatchCpuAtEveryBound) {
+  const MoeCase c(Precision::bf16, kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), rng_);
+  for (const cuda::MoeMixedBounds bounds : {cuda::MoeMixedBounds{1, 1}, cuda::MoeMixedBounds{64, 128},
+                                            cuda::MoeMixedBounds{8, 16}, cuda::MoeMixedBounds{9, 40}}) {
+    const MoeErrors errors = c.run(MoePath::decode_mma_mixed, bounds);
+    const std::string what = "moe decode-mma-mixed " + std::to_string(bounds.n8_max) + ":" +
+                             std::to_string(bounds.n16_max) + " edge counts";
+    testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
+    testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+  }
+}
+
+// The mixed grouping's tile list: every expert's rows covered once, in order, by tiles of the width its own count
+// picks (moe_mixed_tile_rows), listed by class (32-, 16-, then 8-row tiles) with each class's count, every class
+// within the bound its launch's grid is sized by.
+TEST_F(CudaMoe, MixedGroupingCoversEachExpertWithItsWidth) {
+  const std::vector<int> wanted = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 200, 3};
+  const int E = static_cast<int>(wanted.size()), k = 1;
+  std::vector<int32_t> experts;
+  for (int e = 0; e < E; ++e) experts.insert(experts.end(), wanted[e], e);
+  std::shuffle(experts.begin(), experts.end(), rng_);
+  const int T = static_cast<int>(experts.size());
+  for (const cuda::MoeMixedBounds bounds : {cuda::MoeMixedBounds{}, cuda::MoeMixedBounds{8, 16},
+                                            cuda::MoeMixedBounds{1, 1}, cuda::MoeMixedBounds{100, 100}}) {
+    cuda::MoeBuffers buffers;
+    buffers.grow(T, k, E);
+    cuda::MoeRouting routing = buffers.routing();
+    routing.mixed = bounds;
+    MOESERVE_CUDA_CHECK(cudaMemcpy(routing.expert_counts, wanted.data(), E * 4, cudaMemcpyHostToDevice));
+    DeviceBuffer experts_d = cuda::to_device(experts);
+    cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, cuda::kMoeMixedTileRows, routing);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto counts = cuda::to_host<int32_t>(routing.num_tiles, 4);
+    const int tiles = counts[0];
+    const std::string label = std::to_string(bounds.n8_max) + ":" + std::to_string(bounds.n16_max);
+    ASSERT_EQ(tiles, counts[1] + counts[2] + counts[3]) << label;
+    for (int cls = 0; cls < 3; ++cls)
+      EXPECT_LE(counts[1 + cls], cuda::moe_mixed_class_max_tiles(T * k, cls, bounds, E)) << label << " class " << cls;
+    const auto tile_expert = cuda::to_host<int32_t>(routing.tile_expert, tiles);
+    const auto tile_row0 = cuda::to_host<int32_t>(routing.tile_row0, tiles);
+    const auto offsets = cuda::to_host<int32_t>(routing.expert_offsets, E + 1);
+    std::vector<int> covered(E, 0);
+    for (int i = 0; i < tiles; ++i) {
+      const int e = tile_expert[i];
+      ASSERT_TRUE(e >= 0 && e < E) << label << " tile " << i;
+      const int width = i < counts[1] ? 32 : i < counts[1] + counts[2] ? 16 : 8;
+      EXPECT_EQ(width, cuda::moe_mixed_tile_rows(wanted[e], bounds)) << label << " expert " << e;
+      EXPECT_EQ(tile_row0[i], offsets[e] + covered[e]) << label << " expert " << e << " tile " << i;
+      covered[e] += width;
+    }
+    for (int e = 0; e < E; ++e) {
+      EXPECT_EQ(offsets[e + 1] - offsets[e], wanted[e]) << label << " expert " << e;
+      // Covered by whole tiles: at least its rows, less than one tile more.
+      EXPECT_GE(covered[e], wanted[e]) << label << " expert " << e;
+      EXPECT_LT(covered[e] - wanted[e], wanted[e] == 0 ? 1 : cuda::moe_mixed_tile_rows(wanted[e], bounds))
+          << label << " expert " << e;
+    }
+  }
 }
 
 // The same edges at the real expert shapes (1.6 GB of 120b experts): a fixture of its own, outside the "CudaMoe*"
