@@ -61,10 +61,14 @@ TEST(Fp8BlockLayout, RefusesOtherBlocksAndBadShapes) {
   EXPECT_THROW(check_fp8_gemm_shape(kFp8GemmMaxRows + 1, 576, 7168), Error);
   EXPECT_THROW(check_fp8_gemm_shape(1, 576, kFp8GemmMaxFeatures + 1), Error);
 
-  EXPECT_EQ(fp8_gemm_cublaslt_refusal(576, 7168), "");
-  EXPECT_EQ(fp8_gemm_cublaslt_refusal(320, 1040), "");
-  EXPECT_NE(fp8_gemm_cublaslt_refusal(576, 1000).find("K = 1000"), std::string::npos);
-  EXPECT_NE(fp8_gemm_cublaslt_refusal(200, 400).find("N = 200"), std::string::npos);
+  EXPECT_EQ(fp8_gemm_cublaslt_refusal(128, 576, 7168), "");
+  EXPECT_EQ(fp8_gemm_cublaslt_refusal(300, 320, 1040), "");
+  EXPECT_EQ(fp8_gemm_cublaslt_refusal(4, 576, 7168), "");
+  EXPECT_NE(fp8_gemm_cublaslt_refusal(128, 576, 1000).find("K = 1000"), std::string::npos);
+  EXPECT_NE(fp8_gemm_cublaslt_refusal(128, 200, 400).find("N = 200"), std::string::npos);
+  // The activation scales' columns are `rows` floats apart: 16-byte aligned only at a multiple of 4 tokens.
+  EXPECT_NE(fp8_gemm_cublaslt_refusal(1, 576, 7168).find("rows = 1 "), std::string::npos);
+  EXPECT_NE(fp8_gemm_cublaslt_refusal(7, 576, 7168).find("rows = 7 "), std::string::npos);
 }
 
 // act_quant's contract: per token and 128-column group (the last partial), scale max(amax, 1e-4) / 448, the

@@ -68,6 +68,28 @@ TEST(MlaLayout, PartialSizeAndSharedMemory) {
   EXPECT_LE(2 * mla_decode_shared_bytes(576, 64), 228 * 1024);  // two blocks per H200 multiprocessor
 }
 
+// The merge kernel reads weight[] in 16-byte-aligned groups of four, the last one possibly as a whole: for every
+// token's split count up to the scratch's max_splits, the group holding its last weight ends inside the shared
+// array the launch allocates. The first GPU run's case: 157 splits (2,500 positions at 16 keys) in 157 floats, a
+// 12-byte read at weight[156] running two floats past the end.
+TEST(MlaLayout, MergeWeightsCoverWholeGroups) {
+  EXPECT_EQ(mla_merge_weight_floats(157), 160);
+  EXPECT_EQ(mla_merge_shared_bytes(mla_decode_splits(2499, 16)), 160 * 4);
+  for (int max_splits = 1; max_splits <= 300; ++max_splits) {
+    const int floats = mla_merge_shared_bytes(max_splits) / 4;
+    ASSERT_EQ(floats % 4, 0) << max_splits;
+    for (int splits = 1; splits <= max_splits; ++splits) {
+      ASSERT_LE((splits - 1) / 4 * 4 + 4, floats) << splits << " of " << max_splits;
+      ASSERT_LE(mla_merge_weight_floats(splits), floats) << splits << " of " << max_splits;  // the zeroed pad
+    }
+  }
+  EXPECT_EQ(mla_merge_error(1), "");
+  EXPECT_EQ(mla_merge_error(12032), "");
+  EXPECT_LE(mla_merge_shared_bytes(12032), kMlaMaxMergeSharedBytes);
+  EXPECT_NE(mla_merge_error(12033), "");
+  EXPECT_NE(mla_merge_error(0), "");
+}
+
 TEST(MlaLayout, ShapeChecks) {
   EXPECT_EQ(mla_shape_error(kV3, 2, 128, 64), "");
   EXPECT_EQ(mla_shape_error(kV3, 1, 128, 16), "");

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "runner/cuda/device_buffer.h"
@@ -28,9 +29,10 @@ class Blas {
 
   // FP8 block-scaled: y[rows, N] (fp32 or bf16, `out`) = dequant(xq) dequant(W)^T, xq [rows, K] e4m3 with one
   // scale per token per 128 columns, W [N, K] e4m3 with one per 128 x 128 block, both in the layouts of
-  // fp8_block_layout.h. False when cuBLASLt's heuristic has no algorithm for the shape (fp8_gemm.h then runs the
-  // plain kernel); the shape must pass fp8_gemm_cublaslt_refusal.
-  bool has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out);
+  // fp8_block_layout.h. False, with the reason in *why when given, where cuBLASLt refuses the combination (a
+  // library without the scale modes, a heuristic answering an error or no algorithm): fp8_gemm.h then runs the
+  // plain kernel. Never throws for a refusal; the shape must pass fp8_gemm_cublaslt_refusal.
+  bool has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out, std::string* why = nullptr);
   void linear_fp8_block(cudaStream_t stream, const uint8_t* xq, const float* x_scales, int64_t rows,
                         const uint8_t* weight, const float* weight_scales, int64_t N, int64_t K, Precision out,
                         void* y);
@@ -41,6 +43,7 @@ class Blas {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
+    std::string unavailable;  // why not found: the call and cuBLASLt's status, or "no algorithm"
   };
   // (operands, rows, N, K, bias); FP8 block plans have operands = -1 - (output precision).
   using Key = std::tuple<int, int64_t, int64_t, int64_t, bool>;

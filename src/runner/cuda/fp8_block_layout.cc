@@ -14,9 +14,11 @@ void check_fp8_gemm_shape(int64_t rows, int64_t N, int64_t K) {
                  kFp8GemmMaxRows, kFp8GemmMaxFeatures);
 }
 
-std::string fp8_gemm_cublaslt_refusal(int64_t N, int64_t K) {
+std::string fp8_gemm_cublaslt_refusal(int64_t rows, int64_t N, int64_t K) {
   if (K % 16 != 0) return fmt::format("K = {} is not a multiple of 16 (e4m3 leading dimensions)", K);
   if (N % 16 != 0) return fmt::format("N = {} is not a multiple of 16 (the output's leading dimension)", N);
+  if (rows % 4 != 0)
+    return fmt::format("rows = {} is not a multiple of 4 (the activation scales' columns, 16-byte aligned)", rows);
   return {};
 }
 

@@ -41,8 +41,12 @@ MOESERVE_HD int64_t fp8_activation_scale_index(int64_t t, int64_t kb, int64_t ro
 // Fails naming the shape unless 0 <= rows <= kFp8GemmMaxRows and 1 <= N, K <= kFp8GemmMaxFeatures.
 void check_fp8_gemm_shape(int64_t rows, int64_t N, int64_t K);
 // Why cuBLASLt cannot take the shape (empty when it can): e4m3 operands need K a multiple of 16 (16-byte leading
-// dimensions) and the output's leading dimension N a multiple of 16 too. Partial 128-blocks are fine.
-std::string fp8_gemm_cublaslt_refusal(int64_t N, int64_t K);
+// dimensions) and the output's leading dimension N a multiple of 16 too. The token count must be a multiple of 4:
+// the activation scales are token-contiguous columns of `rows` floats (scale (t, kb) at kb * rows + t), which are
+// 16-byte aligned only then. NVIDIA's text on it was not at hand; users of this recipe report the cuBLAS docs'
+// layout requiring it and pad the tokens to a multiple of 4 (and PyTorch PR #166752's "[M, K // 128], stride
+// [1, M]" is the same layout); the first GPU run's failing plan had rows = 1. Partial 128-blocks are fine.
+std::string fp8_gemm_cublaslt_refusal(int64_t rows, int64_t N, int64_t K);
 
 // The checkpoint's scales of `w` ([ceil(N/128), ceil(K/128)] row-major) in cuBLASLt's weight layout above, the
 // padding zero. w must use 128 x 128 blocks (fails naming its shape otherwise).

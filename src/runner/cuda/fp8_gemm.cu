@@ -124,12 +124,12 @@ Fp8GemmPath fp8_block_linear(cudaStream_t stream, Blas& blas, Precision x_type, 
   check_fp8_gemm_shape(rows, w.rows, w.cols);
   if (rows == 0) return Fp8GemmPath::cublaslt;
   launch_fp8_quantize_activations(stream, x_type, x, rows, w.cols, scratch);
-  std::string refusal = fp8_gemm_cublaslt_refusal(w.rows, w.cols);
-  if (refusal.empty() && blas.has_fp8_block_algorithm(rows, w.rows, w.cols, out)) {
+  std::string refusal = fp8_gemm_cublaslt_refusal(rows, w.rows, w.cols);
+  if (refusal.empty() && blas.has_fp8_block_algorithm(rows, w.rows, w.cols, out, &refusal)) {
     blas.linear_fp8_block(stream, scratch.values, scratch.scales, rows, w.values, w.scales, w.rows, w.cols, out, y);
     return Fp8GemmPath::cublaslt;
   }
-  warn_reference_once(rows, w.rows, w.cols, out, refusal.empty() ? "cuBLASLt has no algorithm for it" : refusal);
+  warn_reference_once(rows, w.rows, w.cols, out, refusal);
   launch_fp8_block_gemm_reference(stream, scratch, rows, w, out, y);
   return Fp8GemmPath::reference;
 }

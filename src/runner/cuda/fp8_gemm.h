@@ -53,9 +53,9 @@ void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& 
                                      const Fp8WeightView& w, Precision out, void* y);
 
 enum class Fp8GemmPath { cublaslt, reference };
-// The projection: quantise x into `scratch`, then the product on cuBLASLt when it has an algorithm for the shape
-// (a shape it refuses, or one with no algorithm, goes to the plain kernel with a warning naming it, once per
-// shape). Returns the path taken; rows == 0 launches nothing.
+// The projection: quantise x into `scratch`, then the product on cuBLASLt when it takes the combination (a shape
+// fp8_gemm_cublaslt_refusal names, or one cuBLASLt refuses, goes to the plain kernel with a warning giving the
+// reason, once per shape). Returns the path taken; rows == 0 launches nothing.
 Fp8GemmPath fp8_block_linear(cudaStream_t stream, Blas& blas, Precision x_type, const void* x, int64_t rows,
                              const Fp8WeightView& w, const Fp8Activations& scratch, Precision out, void* y);
 

@@ -192,20 +192,25 @@ __device__ __forceinline__ float block_max(float v) {
 // One block per (token, head): the splits' weights 2^(m_s - m) into shared memory, then each thread its columns.
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaDecodeParams p, StepView step,
                                                                  MlaDecodeScratch scratch) {
-  extern __shared__ float weight[];  // [max_splits]
+  extern __shared__ float weight[];  // [mla_merge_weight_floats(max_splits)]: the last group of four padded
   const int t = blockIdx.x, head = blockIdx.y;
   const int L = p.cache.shape.kv_lora_rank, stride = mla_partial_stride(L);
   const int splits = mla_decode_splits(last_position(step, t), scratch.split_keys);
+  if (splits > scratch.max_splits) __trap();  // weight[] and the partials are sized for max_splits
   const float* part = scratch.partial + (static_cast<int64_t>(t) * p.heads + head) * scratch.max_splits * stride;
   float m = -INFINITY;
   for (int s = threadIdx.x; s < splits; s += kMergeThreads) m = fmaxf(m, part[s * stride]);
   m = block_max(m);
   float l = 0.0f;
-  for (int s = threadIdx.x; s < splits; s += kMergeThreads) {
-    const float m_s = part[s * stride];
-    const float w = m_s == -INFINITY ? 0.0f : exp2f(m_s - m);
+  // The pad up to the group's end gets weight 0, so a vectorised tail read of weight[] reads defined values.
+  for (int s = threadIdx.x; s < mla_merge_weight_floats(splits); s += kMergeThreads) {
+    float w = 0.0f;
+    if (s < splits) {
+      const float m_s = part[s * stride];
+      w = m_s == -INFINITY ? 0.0f : exp2f(m_s - m);
+      l += part[s * stride + 1] * w;
+    }
     weight[s] = w;
-    l += part[s * stride + 1] * w;
   }
   l = block_sum(l);  // its barriers also publish weight[]
   const float inv = 1.0f / l;
@@ -234,9 +239,9 @@ void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const
   const size_t bytes = kv_element_bytes(params.cache.dtype);
   const std::string error = mla_shape_error(params.cache.shape, static_cast<int>(bytes), params.heads, scratch.split_keys);
   if (!error.empty()) fail_cuda("mla_decode", error.c_str(), __FILE__, __LINE__);
-  const int merge_bytes = scratch.max_splits * static_cast<int>(sizeof(float));
-  if (scratch.max_splits < 1 || merge_bytes > 48 * 1024)
-    fail_cuda("mla_decode", "max_splits must be 1 to 12,288", __FILE__, __LINE__);
+  const std::string merge_error = mla_merge_error(scratch.max_splits);
+  if (!merge_error.empty()) fail_cuda("mla_decode", merge_error.c_str(), __FILE__, __LINE__);
+  const int merge_bytes = mla_merge_shared_bytes(scratch.max_splits);
   switch (params.cache.dtype) {
     case KvDtype::bf16:
       launch_typed<bf16>(stream, params, step, scratch);

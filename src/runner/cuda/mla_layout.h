@@ -78,6 +78,23 @@ inline size_t mla_decode_partial_floats(int query_tokens, int heads, int kv_lora
   return static_cast<size_t>(query_tokens) * heads * max_splits * mla_partial_stride(kv_lora_rank);
 }
 
+// The merge kernel's dynamic shared memory: one weight per split, rounded up to whole groups of four floats.
+// Its loop over the splits reads weight[] in 16-byte-aligned groups of four (the compiler vectorises it), and the
+// tail after the last whole group, splits % 4 weights, may be read as one wider load from the group's start: the
+// first GPU run's memcheck caught a 12-byte read at weight[156] of a 157-float array (max_splits 157). So the array
+// reaches the end of the last group, and the kernel zeroes the pad.
+MOESERVE_HD int mla_merge_weight_floats(int splits) { return (splits + 3) / 4 * 4; }
+inline constexpr int kMlaMaxMergeSharedBytes = 47 * 1024;  // 48 KB without opting in, less 1 KB for its static arrays
+inline int mla_merge_shared_bytes(int max_splits) {
+  return mla_merge_weight_floats(max_splits) * static_cast<int>(sizeof(float));
+}
+// Why a scratch's max_splits cannot be merged (empty when it can).
+inline std::string mla_merge_error(int max_splits) {
+  if (max_splits < 1 || max_splits > kMlaMaxMergeSharedBytes / static_cast<int>(sizeof(float)))
+    return "MLA decode: max_splits must be 1 to 12,032 (the merge kernel's weights in 47 KB of shared memory)";
+  return {};
+}
+
 // Why the kernels cannot run a shape (empty when they can): rows move in 16-byte copies (width * element_bytes a
 // multiple of 16), the rope part rotates in pairs and the output goes in column pairs, and a split's rows must fit
 // in shared memory.
