@@ -12,7 +12,12 @@
 # gives): labelled as such in every result, never a measured acceptance.
 # Every figure lands in $OUT/latency.tar.gz (each run's moeserve_result.json, LoadGen summary and report, the
 # cuda_bench JSON); a table is printed last.
-#   K (7) ACCEPTANCE (0.68)  SS_QUERIES (SingleStream queries, 24)  SS_SECONDS (min duration, 60)
+#   K (7) ACCEPTANCE (0.68)  SS_QUERIES (SingleStream min query count, 33)  SS_SECONDS (min duration, 60)
+#   SS_EXPECTED_MS (SingleStream's expected latency, 5000: a query at the MLPerf shape takes ~4.9 s at batch 1).
+#   With equal issue LoadGen raises SingleStream's min query count to 2 x duration / expected latency and then to
+#   the next multiple of the set size above it (a whole set more when already a multiple): 33 with a set of 32
+#   gives 64 queries, the fewest LoadGen's early stopping accepts. Left at LoadGen's 10 ms the count became 12,032
+#   (2026-12-02: 74 queries in 370 s, INVALID on min queries).
 #   QPS_START (Interactive's first probe, 0.3)  PROBE_SECONDS (60)  CONFIRM_SECONDS (min duration, 300)
 #   SET_SIZE (performance sample count, 32)  ENGINE (extra engine flags)  MODES ("plain eagle3")  STAGES
 #   ("cuda_bench singlestream interactive")  MODEL ("--synthetic gpt-oss-120b --device cuda")  INPUT / OUTPUT (the
@@ -53,7 +58,8 @@ for mode in $MODES; do
     dir="$OUT/latency/singlestream-mlperf-$mode"
     # shellcheck disable=SC2086
     timeout "${T_RUN:-600}" "$BIN/moeserve" bench "${SHAPE[@]}" --scenario singlestream \
-      --min-query-count "${SS_QUERIES:-24}" --min-duration "${SS_SECONDS:-60}" --output-dir "$dir" "${spec[@]}" \
+      --min-query-count "${SS_QUERIES:-33}" --min-duration "${SS_SECONDS:-60}" \
+      --single-stream-expected-latency "${SS_EXPECTED_MS:-5000}" --output-dir "$dir" "${spec[@]}" \
       ${ENGINE:-} > "$dir.log" 2>&1
     echo "singlestream $mode: exit $?" >> "$OUT/latency/runs.txt"
   fi
