@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -12,6 +13,8 @@
 #include "runner/parallel/group_aborted.h"
 #include "runner/parallel/in_process_group.h"
 #include "runner/parallel/rank_shard.h"
+#include "runner/parallel/vocab_best.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace moeserve {
@@ -124,6 +127,57 @@ TEST(SplitRange, CoversTheRangeInNearEqualContiguousPieces) {
       EXPECT_EQ(next, total);
       EXPECT_LE(longest - shortest, 1);
     }
+}
+
+// The distributed argmax's merge (vocab_best.h, the CPU and CUDA ranks' rule): each rank's first maximum over its
+// slice, then the lowest id among equal maxima, is the argmax of the whole row, ties across slices included, for
+// vocabularies that do not divide by the rank count.
+std::vector<VocabBest> rank_bests(const std::vector<float>& logits, int64_t rows, int64_t vocab, int ranks) {
+  std::vector<VocabBest> all(rows * ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const IndexRange slice = split_range(vocab, ranks, rank);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> mine(logits.data() + r * vocab + slice.begin, slice.size());
+      const int32_t i = argmax(mine);
+      all[rank * rows + r] = {mine[i], static_cast<int32_t>(slice.begin + i)};
+    }
+  }
+  return all;
+}
+
+TEST(VocabBest, MergingTheRanksBestsIsTheWholeRowsArgmax) {
+  std::mt19937 rng(7);
+  for (int64_t vocab : {5, 11, 64, 1001})
+    for (int ranks : {1, 2, 3, 4, 5}) {
+      if (vocab < ranks) continue;
+      const int64_t rows = 40;
+      std::vector<float> logits(rows * vocab);
+      // Few distinct values, so that maxima tie within and across slices.
+      std::uniform_int_distribution<int> level(0, 3);
+      for (float& x : logits) x = static_cast<float>(level(rng));
+      for (int64_t r = 0; r < 4; ++r)  // rows whose maximum is one id: the last, the first, each slice's first
+        logits[r * vocab + (r == 0 ? vocab - 1 : r == 1 ? 0 : split_range(vocab, ranks, ranks - 1).begin)] = 9.0f;
+      const std::vector<VocabBest> all = rank_bests(logits, rows, vocab, ranks);
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::span<const float> row(logits.data() + r * vocab, vocab);
+        const VocabBest winner = merge_vocab_best(all.data(), rows, ranks, r);
+        EXPECT_EQ(winner.token, argmax(row)) << "vocab " << vocab << " over " << ranks << " ranks, row " << r;
+        EXPECT_EQ(winner.value, row[argmax(row)]);
+      }
+    }
+}
+
+TEST(VocabBest, TiesAcrossRanksGoToTheLowestIdAndAllMinusInfinityToIdZero) {
+  // vocab 7 over 3 ranks: slices [0, 3), [3, 5), [5, 7).
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {1, 2, 0, 2, 2, 1, 2,            // 2 at ids 1, 3, 4, 6: id 1
+                                     0, 0, 0, 3, 1, 3, 3,            // 3 at ids 3, 5, 6: id 3
+                                     -inf, -inf, -inf, -inf, -inf, -inf, -inf};
+  const std::vector<VocabBest> all = rank_bests(logits, 3, 7, 3);
+  EXPECT_EQ(merge_vocab_best(all.data(), 3, 3, 0).token, 1);
+  EXPECT_EQ(merge_vocab_best(all.data(), 3, 3, 1).token, 3);
+  EXPECT_EQ(merge_vocab_best(all.data(), 3, 3, 2).token, 0);
+  EXPECT_EQ(argmax(std::span<const float>(logits).subspan(14, 7)), 0);
 }
 
 TEST(RankShard, SplitsHeadsBlocksExpertsAndVocabulary) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runner/parallel/vocab_best.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
 
@@ -37,13 +38,6 @@ void gather_vocab_rows(Communicator& communicator, std::span<const float> local,
   }
 }
 
-namespace {
-struct RowBest {
-  float value;
-  int32_t token;
-};
-}  // namespace
-
 std::vector<int32_t> vocab_parallel_greedy(Communicator& communicator, const StepTokens& step,
                                            std::span<const float> local, int64_t vocab) {
   const int n = communicator.size();
@@ -51,19 +45,16 @@ std::vector<int32_t> vocab_parallel_greedy(Communicator& communicator, const Ste
   const int64_t rows = static_cast<int64_t>(step.logit_rows.size());
   MOESERVE_CHECK(static_cast<int64_t>(local.size()) == rows * mine.size(), "{} logits for {} rows of a {}-token slice",
                  local.size(), rows, mine.size());
-  std::vector<RowBest> best(rows), all(rows * n);
+  std::vector<VocabBest> best(rows), all(rows * n);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t token = argmax(local.subspan(r * mine.size(), mine.size()));
     best[r] = {local[r * mine.size() + token], static_cast<int32_t>(mine.begin + token)};
   }
-  communicator.all_gather(std::as_bytes(std::span<const RowBest>(best)), std::as_writable_bytes(std::span<RowBest>(all)));
+  communicator.all_gather(std::as_bytes(std::span<const VocabBest>(best)), std::as_writable_bytes(std::span<VocabBest>(all)));
   std::vector<int32_t> sampled(rows, -1);
   for (int64_t r = 0; r < rows; ++r) {
     if (!row_samples(*step.logit_steps[r], step.logit_rows_in_step[r])) continue;
-    RowBest winner = all[r];
-    for (int rank = 1; rank < n; ++rank)
-      if (all[rank * rows + r].value > winner.value) winner = all[rank * rows + r];
-    sampled[r] = winner.token;
+    sampled[r] = merge_vocab_best(all.data(), rows, n, r).token;
   }
   return sampled;
 }

@@ -70,6 +70,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   inv_freq_ = to_device(rope_inverse_frequencies(c));
+  vocab_ = {0, c.vocab_size};
 }
 
 namespace {
@@ -90,10 +91,17 @@ void CudaRunner::check_batch(const ForwardBatch& batch) const {
     if (!step.allowed_tokens.empty()) check_allowed_tokens(step, config_.vocab_size);
 }
 
-void CudaRunner::join_group(Communicator* communicator) {
+void CudaRunner::join_group(Communicator* communicator, IndexRange vocab) {
   MOESERVE_CHECK(communicator != nullptr, "join_group() needs a communicator");
+  const IndexRange whole{0, config_.vocab_size};
+  MOESERVE_CHECK((vocab.begin == whole.begin && vocab.end == whole.end) ||
+                     (vocab.begin == split_range(config_.vocab_size, communicator->size(), communicator->rank()).begin &&
+                      vocab.end == split_range(config_.vocab_size, communicator->size(), communicator->rank()).end),
+                 "rank {} of {} given the unembedding rows [{}, {}) of {}", communicator->rank(), communicator->size(),
+                 vocab.begin, vocab.end, config_.vocab_size);
   clear_graphs();
   communicator_ = communicator;
+  vocab_ = vocab;
 }
 
 CudaRunner::~CudaRunner() {
@@ -183,7 +191,11 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
     MOESERVE_CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
   }
   grow(logits_in_, R * H * A);
-  grow(logits_, R * c.vocab_size * 4);
+  // Split, whole rows are made only by steps that need them (gather_whole_logits grows logits_ then).
+  grow(logits_, vocab_split() ? 0 : R * c.vocab_size * 4);
+  grow(logits_local_, vocab_split() ? R * vocab_.size() * 4 : 0);
+  grow(vocab_best_, vocab_split() ? R * sizeof(VocabBest) : 0);
+  grow(vocab_bests_, vocab_split() ? R * sizeof(VocabBest) * communicator_->size() : 0);
   grow(sampled_, R * 4);
   grow(meta_device_, meta.host().size() * 4);
   if (moved) clear_graphs();
@@ -322,10 +334,46 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   timer_.mark(stream_, KernelClass::unembedding);
   launch_gather_rows(stream_, precision_, normed_.get(), H, meta.logits_rows(meta_device_.as<int32_t>()), R,
                      logits_in_.get());
-  project(logits_in_.get(), R, weights_.unembedding, c.vocab_size, H, nullptr,
-               logits_.as<float>());
+  if (!vocab_split()) {
+    project(logits_in_.get(), R, weights_.unembedding, c.vocab_size, H, nullptr, logits_.as<float>());
+    timer_.mark(stream_, KernelClass::sampling);
+    launch_argmax(stream_, logits_.as<float>(), R, c.vocab_size, sampled_.as<int32_t>());
+    return;
+  }
+  // The rank's slice of the vocabulary (see join_group): its logits, each row's best of them, and the merge of
+  // every rank's bests (8 bytes a row a rank) into the greedy token, the same as the argmax of the whole row.
+  const int slice = static_cast<int>(vocab_.size());
+  project(logits_in_.get(), R, weights_.unembedding, slice, H, nullptr, logits_local_.as<float>());
   timer_.mark(stream_, KernelClass::sampling);
-  launch_argmax(stream_, logits_.as<float>(), R, c.vocab_size, sampled_.as<int32_t>());
+  launch_argmax(stream_, logits_local_.as<float>(), R, slice, sampled_.as<int32_t>());
+  launch_vocab_best(stream_, logits_local_.as<float>(), R, slice, vocab_.begin, sampled_.as<int32_t>(),
+                    vocab_best_.as<VocabBest>());
+  timer_.mark(stream_, KernelClass::collective);
+  communicator_->all_gather({vocab_best_.as<std::byte>(), R * sizeof(VocabBest)},
+                            {vocab_bests_.as<std::byte>(), R * sizeof(VocabBest) * communicator_->size()});
+  timer_.mark(stream_, KernelClass::sampling);
+  launch_merge_vocab_best(stream_, vocab_bests_.as<VocabBest>(), R, communicator_->size(), sampled_.as<int32_t>());
+}
+
+void CudaRunner::gather_whole_logits(int64_t R) {
+  const int n = communicator_->size();
+  const int64_t V = config_.vocab_size, slice = vocab_.size(), longest = split_range(V, n, 0).size();
+  // Pieces of equal size (the collective's rule): every rank's rows padded to the longest slice.
+  logits_.grow(std::max<size_t>(R * V * 4, 16));
+  vocab_piece_.grow(std::max<size_t>(R * longest * 4, 16));
+  vocab_pieces_.grow(std::max<size_t>(n * R * longest * 4, 16));
+  if (R == 0) return;
+  timer_.mark(stream_, KernelClass::collective);
+  MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(vocab_piece_.get(), longest * 4, logits_local_.get(), slice * 4, slice * 4, R,
+                                        cudaMemcpyDeviceToDevice, stream_));
+  communicator_->all_gather({vocab_piece_.as<std::byte>(), static_cast<size_t>(R * longest * 4)},
+                            {vocab_pieces_.as<std::byte>(), static_cast<size_t>(n * R * longest * 4)});
+  for (int rank = 0; rank < n; ++rank) {
+    const IndexRange s = split_range(V, n, rank);
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(logits_.as<float>() + s.begin, V * 4,
+                                          vocab_pieces_.as<float>() + rank * R * longest, longest * 4, s.size() * 4,
+                                          R, cudaMemcpyDeviceToDevice, stream_));
+  }
 }
 
 void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
@@ -386,6 +434,11 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
                                    edited ? first_edit : 0, edited ? static_cast<int32_t>(step.logit_edits.size()) : 0});
     if (draws.back() && !step.sampling->greedy()) sample_rows.push_back({r, row.sample_index, *step.sampling});
   }
+  // Split by vocabulary, the rows' processing below and returned logits read whole rows: gathered here, after the
+  // step (so outside its graph), on every rank alike (every rank sees the same batch). Greedy rows have their token.
+  if (vocab_split() && (batch.return_logits || !work.edit_rows.empty() || !work.logprob_rows.empty() ||
+                        !sample_rows.empty()))
+    gather_whole_logits(R);  // the real rows, the first R of the step's (padding rows follow)
   process_rows(work, sample_rows);
   const int64_t V = config_.vocab_size;
   std::vector<int32_t> tokens(R);
@@ -577,11 +630,13 @@ std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape
   const double skew = parse_synthetic_router(options.synthetic_router);
   if (split(options)) {
     // Random weights of each rank's shapes: the bytes and work a rank of the real model has. One seed for all: the
-    // tensors every rank holds whole (embedding, router, unembedding) come out the same on every rank, since each
-    // tensor's values depend on its key (its place in the list) and its size only, so the ranks route alike.
+    // tensors every rank holds whole (embedding, router) come out the same on every rank, since each tensor's values
+    // depend on its key (its place in the list) and its size only, so the ranks route alike; each rank's unembedding
+    // is its rows of the one whole matrix (synthetic's vocab).
     const ParallelConfig parallel{options.tensor_parallel_size, options.expert_parallel};
     auto random_slice = [&](const ModelConfig& rank_config, const RankShard& shard) {
-      return cuda::DeviceWeights::synthetic(rank_config, seed, precision, skew, static_cast<int>(shard.experts.size()));
+      return cuda::DeviceWeights::synthetic(rank_config, seed, precision, skew, static_cast<int>(shard.experts.size()),
+                                            shard.vocab);
     };
     return cuda::make_tensor_parallel_cuda_runner(config, parallel, local_gpus(parallel.tensor_parallel_size),
                                                   random_slice, precision, options, {});

@@ -61,7 +61,12 @@ class CudaRunner : public ModelRunner {
   // are the rank's slice, and every step sums the attention output and the experts' outputs (each rank's combined
   // per token first: its grouped rows are in an order of its own) with the other ranks through `communicator`, on
   // stream(), before their residual adds. The collectives are captured with the rest.
-  void join_group(Communicator* communicator);
+  // `vocab`: the unembedding rows its weights hold (split_range(vocab, size, rank); all of them: the whole
+  // unembedding). With a slice, every step ends in the distributed argmax (vocab_best.h: each rank's best of its
+  // slice all-gathered, then merged, in the step and so in its graph), and a step whose rows need whole logits
+  // (returned, logprobs, edits or masks, rows that sample) gathers the slices into whole rows after it, outside the
+  // graph, before the logits processing and sampling run on them as alone.
+  void join_group(Communicator* communicator, IndexRange vocab);
   // Fails as forward() would on a malformed step, without running it.
   void check_batch(const ForwardBatch& batch) const;
   cudaStream_t stream() const { return stream_; }
@@ -96,6 +101,10 @@ class CudaRunner : public ModelRunner {
     std::vector<LogprobResult> results;
   };
   void process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows);
+  // Whether the unembedding is a slice of the vocabulary (vocab_ below).
+  bool vocab_split() const { return vocab_.size() < config_.vocab_size; }
+  // Vocab split: the R rows' whole logits into logits_, all-gathered from every rank's logits_local_.
+  void gather_whole_logits(int64_t R);
   void finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const;
 
   ModelConfig config_;
@@ -126,6 +135,10 @@ class CudaRunner : public ModelRunner {
   // Activations of the step in flight (capacity grows; a reallocation drops the captured graphs).
   DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
       partial_, logits_in_, logits_, sampled_;
+  // Vocab split: this rank's [R, slice] logits, its bests per row, every rank's bests [ranks][R], and the padded
+  // pieces gather_whole_logits exchanges ([R, longest slice] a rank).
+  DeviceBuffer logits_local_, vocab_best_, vocab_bests_, vocab_piece_, vocab_pieces_;
+  IndexRange vocab_;  // the unembedding rows the weights hold (all of them unless join_group gave a slice)
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches
   MoeBuffers moe_;

@@ -144,7 +144,7 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
 }
 
 DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Precision dense, double router_skew,
-                                       int local_experts) {
+                                       int local_experts, IndexRange vocab) {
   const int64_t held = local_experts > 0 ? local_experts : c.num_experts;  // experts whose weights are made
   DeviceWeights d;
   d.dense = dense;
@@ -174,7 +174,19 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
   };
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size;
   d.embedding = fill(dense, int64_t{c.vocab_size} * H, 0.0f, 1.0f);
-  d.unembedding = fill(dense, int64_t{c.vocab_size} * H, 0.0f, 2.0f * in_gain);
+  if (vocab.size() == 0 || vocab.size() == c.vocab_size) {
+    d.unembedding = fill(dense, int64_t{c.vocab_size} * H, 0.0f, 2.0f * in_gain);
+  } else {  // the slice of the whole matrix every rank draws from the same key, made whole for a moment
+    MOESERVE_CHECK(vocab.begin >= 0 && vocab.end <= c.vocab_size, "unembedding rows [{}, {}) of {}", vocab.begin,
+                   vocab.end, c.vocab_size);
+    const size_t row_bytes = H * element_bytes(dense);
+    DeviceBuffer whole(c.vocab_size * row_bytes);
+    launch_fill_uniform(nullptr, dense, whole.get(), int64_t{c.vocab_size} * H, next_key++, 0.0f, 2.0f * in_gain);
+    void* rows = d.allocate(vocab.size() * row_bytes);
+    MOESERVE_CUDA_CHECK(cudaMemcpy(rows, whole.as<uint8_t>() + vocab.begin * row_bytes, vocab.size() * row_bytes,
+                                   cudaMemcpyDeviceToDevice));
+    d.unembedding = rows;
+  }
   d.final_norm = vector(H, 1.0f, 0.1f);
   for (int i = 0; i < c.num_layers; ++i) {
     DeviceLayer l;

@@ -12,6 +12,7 @@
 #include "model/gpt_oss/checkpoint.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
+#include "runner/parallel/communicator.h"
 
 namespace moeserve::cuda {
 
@@ -43,12 +44,14 @@ class DeviceWeights {
   // expert popularity Zipf-like: each layer's experts, in a random order r = 0, 1, ..., get router_skew * ln(1 / (r +
   // 1)) added to their router bias (0: the near-uniform routing of random weights).
   // local_experts > 0: that many experts' weights (an expert-parallel rank's share), the router still over all.
+  // vocab: the unembedding rows made (a vocab-split rank's slice, the same values as those rows of the whole
+  // matrix); empty: all of them.
   static DeviceWeights synthetic(const ModelConfig& config, uint64_t seed, Precision dense, double router_skew = 0,
-                                 int local_experts = 0);
+                                 int local_experts = 0, IndexRange vocab = {});
 
   Precision dense = Precision::bf16;
   const void* embedding = nullptr;    // [vocab, hidden]
-  const void* unembedding = nullptr;  // [vocab, hidden]
+  const void* unembedding = nullptr;  // [vocab, hidden], or a vocab-split rank's rows of it
   const float* final_norm = nullptr;
   std::vector<DeviceLayer> layers;
   size_t bytes = 0;  // device memory held

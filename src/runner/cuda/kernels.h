@@ -17,6 +17,7 @@
 
 #include "runner/cuda/mla_layout.h"
 #include "runner/cuda/moe_plan.h"
+#include "runner/parallel/vocab_best.h"
 #include "sampling/sampling_params.h"
 
 namespace moeserve::cuda {
@@ -313,6 +314,13 @@ struct SampleRow {
 // out[rows[i].row] = sample_token(logits row, params, sample_index) for n non-greedy rows (see sampling.cu for
 // the one way the two can differ: a draw within rounding of a cumulative boundary).
 void launch_sample(cudaStream_t stream, const float* logits, int V, const SampleRow* rows, int n, int32_t* out);
+
+// ---- vocab_parallel.cu: the distributed argmax of a rank holding a slice of the vocabulary ---------------------------
+// out[r] = (logits[r, local[r]], begin + local[r]) for R rows of `slice` logits (local: launch_argmax's ids).
+void launch_vocab_best(cudaStream_t stream, const float* logits, int R, int slice, int64_t begin, const int32_t* local,
+                       VocabBest* out);
+// out[r] = the token of merge_vocab_best over the ranks' bests all[ranks][R].
+void launch_merge_vocab_best(cudaStream_t stream, const VocabBest* all, int R, int ranks, int32_t* out);
 
 // ---- synthetic.cu: random tensors made on the device ----------------------------------------------------------------------
 // Values mean + std * u, u uniform with unit variance, a pure function of (key, index).

@@ -85,7 +85,7 @@ void TensorParallelCudaRunner::forward(const ForwardBatch& batch, ForwardOutput&
 
 DeviceWeights upload_rank_weights(const Checkpoint& checkpoint, const ModelConfig& rank_config, const RankShard& shard,
                                   Precision precision) {
-  const cpu::RankWeights slice(checkpoint.weights(), checkpoint.config(), shard, cpu::Vocabulary::whole);
+  const cpu::RankWeights slice(checkpoint.weights(), checkpoint.config(), shard, cpu::Vocabulary::sliced);
   return DeviceWeights::upload(rank_config, slice.weights(), precision,
                                fmt::format("{} (rank {} of {})", checkpoint.directory(), shard.rank, shard.size),
                                static_cast<int>(shard.experts.begin), static_cast<int>(shard.experts.size()));
@@ -111,7 +111,7 @@ std::unique_ptr<ModelRunner> make_tensor_parallel_cuda_runner(
     auto rank = std::make_unique<CudaRunner>(rank_config, weights_of(rank_config, shard), precision, rank_options,
                                              scales);
     group->use_stream(r, rank->stream());
-    rank->join_group(&group->rank(r));
+    rank->join_group(&group->rank(r), shard.vocab);
     ranks.push_back(std::move(rank));
   }
   return std::make_unique<TensorParallelCudaRunner>(config, std::move(group), std::move(ranks));

@@ -1,8 +1,11 @@
 // GPT-OSS over N GPUs of one host (vLLM's --tensor-parallel-size): one CudaRunner a rank, each with its rank's slice
-// of the weights (runner/parallel/rank_shard.h, the unembedding kept whole so every rank draws on the device as one
-// GPU does) and its slice of every KV block, driven from one process by one thread a rank. Each step, every rank
-// runs the same kernels on its slice and sums the attention output and the experts' outputs with the others through
-// its group (NCCL), inside the decode graphs too. To the engine it is one runner with one pool of blocks: each GPU
+// of the weights (runner/parallel/rank_shard.h, the unembedding split by vocabulary as on the CPU ranks) and its
+// slice of every KV block, driven from one process by one thread a rank. Each step, every rank runs the same kernels
+// on its slice and sums the attention output and the experts' outputs with the others through its group (NCCL),
+// inside the decode graphs too. Each rank's logits are its vocabulary slice's: the greedy token comes from a
+// distributed argmax (runner/parallel/vocab_best.h, in the step and its graph), and steps whose rows need whole
+// logits gather the slices into whole rows on every rank after the step (CudaRunner::join_group says how), so the
+// token chosen is the one GPU's. To the engine it is one runner with one pool of blocks: each GPU
 // holds every block's slice of its KV heads, so a block costs each GPU a rank's share.
 #pragma once
 
@@ -58,7 +61,7 @@ class TensorParallelCudaRunner : public ModelRunner {
 // (an upload of its slice of a checkpoint, or synthetic weights of its shapes). With expert parallelism a rank's
 // weights hold its share of the experts (shard.experts) and its runner groups only the pairs routed to them.
 // Rank `shard`'s weights from a checkpoint (a weights_of for the builder below): its slice (runner/cpu/rank_weights.h)
-// with the unembedding whole, and of the experts only its own when expert parallel.
+// with the unembedding's rows shard.vocab alone, and of the experts only its own when expert parallel.
 DeviceWeights upload_rank_weights(const Checkpoint& checkpoint, const ModelConfig& rank_config, const RankShard& shard,
                                   Precision precision);
 

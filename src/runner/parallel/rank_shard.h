@@ -30,8 +30,8 @@ struct RankShard {
 };
 
 // The shapes a rank computes with: its query and KV heads and its share of the intermediate dimension. The
-// vocabulary stays whole: a runner of these shapes keeps the whole unembedding (the CUDA ranks, which draw on the
-// device from whole rows).
+// config's vocabulary stays whole (the embedding is whole on every rank); the unembedding rows a rank holds are
+// shard.vocab, on the CPU and CUDA ranks alike.
 ModelConfig rank_model_config(const ModelConfig& config, const RankShard& shard);
 
 // Fails, naming the flag, for a size outside [1, 64] or expert parallelism over one rank (any model family).

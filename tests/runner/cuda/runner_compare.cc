@@ -25,6 +25,54 @@ TinyModelOptions full_width_two_layers() {
   return o;
 }
 
+ProcessedRowsStep::ProcessedRowsStep(int vocab, int groups, int blocks_each, int32_t forced)
+    : prompts{prompt(20, 1, vocab), prompt(9, 2, vocab), prompt(17, 3, vocab)},
+      tables(3, std::vector<std::vector<int32_t>>(groups)),
+      force{{forced, 100.0f, 1.0f, 0.0f}},
+      mask((vocab + 31) / 32, 0),
+      scored(prompts[2].begin() + 1, prompts[2].end()) {
+  for (int s = 0; s < 3; ++s)
+    for (int g = 0; g < groups; ++g)
+      for (int b = 0; b < blocks_each; ++b) tables[s][g].push_back((s * groups + g) * blocks_each + b);
+  greedy.temperature = 0.0f;
+  sampled.seed = 99;
+  std::mt19937 rng(4);
+  for (int i = 0; i < 64; ++i) {
+    const int32_t t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
+    mask[t / 32] |= 1u << (t % 32);
+  }
+  scored.push_back(-1);  // the last row draws
+  batch.return_logits = false;
+  for (int s = 0; s < 3; ++s) {
+    SequenceStep step;
+    step.tokens = prompts[s];
+    for (const auto& t : tables[s]) step.block_tables.emplace_back(t);
+    step.num_logits = s == 2 ? static_cast<int32_t>(prompts[s].size()) : 1;
+    step.top_logprobs = 5;
+    step.sampling = s == 0 ? &greedy : &sampled;
+    if (s == 0) step.logit_edits = force;
+    if (s == 1) step.allowed_tokens = mask;
+    if (s == 2) step.logprob_tokens = scored;
+    batch.sequences.push_back(step);
+  }
+}
+
+void expect_logprobs_match(const ForwardOutput& got, const ForwardOutput& want) {
+  ASSERT_EQ(got.rows, want.rows);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  EXPECT_EQ(got.sampled, want.sampled);
+  for (int64_t r = 0; r < want.rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    EXPECT_EQ(got.logprobs[r].chosen.token, want.logprobs[r].chosen.token);
+    EXPECT_NEAR(got.logprobs[r].chosen.logprob, want.logprobs[r].chosen.logprob, 1e-3);
+    ASSERT_EQ(got.logprobs[r].top.size(), 5u);
+    for (int j = 0; j < 5; ++j) {
+      EXPECT_EQ(got.logprobs[r].top[j].token, want.logprobs[r].top[j].token) << j;
+      EXPECT_NEAR(got.logprobs[r].top[j].logprob, want.logprobs[r].top[j].logprob, 1e-3) << j;
+    }
+  }
+}
+
 std::vector<int32_t> prompt(int length, int salt, int vocab) {
   std::vector<int32_t> tokens(length);
   for (int i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((1000003LL * (i + 1) * (salt + 7) + 17 * salt) % vocab);

@@ -8,10 +8,30 @@
 
 #include "model/gpt_oss/make_tiny.h"
 #include "runner/runner.h"
+#include "sampling/logit_edit.h"
+#include "sampling/sampling_params.h"
 
 namespace moeserve::testing {
 
 std::vector<int32_t> prompt(int length, int salt, int vocab);
+
+// One step of the logits-processing tests over three prompts (20, 9, 17 tokens) whose KV goes to blocks_each
+// blocks a group each (sequence s, group g: blocks (s * groups + g) * blocks_each + b): a greedy row with a logit
+// bias forcing token `forced`, a sampled row under an allowed-token mask of 64 tokens, and the third prompt scored
+// row by row (prompt logprobs) with its last row drawing; every row with top-5 logprobs, no logits returned.
+// Holds what the step's spans point into: keep it alive while the step runs.
+struct ProcessedRowsStep {
+  ProcessedRowsStep(int vocab, int groups, int blocks_each, int32_t forced);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<std::vector<int32_t>>> tables;  // [sequence][group]
+  SamplingParams greedy, sampled;
+  std::vector<LogitEdit> force;
+  std::vector<uint32_t> mask;
+  std::vector<int32_t> scored;
+  ForwardBatch batch;
+};
+// The same tokens and top-5 tokens as `want`, logprobs within 1e-3 (fp32 runners, logits within 1e-4).
+void expect_logprobs_match(const ForwardOutput& got, const ForwardOutput& want);
 
 // gpt-oss-20b's dimensions (hidden 2,880, 64 query and 8 KV heads of 64 dims, window 128), two layers.
 TinyModelOptions full_width_two_layers();

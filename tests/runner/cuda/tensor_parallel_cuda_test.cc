@@ -1,11 +1,14 @@
 // GPT-OSS split over ranks on the CUDA runner (tensor_parallel_cuda_runner.h) against the CPU runner, under the
 // bounds a single CUDA runner is held to: logits of batched and chunked prompts, greedy continuations equal in
 // fp32, and a malformed step refused before any rank starts, with the runner usable after it; tensor parallel and
-// expert parallel (whole experts a rank, each grouping only the pairs routed to its own).
+// expert parallel (whole experts a rank, each grouping only the pairs routed to its own). The unembedding is split by
+// vocabulary: greedy rows by the distributed argmax, returned logits, logprobs, edits, masks and sampled rows through
+// whole rows gathered on the device, with unequal slices too (VocabularySplitRowsDrawAsOneGpu).
 // On one GPU the ranks share it through a host-side communicator (SameDeviceGroup below: the collectives are host
 // copies, so steps run without graphs); with two or more GPUs the product's NCCL group runs them, graphs included.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -17,6 +20,7 @@
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
 #include "runner/parallel/in_process_group.h"
 #include "runner/sequence_step.h"
+#include "sampling/sampler.h"
 #include "runner_compare.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -77,9 +81,11 @@ class SameDeviceGroup : public cuda::DeviceRankGroup {
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 
-// 8 query heads over 4 KV heads and 4 MXFP4 blocks of intermediate: splits over 2 and 4 ranks.
-std::shared_ptr<const Checkpoint> splittable_model() {
+// 8 query heads over 4 KV heads and 4 MXFP4 blocks of intermediate: splits over 2 and 4 ranks. The real vocabulary
+// divides by 2 and 4; `vocab` 1,001 splits into unequal slices (501 / 500, 251 / 250 / 250 / 250).
+std::shared_ptr<const Checkpoint> splittable_model(int vocab = 201088) {
   TinyModelOptions options;
+  options.vocab = vocab;
   options.heads = 8;
   options.kv_heads = 4;
   options.intermediate = 128;
@@ -162,6 +168,95 @@ INSTANTIATE_TEST_SUITE_P(Splits, TensorParallelCuda,
                                   std::to_string(info.param.ranks) + "_" + info.param.precision;
                          });
 
+// The unembedding split by vocabulary: in one step, a greedy row with a logit bias forcing its token, a sampled row
+// under an allowed-token mask, and a prompt scored row by row whose last row draws, every row with top-5 logprobs
+// (rows that gather whole logits), then greedy steps without logits (the distributed argmax alone), then a step
+// that returns its logits with a greedy and a sampled row. Against the CPU runner in f32 (logits within 1e-4: the
+// same tokens, logprobs within 1e-3); in both precisions, the tokens are those of the gathered rows: the greedy
+// row's is their argmax, the sampled row's the CPU sampler's on them. A vocabulary of 1,001 makes unequal slices.
+// `split(checkpoint)` makes the runner under test.
+void expect_vocab_split_rows_draw_as_one_gpu(
+    const std::string& precision,
+    const std::function<std::unique_ptr<ModelRunner>(std::shared_ptr<const Checkpoint>)>& split) {
+  for (const int V : {1001, 201088}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    auto checkpoint = splittable_model(V);
+    CpuRunner cpu(checkpoint, 0);
+    auto gpu = split(checkpoint);
+    const int groups = kv_groups_of(checkpoint->config()).num_groups();
+    const KvCacheLayout layout{16, 64};
+    cpu.allocate_kv_cache(layout);
+    gpu->allocate_kv_cache(layout);
+    const int32_t forced = V - 7;
+    testing::ProcessedRowsStep first(V, groups, 4, forced);
+    ForwardOutput want, got;
+    cpu.forward(first.batch, want);
+    gpu->forward(first.batch, got);
+    ASSERT_EQ(got.rows, want.rows);
+    EXPECT_TRUE(got.logits.empty());
+    EXPECT_EQ(got.sampled[0], forced);
+    EXPECT_TRUE((first.mask[got.sampled[1] / 32] >> (got.sampled[1] % 32)) & 1u);
+    if (precision == "f32") testing::expect_logprobs_match(got, want);
+    const auto& tables = first.tables;
+    const SamplingParams& greedy = first.greedy;
+    const SamplingParams& sampled = first.sampled;
+
+    // Decode steps of the three sequences, greedy, no logits: the distributed argmax alone.
+    std::vector<int32_t> next = {got.sampled[0], got.sampled[1], got.sampled[got.rows - 1]};
+    std::vector<int32_t> positions = {20, 9, 17};
+    for (int i = 0; i < 4; ++i) {
+      ForwardBatch decode;
+      decode.return_logits = false;
+      for (int s = 0; s < 3; ++s) {
+        decode.sequences.push_back(testing::sequence_step(std::span(next).subspan(s, 1), positions[s], tables[s], 1));
+        decode.sequences.back().sampling = &greedy;
+      }
+      ForwardOutput cpu_out, gpu_out;
+      cpu.forward(decode, cpu_out);
+      gpu->forward(decode, gpu_out);
+      EXPECT_TRUE(gpu_out.logits.empty());
+      ASSERT_EQ(gpu_out.sampled.size(), 3u);
+      if (precision == "f32") {
+        EXPECT_EQ(gpu_out.sampled, cpu_out.sampled) << "decode step " << i;
+      }
+      for (int s = 0; s < 3; ++s) {
+        // Both runners continue from the split runner's tokens, so their contexts stay the same.
+        ASSERT_GE(gpu_out.sampled[s], 0);
+        ASSERT_LT(gpu_out.sampled[s], V);
+        ++positions[s];
+      }
+      next = gpu_out.sampled;
+    }
+
+    // Returned logits, a greedy and a sampled row: the tokens are those of the gathered whole rows.
+    ForwardBatch both;
+    both.return_logits = true;
+    for (int s = 0; s < 2; ++s) {
+      both.sequences.push_back(testing::sequence_step(std::span(next).subspan(s, 1), positions[s], tables[s], 1));
+      both.sequences.back().sampling = s == 0 ? &greedy : &sampled;
+      both.sequences.back().sample_index = 5;
+    }
+    ForwardOutput cpu_out, gpu_out;
+    cpu.forward(both, cpu_out);
+    gpu->forward(both, gpu_out);
+    ASSERT_EQ(gpu_out.logits.size(), 2u * V);
+    testing::expect_logits_close("vocab-split returned logits", precision, gpu_out.logits, cpu_out.logits, V);
+    const std::span<const float> row0(gpu_out.logits.data(), V), row1(gpu_out.logits.data() + V, V);
+    EXPECT_EQ(gpu_out.sampled[0], argmax(row0));
+    EXPECT_EQ(gpu_out.sampled[1], sample_token(row1, sampled, 5));
+    if (precision == "f32") {
+      EXPECT_EQ(gpu_out.sampled, cpu_out.sampled);
+    }
+  }
+}
+
+TEST_P(TensorParallelCuda, VocabularySplitRowsDrawAsOneGpu) {
+  const auto [ranks, precision, expert_parallel] = GetParam();
+  expect_vocab_split_rows_draw_as_one_gpu(precision, [&](std::shared_ptr<const Checkpoint> checkpoint) {
+    return same_device_runner(checkpoint, ranks, precision, expert_parallel);
+  });
+}
+
 // The product's path: --tensor-parallel-size over the host's GPUs through NCCL, decode steps in CUDA graphs.
 TEST(TensorParallelCudaNccl, SplitOverGpusMatchesTheCpuRunner) {
   MOESERVE_REQUIRE_CUDA();
@@ -186,6 +281,12 @@ TEST(TensorParallelCudaNccl, SplitOverGpusMatchesTheCpuRunner) {
     const testing::AllLogits got_ep = testing::run_prompts(*experts, prompts, 5);
     testing::expect_logits_close("NCCL expert-parallel logits", precision, got_ep.batched, expected.batched, vocab);
     if (precision == "f32") expect_greedy_equal(cpu, *experts, "NCCL expert parallel");
+    // The vocabulary split's rows through NCCL: the decode steps' distributed argmax inside their graphs (the first
+    // step of a batch size runs directly, then is captured; later ones replay), whole rows gathered after them.
+    options.expert_parallel = false;
+    expect_vocab_split_rows_draw_as_one_gpu(precision, [&](std::shared_ptr<const Checkpoint> checkpoint) {
+      return make_cuda_runner(checkpoint, options);
+    });
   }
 }
 
