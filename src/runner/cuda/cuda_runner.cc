@@ -374,6 +374,7 @@ void CudaRunner::gather_whole_logits(int64_t R) {
                                           vocab_pieces_.as<float>() + rank * R * longest, longest * 4, s.size() * 4,
                                           R, cudaMemcpyDeviceToDevice, stream_));
   }
+  timer_.mark(stream_, KernelClass::sampling);  // the logits processing and sampling that follow
 }
 
 void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
