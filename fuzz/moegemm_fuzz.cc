@@ -4,7 +4,8 @@
 //   - shapes, token counts, tile sizes and SM counts for the plan (runner/cuda/moe_plan.h): each call either
 //     throws moeserve::Error or returns a plan that holds (grids within the SMs and covering every weight row,
 //     a path whose tile its kernel takes), never overflowing (UBSan) or crashing;
-//   - a path name for parse_moe_path.
+//   - decode_mma_mixed's bounds and per-class grids (moe_mixed_class_max_tiles);
+//   - a path name for parse_moe_path, a table for parse_moe_path_table, bounds for parse_moe_mixed_bounds.
 // Seeds: tests/fixtures/moegemm.
 #include <algorithm>
 #include <cmath>
@@ -61,7 +62,10 @@ void plan(Reader& in) {
   try {
     const MoePath path = choose_moe_path(in.take<uint8_t>() % 2 == 0, tokens, top_k, experts);
     const int tile = moe_rows_per_tile(path);
-    check(tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128);
+    if (path == MoePath::decode_mma_mixed)
+      check(tile == kMoeMixedTileRows);  // each expert's width chosen by the grouping
+    else
+      check(tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128);
     check(parse_moe_path(moe_path_name(path)) == path);
   } catch (const Error&) {
   }
@@ -87,6 +91,20 @@ void plan(Reader& in) {
     } catch (const Error&) {
     }
   }
+  // decode_mma_mixed's per-class grids: within the 8-row count of all tiles (what MoeBuffers holds), and holding
+  // the tiles of an extreme split: every row in one expert.
+  // (the bounds from the token count's bytes, so that the seeds' layout of the rest is unchanged)
+  const int n8 = static_cast<int>(tokens & 0xff) + 1, n16 = n8 + static_cast<int>((tokens >> 8) & 0x1ff);
+  const MoeMixedBounds bounds{n8, n16};
+  for (int cls = 0; cls < 3; ++cls) {
+    try {
+      const int tiles = moe_mixed_class_max_tiles(rows, cls, bounds, experts);
+      check(tiles >= 0 && tiles <= moe_max_tiles(rows, 8, experts));
+      const int width = moe_mixed_tile_rows(static_cast<int>(std::min<int64_t>(rows, 1 << 30)), bounds);
+      if ((width == 32 ? 0 : width == 16 ? 1 : 2) == cls) check(tiles >= (rows + width - 1) / width);
+    } catch (const Error&) {
+    }
+  }
   try {
     const MoeGrid prefill = moe_prefill_wgmma_grid(rows, out_features, in_features, experts, sms);
     check(prefill.blocks >= 0 && prefill.blocks <= sms && (rows == 0) == (prefill.blocks == 0));
@@ -109,6 +127,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rest(reinterpret_cast<const char*>(in.data), in.size);
   try {
     parse_moe_path(rest);
+  } catch (const Error&) {
+  }
+  try {
+    const MoeMixedBounds parsed = parse_moe_mixed_bounds(rest);
+    check(parsed.n8_max >= 1 && parsed.n8_max <= parsed.n16_max && parsed.n16_max <= 4096);
   } catch (const Error&) {
   }
   try {
