@@ -100,8 +100,8 @@ void plan(Reader& in) {
     try {
       const int tiles = moe_mixed_class_max_tiles(rows, cls, bounds, experts);
       check(tiles >= 0 && tiles <= moe_max_tiles(rows, 8, experts));
-      const int width = moe_mixed_tile_rows(static_cast<int>(std::min<int64_t>(rows, 1 << 30)), bounds);
-      if ((width == 32 ? 0 : width == 16 ? 1 : 2) == cls) check(tiles >= (rows + width - 1) / width);
+      if (moe_mixed_tile_class(static_cast<int>(std::min<int64_t>(rows, 1 << 30)), bounds) == cls)
+        check(tiles >= (rows + moe_mixed_class_rows(cls) - 1) / moe_mixed_class_rows(cls));
     } catch (const Error&) {
     }
   }

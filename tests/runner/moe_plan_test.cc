@@ -125,7 +125,7 @@ TEST(MoePlan, MixedTilesTakeTheWidthOfEachExpertsOwnCount) {
             split[i] = left;
             int tiles[3] = {0, 0, 0};
             for (int r : split) {
-              const int w = moe_mixed_tile_rows(r, b), cls = w == 32 ? 0 : w == 16 ? 1 : 2;
+              const int cls = moe_mixed_tile_class(r, b), w = moe_mixed_class_rows(cls);
               tiles[cls] += (r + w - 1) / w;
             }
             for (int c = 0; c < 3; ++c) most[c] = std::max(most[c], tiles[c]);

@@ -93,10 +93,9 @@ void CudaRunner::check_batch(const ForwardBatch& batch) const {
 
 void CudaRunner::join_group(Communicator* communicator, IndexRange vocab) {
   MOESERVE_CHECK(communicator != nullptr, "join_group() needs a communicator");
-  const IndexRange whole{0, config_.vocab_size};
-  MOESERVE_CHECK((vocab.begin == whole.begin && vocab.end == whole.end) ||
-                     (vocab.begin == split_range(config_.vocab_size, communicator->size(), communicator->rank()).begin &&
-                      vocab.end == split_range(config_.vocab_size, communicator->size(), communicator->rank()).end),
+  const IndexRange slice = split_range(config_.vocab_size, communicator->size(), communicator->rank());
+  MOESERVE_CHECK((vocab.begin == 0 && vocab.end == config_.vocab_size) ||
+                     (vocab.begin == slice.begin && vocab.end == slice.end),
                  "rank {} of {} given the unembedding rows [{}, {}) of {}", communicator->rank(), communicator->size(),
                  vocab.begin, vocab.end, config_.vocab_size);
   clear_graphs();

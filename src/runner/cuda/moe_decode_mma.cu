@@ -46,10 +46,11 @@ struct Layout {
   static constexpr int kSharedBytes = kStages * kStageBytes;
 };
 
-// One CTA's work: tile t's rows (up to 8 kNTiles of them) against weight slice blockIdx.x.
 template <bool kSwiglu, int kNTiles>
-__device__ __forceinline__ void decode_mma_tile(const MoeGemmParams& p, const MoeTile& t) {
+__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
   using L = Layout<kNTiles>;
+  MoeTile t;
+  if (!moe_tile(p.routing, blockIdx.y, t)) return;
   const int e = t.expert, row0 = t.row0, row_end = t.row_end;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t N = p.w.out_features, K = p.w.in_features;
@@ -232,12 +233,6 @@ __device__ __forceinline__ void decode_mma_tile(const MoeGemmParams& p, const Mo
   }
 }
 
-template <bool kSwiglu, int kNTiles>
-__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
-  MoeTile t;
-  if (moe_tile(p.routing, blockIdx.y, t)) decode_mma_tile<kSwiglu, kNTiles>(p, t);
-}
-
 // max_tiles: the grid's tile count (-1: the grouping's bound for tiles of this kernel's rows).
 template <bool kSwiglu, int kNTiles>
 void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
@@ -262,6 +257,7 @@ void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles = -
 // decode_mma_mixed: the grouping's 32-, 16- and 8-row classes, each by the kernel of its width (widest first), so
 // that every tile runs exactly the fixed-width kernel with its own shared memory size.
 void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
+  static_assert(moe_mixed_class_rows(0) == 32 && moe_mixed_class_rows(1) == 16 && moe_mixed_class_rows(2) == 8);
   for (int cls = 0; cls < 3; ++cls) {
     MoeGemmParams q = p;
     q.routing.tile_class = cls;

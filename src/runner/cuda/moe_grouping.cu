@@ -22,12 +22,8 @@ struct Tiling {
   bool mixed = false;
   int rows_per_tile = 8;
   MoeMixedBounds bounds;
-  __device__ int width(int cls) const { return mixed ? 32 >> cls : rows_per_tile; }
-  __device__ int class_of(int rows) const {
-    if (!mixed) return 0;
-    const int w = moe_mixed_tile_rows(rows, bounds);
-    return w == 32 ? 0 : w == 16 ? 1 : 2;
-  }
+  __device__ int width(int cls) const { return mixed ? moe_mixed_class_rows(cls) : rows_per_tile; }
+  __device__ int class_of(int rows) const { return mixed ? moe_mixed_tile_class(rows, bounds) : 0; }
 };
 
 // One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles per class, and warp
@@ -149,9 +145,8 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
   tiling.mixed = rows_per_tile == kMoeMixedTileRows;
   tiling.rows_per_tile = tiling.mixed ? 8 : rows_per_tile;
   tiling.bounds = routing.mixed;
-  const MoeMixedBounds& mixed = routing.mixed;
   if (!tiling.mixed && rows_per_tile < 1) fail_cuda("group_by_expert", "rows_per_tile below 1", __FILE__, __LINE__);
-  if (tiling.mixed && (mixed.n8_max < 1 || mixed.n16_max < mixed.n8_max))
+  if (tiling.mixed && (tiling.bounds.n8_max < 1 || tiling.bounds.n16_max < tiling.bounds.n8_max))
     fail_cuda("group_by_expert", "mixed tiles need bounds 1 <= n8_max <= n16_max", __FILE__, __LINE__);
   const int pairs = T * k;
   if (pairs <= kFusedPairs) {

@@ -146,7 +146,7 @@ int moe_mixed_class_max_tiles(int64_t rows, int cls, const MoeMixedBounds& b, in
   moe_max_tiles(rows, 8, num_experts);  // checks rows and experts
   // Experts of r rows take ceil(r / width) <= floor(r / width) + 1 tiles: at most rows / width + experts in all,
   // and for the bounded classes at most ceil(max_rows / width) each.
-  const int width = 32 >> cls;
+  const int width = moe_mixed_class_rows(cls);
   if (cls == 0) {
     const int64_t experts = std::min<int64_t>(num_experts, rows / (b.n16_max + 1));
     return static_cast<int>(experts == 0 ? 0 : rows / width + experts);

@@ -72,9 +72,14 @@ struct MoeMixedBounds {
   int n8_max = 8;
   int n16_max = 16;
 };
-// The tile width decode_mma_mixed's grouping gives an expert of `rows` rows (the device scan's rule, for tests).
+// The class decode_mma_mixed's grouping puts an expert of `rows` rows in (0, 1, 2: the 32-, 16- and 8-row tiles,
+// listed in that order), and that class's tile rows: the device scan's rule, shared with the launches and tests.
+MOESERVE_HD constexpr int moe_mixed_tile_class(int rows, const MoeMixedBounds& b) {
+  return rows <= b.n8_max ? 2 : rows <= b.n16_max ? 1 : 0;
+}
+MOESERVE_HD constexpr int moe_mixed_class_rows(int cls) { return 32 >> cls; }
 MOESERVE_HD constexpr int moe_mixed_tile_rows(int rows, const MoeMixedBounds& b) {
-  return rows <= b.n8_max ? 8 : rows <= b.n16_max ? 16 : 32;
+  return moe_mixed_class_rows(moe_mixed_tile_class(rows, b));
 }
 // At most this many tiles of mixed class `cls` (0, 1, 2: the 32-, 16- and 8-row tiles) for `rows` grouped rows over
 // `num_experts` experts: an expert in class 2 has at most n8_max rows, one in class 1 more than n8_max and at most

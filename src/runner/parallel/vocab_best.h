@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MOESERVE_VOCAB_HD __host__ __device__ __forceinline__
-#else
-#define MOESERVE_VOCAB_HD inline
-#endif
+#include "util/host_device.h"
 
 namespace moeserve {
 
@@ -22,7 +18,7 @@ struct VocabBest {
 };
 
 // Row `row`'s winner among the ranks' bests `all` ([ranks][rows]).
-MOESERVE_VOCAB_HD VocabBest merge_vocab_best(const VocabBest* all, int64_t rows, int ranks, int64_t row) {
+inline MOESERVE_HOST_DEVICE VocabBest merge_vocab_best(const VocabBest* all, int64_t rows, int ranks, int64_t row) {
   VocabBest winner = all[row];
   for (int rank = 1; rank < ranks; ++rank)
     if (all[rank * rows + row].value > winner.value) winner = all[rank * rows + row];
