@@ -407,6 +407,8 @@ int run(int argc, char** argv) {
   app.add_option("--json", json_path, "write the figures here");
   std::string moe_path_table;
   app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
+  std::string activation_dtype = "auto";
+  app.add_option("--activation-dtype", activation_dtype, "auto, bf16 or fp8 (moeserve's flag)")->capture_default_str();
   int tensor_parallel_size = 1;
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
@@ -426,6 +428,7 @@ int run(int argc, char** argv) {
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
   runner_options.moe_path_table = moe_path_table;
+  runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
   std::shared_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, runner_options);
@@ -558,6 +561,7 @@ int run(int argc, char** argv) {
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
+                         {"activation_dtype", activation_dtype},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"rows", nlohmann::json::array()}};

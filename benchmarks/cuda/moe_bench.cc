@@ -10,6 +10,10 @@
 //   check: first, the path's outputs on sampled grouped rows (the first, the last and 254 at random) against the
 //     reference kernel on the same inputs; a path outside the bounds (those of tests/runner/cuda/moe_test.cc)
 //     posts no figures;
+//   --activation-dtype fp8: the decode_mma paths with FP8 activations (each projection's input quantised per row
+//     by launch_quantize_rows_e4m3, timed with it); checked against the bf16 reference within 0.1 (the
+//     quantisation's own error, ~3%; tests/runner/cuda/moe_test.cc checks the kernels exactly on quantised
+//     inputs), the errors printed;
 //   figures: GB/s = bytes of the touched experts' weights (MXFP4 blocks, scales, bias) + the activations read and
 //     written once, over the time of both projections; TFLOP/s = 2 x rows x (N K) summed over both.
 // Usage: moe_bench [--shape gpt-oss-120b] [--rows 1,2,...,1024] [--routing uniform,zipf] [--paths ...]
@@ -107,7 +111,23 @@ struct Step {
 
 struct Projections {
   cuda::MoeGemmParams mlp1, mlp2;
+  // FP8 activations: each projection's input quantised into these first (mlp1's x has T rows, mlp2's `rows`).
+  bool fp8 = false;
+  int tokens = 0;
+  uint8_t *x_q = nullptr, *act_q = nullptr;
+  float *x_scale = nullptr, *act_scale = nullptr;
 };
+
+// One projection as the runner launches it: with FP8 activations, its input's quantisation first.
+void launch_mlp1(const Projections& p, MoePath path) {
+  if (p.fp8)
+    cuda::launch_quantize_rows_e4m3(nullptr, p.mlp1.x, p.tokens, p.mlp1.w.in_features, p.x_q, p.x_scale);
+  cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp1);
+}
+void launch_mlp2(const Projections& p, MoePath path) {
+  if (p.fp8) cuda::launch_quantize_rows_e4m3(nullptr, p.mlp2.x, p.mlp2.rows, p.mlp2.w.in_features, p.act_q, p.act_scale);
+  cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp2);
+}
 
 Projections projections(const ModelConfig& c, const Experts& w1, const Experts& w2, const cuda::MoeRouting& routing,
                         int rows, const void* x, void* act, void* y) {
@@ -186,6 +206,8 @@ std::pair<Errors, Errors> check_rows(const Projections& p, std::mt19937& rng) {
   DeviceBuffer tokens_d = cuda::to_device(tokens), experts_d = cuda::to_device(experts),
                sample_d = cuda::to_device(sample), act_ref(sample.size() * I * 2), y_ref(sample.size() * H * 4);
   cuda::MoeGemmParams ref1 = p.mlp1, ref2 = p.mlp2;
+  ref1.x_fp8 = ref2.x_fp8 = nullptr;  // the reference reads the bf16 inputs
+  ref1.x_scale = ref2.x_scale = nullptr;
   ref1.routing.row_expert = ref2.routing.row_expert = experts_d.as<int32_t>();
   ref1.rows = ref2.rows = static_cast<int>(sample.size());
   ref1.x_row = tokens_d.as<int32_t>();
@@ -207,9 +229,9 @@ std::pair<double, double> time_projections(const Projections& p, MoePath path, d
   for (cudaEvent_t& e : events) MOESERVE_CUDA_CHECK(cudaEventCreate(&e));
   auto once = [&] {
     MOESERVE_CUDA_CHECK(cudaEventRecord(events[0]));
-    cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp1);
+    launch_mlp1(p, path);
     MOESERVE_CUDA_CHECK(cudaEventRecord(events[1]));
-    cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp2);
+    launch_mlp2(p, path);
     MOESERVE_CUDA_CHECK(cudaEventRecord(events[2]));
     MOESERVE_CUDA_CHECK(cudaEventSynchronize(events[2]));
     float first = 0, second = 0;
@@ -259,7 +281,12 @@ int run(int argc, char** argv) {
                  "decode-mma-mixed's N8:N16 bounds to run it with (each its own row, named decode-mma-mixed-N8-N16; "
                  "default: the built-in bounds)")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON to this file");
+  std::string activation_dtype = "bf16";
+  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (decode_mma paths only)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const bool fp8 = activation_dtype == "fp8";
   // Each run of a path: the path, its mixed bounds (decode-mma-mixed only) and its row's name.
   struct Run {
     MoePath path;
@@ -269,6 +296,8 @@ int run(int argc, char** argv) {
   std::vector<Run> paths;
   for (const std::string& name : path_names) {
     const MoePath path = cuda::parse_moe_path(name);
+    MOESERVE_CHECK(!fp8 || cuda::moe_path_takes_fp8(path), "--activation-dtype fp8: {} takes bf16 only (the "
+                   "decode-mma paths take fp8)", name);
     if (path != MoePath::decode_mma_mixed || mixed_texts.empty()) {
       paths.push_back({path, {}, name});
       continue;
@@ -303,7 +332,8 @@ int run(int argc, char** argv) {
       Step step(make_routing(routing, E, k, T, rng), T, k, E);
       const int rows = step.rows();
       DeviceBuffer x(static_cast<size_t>(T) * H * 2), act(static_cast<size_t>(rows) * I * 2),
-          y(static_cast<size_t>(rows) * H * 4);
+          y(static_cast<size_t>(rows) * H * 4), x_q(fp8 ? static_cast<size_t>(T) * H : 0),
+          act_q(fp8 ? static_cast<size_t>(rows) * I : 0), x_scale(fp8 ? T * 4 : 0), act_scale(fp8 ? rows * 4 : 0);
       cuda::launch_fill_uniform(nullptr, cuda::Precision::bf16, x.get(), int64_t{T} * H, seed * 16 + 12 + r, 0.0f, 1.0f);
       const double bytes = step.touched() * (w1.expert_bytes() + w2.expert_bytes()) +
                            (static_cast<double>(T) * H * 2 + 2.0 * rows * I * 2 + static_cast<double>(rows) * H * 4);
@@ -316,11 +346,24 @@ int run(int argc, char** argv) {
         res.rows_per_expert = r;
         res.tokens = T;
         res.touched = step.touched();
-        const Projections p = projections(c, w1, w2, step.group(cuda::moe_rows_per_tile(path), run.mixed), rows, x.get(), act.get(), y.get());
-        cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp1);
-        cuda::launch_moe_path(nullptr, path, cuda::Precision::bf16, p.mlp2);
+        Projections p = projections(c, w1, w2, step.group(cuda::moe_rows_per_tile(path), run.mixed), rows, x.get(), act.get(), y.get());
+        if (fp8) {
+          p.fp8 = true;
+          p.tokens = T;
+          p.x_q = x_q.as<uint8_t>();
+          p.act_q = act_q.as<uint8_t>();
+          p.x_scale = x_scale.as<float>();
+          p.act_scale = act_scale.as<float>();
+          p.mlp1.x_fp8 = p.x_q;
+          p.mlp1.x_scale = p.x_scale;
+          p.mlp2.x_fp8 = p.act_q;
+          p.mlp2.x_scale = p.act_scale;
+        }
+        launch_mlp1(p, path);
+        launch_mlp2(p, path);
         std::tie(res.mlp1_error, res.mlp2_error) = check_rows(p, rng);
-        res.ok = res.mlp1_error.relative <= 4e-3 && res.mlp2_error.relative <= 1e-4;
+        res.ok = fp8 ? res.mlp1_error.relative <= 0.1 && res.mlp2_error.relative <= 0.1
+                     : res.mlp1_error.relative <= 4e-3 && res.mlp2_error.relative <= 1e-4;
         if (res.ok) {
           std::tie(res.mlp1_ms, res.mlp2_ms) = time_projections(p, path, min_ms);
           res.bytes = bytes;

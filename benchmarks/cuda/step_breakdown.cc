@@ -258,6 +258,8 @@ int run(int argc, char** argv) {
   app.add_option("--max-batched-tokens", scheduler.max_batched_tokens)->capture_default_str();
   app.add_option("--kv-cache-fraction", kv_fraction)->capture_default_str();
   app.add_option("--json", json_path, "write the breakdowns here");
+  std::string activation_dtype = "auto";
+  app.add_option("--activation-dtype", activation_dtype, "auto, bf16 or fp8 (moeserve's flag)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const Ceilings ceilings = measure_ceilings();
@@ -265,10 +267,12 @@ int run(int argc, char** argv) {
              ceilings.bf16_flops_per_s / 1e12);
   CudaRunnerOptions options;
   options.synthetic_router = router;
+  options.activation_dtype = activation_dtype;
   std::unique_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, options);
   auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
   nlohmann::json json = {{"model", shape},
                          {"synthetic_router", router},
+                         {"activation_dtype", activation_dtype},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"breakdowns", nlohmann::json::array()}};

@@ -222,6 +222,7 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
   description["engine"] = {
       {"kv_cache", engine->capacity_summary()},
       {"kv_cache_dtype", a.runner.kv_cache_dtype},
+      {"activation_dtype", a.runner.activation_dtype},
       {"block_size", engine_settings.block_size},
       {"max_model_len", engine->max_sequence_tokens()},
       {"max_num_seqs", scheduler.max_num_seqs},
@@ -240,6 +241,7 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
       {"device", a.runner.device},
       {"precision", a.runner.precision},
       {"kv_cache_dtype", a.runner.kv_cache_dtype},
+      {"activation_dtype", a.runner.activation_dtype},
       {"threads", a.runner.threads == 0 ? std::string("all cores") : std::to_string(a.runner.threads)},
       {"synthetic_router", a.runner.synthetic.empty() ? "" : a.runner.synthetic_router},
       {"moe_path_table", a.runner.moe_path_table.empty() ? "built-in" : a.runner.moe_path_table},

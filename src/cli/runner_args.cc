@@ -46,6 +46,11 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
                       "scales from the checkpoint or 1.0)")
       ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
+  command->add_option("--activation-dtype", args.activation_dtype,
+                      "CUDA expert projections' inputs: auto (bf16), bf16, or fp8 (e4m3 with a dynamic scale per "
+                      "token row, e4m3 tensor cores, on the decode-regime paths; MXFP4 weights exact; off by default)")
+      ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}))
+      ->capture_default_str();
   command->add_option("--threads", args.threads, "CPU threads (0: all)")->capture_default_str();
   command->add_option("--synthetic-router", args.synthetic_router,
                       "--synthetic expert popularity: uniform, or zipf[:S] (router bias S ln(1/(rank+1)); S = 1)")
@@ -78,6 +83,10 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   parse_synthetic_router(cuda.synthetic_router);
   MOESERVE_CHECK(args.synthetic_router == "uniform" || !args.synthetic.empty(), "--synthetic-router needs --synthetic");
   cuda.kv_cache_dtype = args.kv_cache_dtype;
+  cuda.activation_dtype = args.activation_dtype;
+  MOESERVE_CHECK(args.device == "cuda" || args.activation_dtype == "auto",
+                 "--activation-dtype {} needs --device cuda: the CPU runner computes in float32 (use auto)",
+                 args.activation_dtype);
   cuda.moe_path_table = args.moe_path_table;
   MOESERVE_CHECK(args.moe_path_table.empty() || args.device == "cuda", "--moe-path-table needs --device cuda");
   if (!args.moe_path_table.empty()) cuda::parse_moe_path_table(args.moe_path_table);

@@ -21,6 +21,7 @@ struct RunnerArgs {
   std::string device = "cpu";
   std::string precision = "bf16";
   std::string kv_cache_dtype = "auto";  // vLLM's flag: auto, bf16 (bfloat16), fp8_e4m3 (fp8)
+  std::string activation_dtype = "auto";  // CUDA expert-projection inputs: auto / bf16, or fp8 (e4m3, per-row scale)
   size_t threads = 0;
   std::string synthetic_router = "uniform";  // --synthetic only: uniform or zipf[:S]
   std::string moe_path_table;                // --device cuda: the MoE kernels by rows per expert (benchmarking)

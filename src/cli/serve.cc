@@ -42,10 +42,10 @@ std::vector<std::string> parse_origins(const std::string& text) {
 // The one line that says how the engine runs, so a log shows what a measurement was taken with.
 std::string settings_line(const RunnerArgs& runner, const EngineConfig& c, int64_t max_model_len) {
   std::string line = fmt::format(
-      "engine: device {}, dtype {}, kv-cache-dtype {}, tensor-parallel-size {}{}, max-model-len {}, max-num-seqs {}, "
-      "max-num-batched-tokens {}, block-size {}, prefix caching {}, scheduler {}",
+      "engine: device {}, dtype {}, kv-cache-dtype {}, activation-dtype {}, tensor-parallel-size {}{}, max-model-len {}, "
+      "max-num-seqs {}, max-num-batched-tokens {}, block-size {}, prefix caching {}, scheduler {}",
       runner.device, runner.device == "cuda" ? (runner.precision == "f32" ? "float32" : "bfloat16") : "float32",
-      runner.kv_cache_dtype, runner.tensor_parallel_size, runner.enable_expert_parallel ? " (expert parallel)" : "", max_model_len, c.scheduler.max_num_seqs, c.scheduler.max_batched_tokens, c.block_size,
+      runner.kv_cache_dtype, runner.activation_dtype, runner.tensor_parallel_size, runner.enable_expert_parallel ? " (expert parallel)" : "", max_model_len, c.scheduler.max_num_seqs, c.scheduler.max_batched_tokens, c.block_size,
       c.prefix_caching ? "on" : "off", c.scheduler.policy == SchedulingPolicy::slo ? "slo" : "fcfs");
   if (c.scheduler.policy == SchedulingPolicy::slo)
     line += fmt::format(" (TTFT target {:g} ms, TPOT target {:g} ms)", c.scheduler.ttft_target_seconds * 1000,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -65,6 +66,43 @@ TEST(MoeLayout, Mxfp4WordsBecomeTheExactBf16Values) {
         }
       }
   }
+}
+
+// e4m3 (OCP FP8 E4M3, NVIDIA's e4m3): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent field 0 is
+// subnormal (m / 8 * 2^-6); 0x7f / 0xff are NaN.
+double e4m3_value(uint8_t byte) {
+  const int sign = byte >> 7, exponent = (byte >> 3) & 0xf, mantissa = byte & 7;
+  const double magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0, -6) : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  return sign ? -magnitude : magnitude;
+}
+
+// FP8 activations: every value of a packed word, at every place, becomes the e4m3 byte of its e2m1 value times
+// 2^-6 (values 0-3 from the low conversion, 4-7 from the high one, byte i holding value i, resp. 4 + i), and
+// the block factor is 2^(scale - 121) for every scale the upload accepts, from any byte of the word.
+TEST(MoeLayout, Mxfp4WordsBecomeExactE4m3BytesAndFactors) {
+  std::mt19937 rng(13);
+  for (int position = 0; position < 4; ++position)
+    for (uint32_t byte = 0; byte < 256; ++byte)
+      for (int trial = 0; trial < 8; ++trial) {
+        const uint32_t word = (static_cast<uint32_t>(rng()) & ~(0xffu << (8 * position))) | byte << (8 * position);
+        const uint32_t packed = mxfp4_pack_word(word);
+        const uint32_t low = mxfp4_packed_low_e4m3(packed), high = mxfp4_packed_high_e4m3(packed);
+        for (int value = 0; value < 8; ++value) {
+          const uint32_t nibble = (word >> (4 * value)) & 0xfu;
+          const uint8_t got = static_cast<uint8_t>((value < 4 ? low : high) >> (8 * (value % 4)));
+          ASSERT_EQ(e4m3_value(got), std::ldexp(static_cast<double>(kFp4Values[nibble]), -6))
+              << "word " << std::hex << word << " value " << value << " byte " << int{got};
+          ASSERT_EQ(got >> 7, nibble >> 3) << "sign of value " << value << " of " << std::hex << word;  // -0 too
+        }
+      }
+  for (uint32_t scale = 0; scale <= 128; ++scale)
+    for (int which = 0; which < 4; ++which) {
+      const uint32_t others = static_cast<uint32_t>(rng()) % 129u * 0x01010101u;  // other bytes, also <= 128
+      const uint32_t scales = (others & ~(0xffu << (8 * which))) | scale << (8 * which);
+      const float factor = std::bit_cast<float>(mxfp4_scale_e4m3_factor_bits(scales + kMxfp4E4m3ScaleBias, which));
+      ASSERT_EQ(factor, std::ldexp(1.0f, static_cast<int>(scale) - 121)) << "scale " << scale << " byte " << which;
+      ASSERT_EQ(static_cast<double>(factor) * std::ldexp(1.0, -6), e8m0_to_float(static_cast<uint8_t>(scale)));
+    }
 }
 
 // The device's packed order is a permutation of the word's 32 bits: each bit lands on its own place, and unpacking

@@ -48,7 +48,8 @@ TEST(ServeLogs, SettingsLineAccessLinesAndStatsLine) {
   const std::string start = serve.log();
   EXPECT_THAT(start, HasSubstr("loading the model (requests get 503 until it is ready)"));
   EXPECT_THAT(start, HasSubstr("weights loaded in"));
-  EXPECT_THAT(start, HasSubstr("engine: device cpu, dtype float32, kv-cache-dtype auto, tensor-parallel-size 1, max-model-len 131072, "
+  EXPECT_THAT(start, HasSubstr("engine: device cpu, dtype float32, kv-cache-dtype auto, activation-dtype auto, "
+                               "tensor-parallel-size 1, max-model-len 131072, "
                                "max-num-seqs 7, max-num-batched-tokens 2048, block-size 16, prefix caching on, "
                                "scheduler fcfs; speculative decoding off"));
   EXPECT_TRUE(log_shows(serve, "\"POST /v1/completions HTTP/1.1\" 200 OK")) << serve.log();

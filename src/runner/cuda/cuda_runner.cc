@@ -37,6 +37,15 @@ KvDtype parse_kv_dtype(const std::string& name, Precision precision) {
   return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
 }
 
+// --activation-dtype: true for FP8 (e4m3) expert-projection inputs.
+bool parse_activation_fp8(const std::string& name, Precision precision) {
+  const bool bf16 = name == "auto" || name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
+  MOESERVE_CHECK(bf16 || fp8, "--activation-dtype \"{}\" (auto, bf16 or fp8; fp8_e4m3 is fp8)", name);
+  MOESERVE_CHECK(!fp8 || precision == Precision::bf16,
+                 "--activation-dtype {} needs --dtype bfloat16: float32 keeps f32 activations (use auto)", name);
+  return fp8;
+}
+
 }  // namespace
 
 CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision precision,
@@ -46,6 +55,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
       precision_(precision),
       options_(options),
       kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision)),
+      fp8_activations_(parse_activation_fp8(options.activation_dtype, precision)),
       moe_paths_(options.moe_path_table.empty() ? MoePathTable{} : parse_moe_path_table(options.moe_path_table)),
       kv_scales_(std::move(scales)),
       groups_(kv_groups_of(config_)) {
@@ -181,6 +191,10 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
   grow(expert_weights_, T * K * 4);
   grow(moe_act_, T * K * I * A);
   grow(moe_y_, T * K * H * 4);
+  grow(moe_x_fp8_, fp8_activations_ ? T * H : 0);
+  grow(moe_x_scale_, fp8_activations_ ? T * 4 : 0);
+  grow(moe_act_fp8_, fp8_activations_ ? T * K * I : 0);
+  grow(moe_act_scale_, fp8_activations_ ? T * K * 4 : 0);
   grow(moe_out_, communicator_ != nullptr ? T * H * 4 : 0);
   const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
   grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
@@ -311,7 +325,13 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.swiglu_limit = c.swiglu_limit;
     mlp1.routing = routing;
     mlp1.rows = T * k;
+    const bool fp8 = fp8_activations_ && moe_path_takes_fp8(plan.moe);
     timer_.mark(stream_, KernelClass::expert_mlp1);
+    if (fp8) {
+      launch_quantize_rows_e4m3(stream_, normed_.get(), T, H, moe_x_fp8_.as<uint8_t>(), moe_x_scale_.as<float>());
+      mlp1.x_fp8 = moe_x_fp8_.as<uint8_t>();
+      mlp1.x_scale = moe_x_scale_.as<float>();
+    }
     launch_moe_path(stream_, plan.moe, precision_, mlp1);
     MoeGemmParams mlp2 = mlp1;
     mlp2.w = w.mlp2;
@@ -320,6 +340,12 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.out = moe_y_.get();
     mlp2.swiglu = false;
     timer_.mark(stream_, KernelClass::expert_mlp2);
+    if (fp8) {
+      launch_quantize_rows_e4m3(stream_, moe_act_.get(), T * k, w.mlp2.in_features, moe_act_fp8_.as<uint8_t>(),
+                                moe_act_scale_.as<float>());
+      mlp2.x_fp8 = moe_act_fp8_.as<uint8_t>();
+      mlp2.x_scale = moe_act_scale_.as<float>();
+    }
     launch_moe_path(stream_, plan.moe, precision_, mlp2);
     if (split) {  // each token's combined partial sums over the intermediate slices (see moe_delta above)
       launch_moe_combine(stream_, combine, T, H, moe_out_.as<float>());

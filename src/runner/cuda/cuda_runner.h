@@ -112,6 +112,7 @@ class CudaRunner : public ModelRunner {
   Precision precision_;
   CudaRunnerOptions options_;
   KvDtype kv_dtype_;
+  bool fp8_activations_ = false;  // --activation-dtype fp8
   MoePathTable moe_paths_;  // --moe-path-table; empty: choose_moe_path's built-in choice
   KvScales kv_scales_;  // one K and one V scale per layer (1.0 unless the checkpoint has them)
   KvGroups groups_;
@@ -138,6 +139,8 @@ class CudaRunner : public ModelRunner {
   // Vocab split: this rank's [R, slice] logits, its bests per row, every rank's bests [ranks][R], and the padded
   // pieces gather_whole_logits exchanges ([R, longest slice] a rank).
   DeviceBuffer logits_local_, vocab_best_, vocab_bests_, vocab_piece_, vocab_pieces_;
+  // FP8 activations: the expert projections' inputs as e4m3 with a scale per row (mlp1: [T, H]; mlp2: [T * k, I]).
+  DeviceBuffer moe_x_fp8_, moe_x_scale_, moe_act_fp8_, moe_act_scale_;
   IndexRange vocab_;  // the unembedding rows the weights hold (all of them unless join_group gave a slice)
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches

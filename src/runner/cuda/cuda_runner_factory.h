@@ -19,6 +19,10 @@ struct CudaRunnerOptions {
   // vLLM's --kv-cache-dtype: "auto" (the precision's type), "bf16" (or "bfloat16"), "fp8_e4m3" (or "fp8": half the
   // bytes a block, so twice the sequences in the pool; per-layer K and V scales from the checkpoint, else 1.0).
   std::string kv_cache_dtype = "auto";
+  // --activation-dtype: "auto" / "bf16" (the default: bf16 activations everywhere) or "fp8" (the decode-regime
+  // expert projections, the decode_mma paths, take their inputs as e4m3 with a dynamic scale per row and run e4m3
+  // tensor cores; AMD's MLPerf recipe of MXFP4 weights with FP8 activations; other paths stay bf16). Needs bf16.
+  std::string activation_dtype = "auto";
   bool cuda_graphs = true;  // capture decode steps per batch-size bucket
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).

@@ -194,6 +194,17 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d = a * b (no accumulator in) for a 16x32 (row) e4m3 tile a and a 32x8 (col) e4m3 tile b, fp32 out (sm_89+).
+// Fragments (PTX ISA 9.7.14.5.8, m16n8k32 with 8-bit types): a0 / a2 hold row g, k 4c .. 4c + 3 / 16 + 4c ..
+// 16 + 4c + 3, a1 / a3 the same k of row g + 8; b0 / b1 k 4c .. 4c + 3 / 16 + 4c .. of column g; d as bf16's.
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 // The same with fp16 operands (the fp8 KV path converts e4m3 to fp16 exactly).
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -273,7 +273,16 @@ struct MoeGemmParams {
   float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   MoeRouting routing;
   int rows = 0;  // T * k grouped rows
+  // FP8 activations (--activation-dtype fp8; decode_mma only): x as e4m3 rows [*, in_features] and each x row's
+  // scale (x ~ x_fp8 * x_scale; launch_quantize_rows_e4m3). When set, x is not read.
+  const uint8_t* x_fp8 = nullptr;
+  const float* x_scale = nullptr;
 };
+// ---- activation_fp8.cu: per-row dynamic FP8 (e4m3) quantisation of activations ------------------------------------
+// Row r of x [rows, cols] (bf16): scale[r] = amax / 448 (1 for an all-zero row) and q[r, c] = e4m3(x[r, c] * (448 /
+// amax)), round to nearest even, saturating (vLLM's dynamic per-token FP8). cols must be a multiple of 8.
+inline constexpr float kE4m3Max = 448.0f;
+void launch_quantize_rows_e4m3(cudaStream_t stream, const void* x, int rows, int64_t cols, uint8_t* q, float* scale);
 // The paths (moe_plan.h) and their tiles; every launcher checks the shape (check_moe_gemm_shape) and returns
 // at once for rows == 0. All but the reference are bf16 only.
 // Small batches (decode): tensor-core GEMV, tiles of 8 * n_tiles rows.

@@ -18,7 +18,19 @@
 // block c feeds k steps 2q, 2q + 1), and the activations are read with the same one: lane (g, c) reads, for word q,
 // the 16-byte piece 4c + q of token row g of the chunk. Pieces are stored at (4q + c) ^ (4 (row % 2)) so that the
 // eight lanes of each quarter warp read eight different bank groups.
-// CPU reference: cpu::expert_linear (+ cpu::swiglu).
+//
+// FP8 activations (kFp8: --activation-dtype fp8, params.x_fp8): the activations come as e4m3 rows with a scale per
+// row (activation_fp8.cu), the weights become e4m3 bytes by bit placement (moe_layout.h: e2m1 times 2^-6, exact)
+// and the tensor cores run m16n8k32, one MXFP4 block per instruction, so that each product is scaled by its
+// block's 2^(s - 121) in fp32 (one FMA per output value and block) and by the token's scale at the end. For that a
+// k32 instruction must stay inside one block: lane (g, c) holds word c of block j (values 8c .. 8c + 7 as its
+// fragment's k 4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3) for rows g and g + 8, and reads the same 8 activation bytes
+// of its token as its B fragment. The weights' 16-byte blocks of row g are stored at slot j ^ (g / 2) and the
+// activations' 16-byte pieces of token row r at p ^ (2 (r % 4)), which keeps the 32-bit and 64-bit shared loads
+// free of bank conflicts. Counted per 8 weight values: 6 integer instructions and half an mma, against 9 integer
+// instructions, 4 bf16 multiplies and an mma for bf16 activations; plus 4 FMAs and ~2.5 integer instructions of
+// block scale per 32 values.
+// CPU reference: cpu::expert_linear (+ cpu::swiglu); with FP8 on the activations quantised as the device does.
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
@@ -33,22 +45,23 @@ constexpr int kMSlabs = 2;                          // m16 slabs per warp
 constexpr int kWeightRows = kWarps * kMSlabs * 16;  // 256 weight rows per CTA
 constexpr int kStages = 4;
 constexpr int kChunkBlocks = 4;  // MXFP4 blocks (32 k) per row per chunk: 128 k
-constexpr int kRowPieces = 16;   // 16-byte pieces of activations per token row per chunk
 static_assert(kWeightRows == kMoeDecodeMmaWeightRows);
 
-template <int kNTiles>
+template <int kNTiles, bool kFp8>
 struct Layout {
   static constexpr int kTileRows = 8 * kNTiles;
   static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB
   static constexpr int kScaleBytes = kWeightRows * 8;                   // two aligned words a row
+  static constexpr int kRowPieces = kFp8 ? 8 : 16;                      // 16-byte pieces of a token row per chunk
   static constexpr int kActivationBytes = kTileRows * kRowPieces * 16;
   static constexpr int kStageBytes = kWeightBytes + kScaleBytes + kActivationBytes;
   static constexpr int kSharedBytes = kStages * kStageBytes;
 };
 
-template <bool kSwiglu, int kNTiles>
+template <bool kSwiglu, int kNTiles, bool kFp8>
 __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
-  using L = Layout<kNTiles>;
+  using L = Layout<kNTiles, kFp8>;
+  constexpr int kRowPieces = L::kRowPieces;
   MoeTile t;
   if (!moe_tile(p.routing, blockIdx.y, t)) return;
   const int e = t.expert, row0 = t.row0, row_end = t.row_end;
@@ -67,6 +80,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   constexpr int kWeightCopies = kWeightRows * kChunkBlocks / kThreads;  // 4
   const uint8_t* w_base = p.w.blocks + expert_row * blocks_per_row * 16;
   uint32_t w_offset[kWeightCopies];  // bytes from w_base (moe_decode_mma_grid bounds an expert's blocks below 2^31 bytes)
+  uint32_t w_dst[kWeightCopies];     // bytes from the stage: piece i, or (FP8) block cc of its row at slot cc ^ (cg / 2)
   bool w_ok[kWeightCopies];
 #pragma unroll
   for (int j = 0; j < kWeightCopies; ++j) {
@@ -75,6 +89,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     const int64_t row = moe_slab_row(slab0 + cw * kMSlabs + cm, cg, cwhich, kSwiglu);
     w_ok[j] = row < N;
     w_offset[j] = static_cast<uint32_t>(((w_ok[j] ? row : 0) * blocks_per_row + cc) * 16);
+    w_dst[j] = static_cast<uint32_t>((kFp8 ? i - cc + (cc ^ (cg / 2)) : i) * 16);
   }
   // Scales: per weight row the two aligned 32-bit words covering its chunk's 4 scale bytes, one thread per row
   // (thread i: warp i / 32, slab, which, g in the weights' order above without the block).
@@ -92,7 +107,9 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   }
   // Activations: kTileRows x 16 pieces, piece i = threadIdx.x + kThreads * j is (token row i / 16, piece i % 16).
   constexpr int kActivationCopies = (L::kTileRows * kRowPieces + kThreads - 1) / kThreads;
-  const bf16* x_src[kActivationCopies];
+  // bf16: piece i covers k 8i .. 8i + 7 of the chunk; FP8: k 16i .. 16i + 15.
+  constexpr int kPieceElements = kFp8 ? 16 : 8;
+  const uint8_t* x_src[kActivationCopies];
   bool x_ok[kActivationCopies];
   uint32_t x_dst[kActivationCopies];
 #pragma unroll
@@ -102,10 +119,17 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     const int grouped = row0 + r;
     x_ok[j] = i < L::kTileRows * kRowPieces && grouped < row_end;
     const int x_row = x_ok[j] ? (p.x_row != nullptr ? p.x_row[grouped] : grouped) : 0;
-    x_src[j] = static_cast<const bf16*>(p.x) + static_cast<int64_t>(x_row) * K + piece * 8;
-    // Piece 4c + q of a row is read by lane c for word q: stored at (4q + c) ^ (4 (r % 2)).
-    const int stored = (4 * (piece % 4) + piece / 4) ^ (4 * (r % 2));
-    x_dst[j] = static_cast<uint32_t>(L::kWeightBytes + L::kScaleBytes + (r * kRowPieces + stored) * 16);
+    const int64_t element = static_cast<int64_t>(x_row) * K + piece * kPieceElements;
+    if constexpr (kFp8) {
+      x_src[j] = p.x_fp8 + element;
+      // Piece 2j + h (bytes of block j, half h) of row r at (2j + h) ^ (2 (r % 4)).
+      x_dst[j] = static_cast<uint32_t>(L::kWeightBytes + L::kScaleBytes + (r * kRowPieces + (piece ^ (2 * (r % 4)))) * 16);
+    } else {
+      x_src[j] = reinterpret_cast<const uint8_t*>(static_cast<const bf16*>(p.x) + element);
+      // Piece 4c + q of a row is read by lane c for word q: stored at (4q + c) ^ (4 (r % 2)).
+      const int stored = (4 * (piece % 4) + piece / 4) ^ (4 * (r % 2));
+      x_dst[j] = static_cast<uint32_t>(L::kWeightBytes + L::kScaleBytes + (r * kRowPieces + stored) * 16);
+    }
   }
 
   auto copy_chunk = [&](int chunk) {
@@ -115,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     for (int j = 0; j < kWeightCopies; ++j) {
       const int i = threadIdx.x + kThreads * j;
       const bool ok = w_ok[j] && kb + (i % 4) < blocks_per_row;
-      cp_async_16(stage + i * 16, w_base + w_offset[j] + static_cast<uint32_t>(kb) * 16u, ok);
+      cp_async_16(stage + w_dst[j], w_base + w_offset[j] + static_cast<uint32_t>(kb) * 16u, ok);
     }
     {
       // Bytes s_shift + kb .. + 3 of the row's scales from its first aligned word on: words w0, w0 + 1. The
@@ -131,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     for (int j = 0; j < kActivationCopies; ++j) {
       const int i = threadIdx.x + kThreads * j;
       if (kActivationCopies * kThreads > L::kTileRows * kRowPieces && i >= L::kTileRows * kRowPieces) continue;
-      const bool ok = x_ok[j] && kb * 32 + (i % kRowPieces) * 8 < K;
-      cp_async_16(stage + x_dst[j], x_src[j] + static_cast<int64_t>(kb) * 32, ok);
+      const bool ok = x_ok[j] && kb * 32 + (i % kRowPieces) * kPieceElements < K;
+      cp_async_16(stage + x_dst[j], x_src[j] + static_cast<int64_t>(kb) * 32 * (kFp8 ? 1 : 2), ok);
     }
   };
 
@@ -147,10 +171,10 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
       const int64_t row = moe_slab_row(slab0 + warp * kMSlabs + m, g, which, kSwiglu);
       const uintptr_t first =
           reinterpret_cast<uintptr_t>(p.w.scales + (expert_row + (row < N ? row : 0)) * blocks_per_row);
-      scale_byte[m][which] = static_cast<uint32_t>(first & 3u) + c;
+      scale_byte[m][which] = static_cast<uint32_t>(first & 3u) + (kFp8 ? 0 : c);
     }
 
-  auto compute = [&](int chunk) {
+  auto compute_bf16 = [&](int chunk) {
     const uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
     const uint8_t* weights = stage + warp * (kMSlabs * 2 * 32 * 16);
     const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 8);
@@ -194,6 +218,54 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     }
   };
 
+  auto compute_fp8 = [&](int chunk) {
+    const uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
+    const uint8_t* weights = stage + warp * (kMSlabs * 2 * 32 * 16);
+    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 8);
+    const uint8_t* acts = stage + L::kWeightBytes + L::kScaleBytes;
+    // The chunk's 4 scale bytes of each of this lane's rows (+ 6 each), from the row's two aligned words.
+    uint32_t row_scales[kMSlabs][2];
+#pragma unroll
+    for (int m = 0; m < kMSlabs; ++m)
+#pragma unroll
+      for (int which = 0; which < 2; ++which) {
+        const uint2 words = *reinterpret_cast<const uint2*>(scales + ((m * 2 + which) * 8 + g) * 8);
+        row_scales[m][which] = __funnelshift_r(words.x, words.y, 8 * scale_byte[m][which]) + kMxfp4E4m3ScaleBias;
+      }
+#pragma unroll
+    for (int j = 0; j < kChunkBlocks; ++j) {
+      uint32_t a[kMSlabs][4];
+      float factor[kMSlabs][2];
+#pragma unroll
+      for (int m = 0; m < kMSlabs; ++m) {
+        const uint32_t slot = (j ^ (g / 2)) * 16 + 4 * c;
+        const uint32_t word_a = *reinterpret_cast<const uint32_t*>(weights + ((m * 2) * 32 + g * 4) * 16 + slot);
+        const uint32_t word_b = *reinterpret_cast<const uint32_t*>(weights + ((m * 2 + 1) * 32 + g * 4) * 16 + slot);
+        a[m][0] = mxfp4_packed_low_e4m3(word_a);
+        a[m][1] = mxfp4_packed_low_e4m3(word_b);
+        a[m][2] = mxfp4_packed_high_e4m3(word_a);
+        a[m][3] = mxfp4_packed_high_e4m3(word_b);
+        factor[m][0] = __uint_as_float(mxfp4_scale_e4m3_factor_bits(row_scales[m][0], j));
+        factor[m][1] = __uint_as_float(mxfp4_scale_e4m3_factor_bits(row_scales[m][1], j));
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const int r = nt * 8 + g;
+        const uint2 b = *reinterpret_cast<const uint2*>(acts + (r * kRowPieces + ((2 * j + c / 2) ^ (2 * (r % 4)))) * 16 +
+                                                        (c % 2) * 8);
+#pragma unroll
+        for (int m = 0; m < kMSlabs; ++m) {
+          float d[4];
+          mma_e4m3_16832(d, a[m], b.x, b.y);
+          acc[m][nt][0] = fmaf(factor[m][0], d[0], acc[m][nt][0]);
+          acc[m][nt][1] = fmaf(factor[m][0], d[1], acc[m][nt][1]);
+          acc[m][nt][2] = fmaf(factor[m][1], d[2], acc[m][nt][2]);
+          acc[m][nt][3] = fmaf(factor[m][1], d[3], acc[m][nt][3]);
+        }
+      }
+    }
+  };
+
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < chunks) copy_chunk(s);
@@ -204,7 +276,10 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     __syncthreads();  // every thread's copies of `chunk` landed; every warp is done with chunk - 1's stage
     if (chunk + kStages - 1 < chunks) copy_chunk(chunk + kStages - 1);
     cp_async_commit();
-    compute(chunk);
+    if constexpr (kFp8)
+      compute_fp8(chunk);
+    else
+      compute_bf16(chunk);
   }
 
   // acc[m][nt] = (row a, token 2c), (row a, token 2c + 1), (row b, token 2c), (row b, token 2c + 1).
@@ -220,38 +295,46 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
       for (int t = 0; t < 2; ++t) {
         const int r = row0 + nt * 8 + 2 * c + t;
         if (r >= row_end) continue;
+        // FP8: the token's activation scale (its x row's).
+        const float token_scale = kFp8 ? p.x_scale[p.x_row != nullptr ? p.x_row[r] : r] : 1.0f;
+        const float va = acc[m][nt][t] * token_scale, vb = acc[m][nt][2 + t] * token_scale;
         if constexpr (kSwiglu) {
           if (ok_b)
-            static_cast<bf16*>(p.out)[static_cast<int64_t>(r) * (N / 2) + row_a / 2] = __float2bfloat16_rn(swiglu(
-                acc[m][nt][t] + bias[row_a], acc[m][nt][2 + t] + bias[row_b], p.swiglu_alpha, p.swiglu_limit));
+            static_cast<bf16*>(p.out)[static_cast<int64_t>(r) * (N / 2) + row_a / 2] =
+                __float2bfloat16_rn(swiglu(va + bias[row_a], vb + bias[row_b], p.swiglu_alpha, p.swiglu_limit));
         } else {
           float* y = static_cast<float*>(p.out) + static_cast<int64_t>(r) * N;
-          if (ok_a) y[row_a] = acc[m][nt][t] + bias[row_a];
-          if (ok_b) y[row_b] = acc[m][nt][2 + t] + bias[row_b];
+          if (ok_a) y[row_a] = va + bias[row_a];
+          if (ok_b) y[row_b] = vb + bias[row_b];
         }
       }
   }
 }
 
 // max_tiles: the grid's tile count (-1: the grouping's bound for tiles of this kernel's rows).
-template <bool kSwiglu, int kNTiles>
+template <bool kSwiglu, int kNTiles, bool kFp8>
 void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
-  constexpr int bytes = Layout<kNTiles>::kSharedBytes;
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles>), bytes);
+  constexpr int bytes = Layout<kNTiles, kFp8>::kSharedBytes;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>), bytes);
   // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past the step's count return at once).
   MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
   if (max_tiles >= 0) grid.blocks = max_tiles;
   if (grid.blocks == 0) return;
-  moe_decode_mma_kernel<kSwiglu, kNTiles><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);
+  moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 template <int kNTiles>
 void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles = -1) {
-  if (p.swiglu)
-    launch_kernel<true, kNTiles>(stream, p, max_tiles);
+  const bool fp8 = p.x_fp8 != nullptr;
+  if (p.swiglu && fp8)
+    launch_kernel<true, kNTiles, true>(stream, p, max_tiles);
+  else if (p.swiglu)
+    launch_kernel<true, kNTiles, false>(stream, p, max_tiles);
+  else if (fp8)
+    launch_kernel<false, kNTiles, true>(stream, p, max_tiles);
   else
-    launch_kernel<false, kNTiles>(stream, p, max_tiles);
+    launch_kernel<false, kNTiles, false>(stream, p, max_tiles);
 }
 
 // decode_mma_mixed: the grouping's 32-, 16- and 8-row classes, each by the kernel of its width (widest first), so

@@ -1,4 +1,5 @@
 // One home for "run path P": the runner, the kernel tests and moe_bench all launch the MoE paths through here.
+#include <string>
 #include <vector>
 
 #include "runner/cuda/cuda_check.h"
@@ -7,6 +8,10 @@
 namespace moeserve::cuda {
 
 void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const MoeGemmParams& params) {
+  if (params.x_fp8 != nullptr && !moe_path_takes_fp8(path))
+    fail_cuda("launch_moe_path",
+              (std::string("FP8 activations are for the decode_mma paths, not ") + moe_path_name(path)).c_str(),
+              __FILE__, __LINE__);
   switch (path) {
     case MoePath::reference: return launch_moe_reference(stream, type, params);
     case MoePath::decode_x1: return launch_moe_decode(stream, params, 1);

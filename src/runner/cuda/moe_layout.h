@@ -119,6 +119,24 @@ MOESERVE_HD void mxfp4_word_to_bf16(uint32_t packed, uint32_t factor, uint32_t (
   mxfp4_word_half_to_bf16(packed, factor, 1, out[2], out[3]);
 }
 
+// FP8 activations (decode_mma's e4m3 path): an e2m1 value s e1 e0 m placed in an e4m3 byte as s 0 0 e1 e0 m 0 0
+// is that value times 2^-6, exactly (exponent field e1 e0 is e - 1 + 7 - 6 for e >= 1; e = 0 is e4m3's subnormal
+// m * 2^-7). So the bytes of a packed word (above: value i in byte i % 4, value i < 4 with m, e0 at bits 0, 1 and
+// e1, s at 4, 5; value i >= 4 with them at 2, 3 and 6, 7) need a shift and two logic operations per four values;
+// the block's scale 2^(s - 127), times 2^6, is applied to the fp32 product (mxfp4_scale_e4m3_factor).
+MOESERVE_HD uint32_t mxfp4_packed_low_e4m3(uint32_t packed) {  // values 0-3 of the word, byte i = value i
+  return ((packed << 2) & 0x8c8c8c8cu) | (packed & 0x10101010u);
+}
+MOESERVE_HD uint32_t mxfp4_packed_high_e4m3(uint32_t packed) {  // values 4-7, byte i = value 4 + i
+  return (packed & 0x8c8c8c8cu) | ((packed >> 2) & 0x10101010u);
+}
+// 2^(scale - 121) as fp32 bits from four scale bytes with 6 already added to each (scale + 6 <= 134, so no byte
+// carries): byte `which` of them moved to the exponent field.
+MOESERVE_HD uint32_t mxfp4_scale_e4m3_factor_bits(uint32_t scales_plus_6, int which) {
+  return byte_permute(scales_plus_6, 0u, 0x0444u | static_cast<uint32_t>(which) << 12) >> 1;
+}
+inline constexpr uint32_t kMxfp4E4m3ScaleBias = 0x06060606u;  // + 6 on each scale byte: 2^6 undoes the placement
+
 // ---- shared-memory tiles for wgmma --------------------------------------------------------------------------------
 // A K-major bf16 tile of rows x 64 k in the 128-byte swizzle: row r at byte 128 r, its 16-byte chunk c (k 8c .. 8c+7)
 // at chunk c ^ (r % 8). wgmma applies the same XOR to address bits [4:6] with bits [7:9], so the tile must start

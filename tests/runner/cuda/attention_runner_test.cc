@@ -86,31 +86,37 @@ TEST_P(CudaRunnerAttention, MixedStepMatchesCpuRunner) {
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaRunnerAttention, ::testing::Values("bf16", "f32"),
                          [](const auto& info) { return info.param; });
 
-// The fp8 cache's logits against the bf16 cache's, for the same prompts in one step (prefill tiles) and in chunks
-// (decode groups and prefill tiles reading what earlier chunks stored). Every cached K and V value is rounded to
+// The logits of `fp8` against those of `bf16` (same checkpoint) for the same prompts in one step (prefill tiles) and
+// in chunks (decode groups and prefill tiles reading what earlier chunks stored): the median and worst row within
+// their bounds, and the median above bf16's own rounding, or the fp8 runner did not round what it says it rounds.
+void expect_fp8_rows_within(const std::string& what, const std::string& kind, const Checkpoint& checkpoint,
+                            ModelRunner& bf16, ModelRunner& fp8, int chunk, double median_bound, double worst_bound) {
+  const int vocab = checkpoint.config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {prompt(150, 4, vocab), prompt(21, 5, vocab), prompt(70, 6, vocab)};
+  const testing::AllLogits expected = testing::run_prompts(bf16, prompts, chunk);
+  const testing::AllLogits got = testing::run_prompts(fp8, prompts, chunk);
+  for (const auto& [label, out, ref] : {std::tuple{"batched", &got.batched, &expected.batched},
+                                        std::tuple{"chunked", &got.chunked, &expected.chunked}}) {
+    const testing::RowErrors e = testing::row_errors(*out, *ref, vocab);
+    std::printf("%s against bf16, %s %s: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", kind.c_str(),
+                what.c_str(), label, e.rows, e.median, e.worst, e.above_5e2);
+    testing::expect_error_within(kind + " " + what + " " + label + " median row", e.median, median_bound);
+    testing::expect_error_within(kind + " " + what + " " + label + " worst row", e.worst, worst_bound);
+    EXPECT_GT(e.median, 1e-4) << kind << " " << what << " " << label << ": the logits equal bf16's, so nothing was fp8";
+  }
+}
+
+// The fp8 cache's logits against the bf16 cache's. Every cached K and V value is rounded to
 // e4m3 (2^-4 relative at most, ~2.5% rms), which the random models carry to their logits: an emulation on the CPU
 // runner (its f32 KV rounded to e4m3 as it is written, against the plain CPU runner, same prompts) measured a
 // median row of 6.5e-2 and a worst of 0.70 on the tiny model, 4.2e-2 and 0.42 on the full-width one. The bounds
-// are about twice those; the median row must also differ by more than bf16's own rounding, or the cache was not
-// fp8.
+// are about twice those.
 void expect_fp8_logits_close(const std::string& what, const TinyModelOptions& options, int chunk, double median_bound,
                              double worst_bound) {
   auto checkpoint = open_tiny(options);
   auto bf16 = cuda_runner(checkpoint, "bf16", "bf16"), fp8 = cuda_runner(checkpoint, "bf16", "fp8_e4m3");
   EXPECT_EQ(fp8->kv_block_bytes(16) * 2, bf16->kv_block_bytes(16)) << what << ": fp8 blocks take half the bytes";
-  const int vocab = checkpoint->config().vocab_size;
-  const std::vector<std::vector<int32_t>> prompts = {prompt(150, 4, vocab), prompt(21, 5, vocab), prompt(70, 6, vocab)};
-  const testing::AllLogits expected = testing::run_prompts(*bf16, prompts, chunk);
-  const testing::AllLogits got = testing::run_prompts(*fp8, prompts, chunk);
-  for (const auto& [label, out, ref] : {std::tuple{"batched", &got.batched, &expected.batched},
-                                        std::tuple{"chunked", &got.chunked, &expected.chunked}}) {
-    const testing::RowErrors e = testing::row_errors(*out, *ref, vocab);
-    std::printf("fp8 KV against bf16 KV, %s %s: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", what.c_str(),
-                label, e.rows, e.median, e.worst, e.above_5e2);
-    testing::expect_error_within("fp8 KV " + what + " " + label + " median row", e.median, median_bound);
-    testing::expect_error_within("fp8 KV " + what + " " + label + " worst row", e.worst, worst_bound);
-    EXPECT_GT(e.median, 1e-4) << what << " " << label << ": fp8 logits equal bf16's, so the cache was not fp8";
-  }
+  expect_fp8_rows_within(what, "fp8 KV", *checkpoint, *bf16, *fp8, chunk, median_bound, worst_bound);
 }
 
 TEST(CudaRunnerFp8Kv, TinyModelLogitErrorAgainstBf16Kv) {
@@ -121,6 +127,49 @@ TEST(CudaRunnerFp8Kv, TinyModelLogitErrorAgainstBf16Kv) {
 TEST(CudaRunnerFp8Kv, FullWidthTwoLayerLogitErrorAgainstBf16Kv) {
   MOESERVE_REQUIRE_CUDA();
   expect_fp8_logits_close("two-layer full width", full_width_two_layers(), 50, 0.1, 1.0);
+}
+
+// FP8 activations (--activation-dtype fp8) against bf16 activations, both runners on the decode_mma paths for every
+// step (--moe-path-table decode-mma-mixed), so that only the expert projections' input rounding differs: each
+// input row is rounded to e4m3 with its own scale (2^-4 relative at most) before both projections of every layer.
+// Measured on an H200 (2026-12-02, docs/PERF.md): median row 6.9e-2 and worst 0.44 on the tiny model, 3.4e-2 and
+// 0.29 on the full-width one. The bounds are about twice those.
+void expect_fp8_activation_logits_close(const std::string& what, const TinyModelOptions& options, int chunk,
+                                        double median_bound, double worst_bound) {
+  auto checkpoint = open_tiny(options);
+  auto runner = [&](const std::string& activation_dtype) {
+    CudaRunnerOptions o;
+    o.precision = "bf16";
+    o.activation_dtype = activation_dtype;
+    o.moe_path_table = "decode-mma-mixed";
+    return make_cuda_runner(checkpoint, o);
+  };
+  auto bf16 = runner("bf16"), fp8 = runner("fp8");
+  expect_fp8_rows_within(what, "fp8 activations", *checkpoint, *bf16, *fp8, chunk, median_bound, worst_bound);
+}
+
+TEST(CudaRunnerFp8Activations, TinyModelLogitErrorAgainstBf16) {
+  MOESERVE_REQUIRE_CUDA();
+  expect_fp8_activation_logits_close("tiny model", TinyModelOptions{}, 5, 0.15, 1.0);
+}
+
+TEST(CudaRunnerFp8Activations, FullWidthTwoLayerLogitErrorAgainstBf16) {
+  MOESERVE_REQUIRE_CUDA();
+  expect_fp8_activation_logits_close("two-layer full width", full_width_two_layers(), 50, 0.08, 0.6);
+}
+
+TEST(CudaRunnerFp8Activations, RefusesWhatDoesNotFit) {
+  MOESERVE_REQUIRE_CUDA();
+  auto checkpoint = open_tiny();
+  CudaRunnerOptions o;
+  o.precision = "f32";
+  o.activation_dtype = "fp8";
+  EXPECT_THROW(make_cuda_runner(checkpoint, o), std::exception);  // f32 keeps f32 activations
+  o.precision = "bf16";
+  o.activation_dtype = "int8";
+  EXPECT_THROW(make_cuda_runner(checkpoint, o), std::exception);
+  o.activation_dtype = "fp8_e4m3";  // the alias
+  EXPECT_NO_THROW(make_cuda_runner(checkpoint, o));
 }
 
 TEST(CudaRunnerFp8Kv, RefusesCacheTypesThatDoNotFit) {

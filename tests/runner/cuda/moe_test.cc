@@ -8,6 +8,12 @@
 // Bounds on ||out - ref|| / ||ref||: the first projection's output is rounded to bf16 (2^-9 at most per value,
 // ~1.1e-3 rms), bound 4e-3; the second reads the same bf16 inputs as the reference and exact weights, so only
 // fp32 summation order differs, bound 1e-4; fp32 precision (reference path) 1e-5.
+// FP8 activations (the decode_mma paths with x_fp8): the device quantises each projection's input rows
+// (launch_quantize_rows_e4m3, checked byte for byte against cuda_fp8.h's host conversion of the same arithmetic),
+// and the reference computes on those quantised values (e4m3 value times the row's scale): the same bounds, since
+// the e4m3 products are exact and only fp32 rounding differs. What FP8 costs, the error against the unquantised
+// reference, is printed and bounded loosely (0.1).
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,7 +118,30 @@ Routing counted_routing(std::mt19937& rng, std::vector<int> counts, int k) {
 
 struct MoeErrors {
   double mlp1, mlp2;
+  double mlp1_fp8_cost = 0, mlp2_fp8_cost = 0;  // FP8: against the unquantised inputs' reference
 };
+
+// One row's dynamic FP8 quantisation as launch_quantize_rows_e4m3 does it (scale amax / 448, e4m3 of x * (448 /
+// amax) rounded to nearest, saturated), into bytes and the scale.
+float quantize_row_e4m3(const float* x, size_t cols, uint8_t* q) {
+  float amax = 0.0f;
+  for (size_t i = 0; i < cols; ++i) amax = std::max(amax, std::abs(x[i]));
+  const float inverse = amax > 0.0f ? 448.0f / amax : 1.0f;
+  for (size_t i = 0; i < cols; ++i) q[i] = __nv_cvt_float_to_fp8(x[i] * inverse, __NV_SATFINITE, __NV_E4M3);
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+float e4m3_to_float(uint8_t q) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3))); }
+
+// Rows of `cols` values as FP8 activations hold them: each value's e4m3 times its row's scale.
+std::vector<float> fp8_round_trip(const std::vector<float>& x, size_t cols) {
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> q(cols);
+  for (size_t r = 0; r < x.size() / cols; ++r) {
+    const float scale = quantize_row_e4m3(x.data() + r * cols, cols, q.data());
+    for (size_t i = 0; i < cols; ++i) out[r * cols + i] = e4m3_to_float(q[i]) * scale;
+  }
+  return out;
+}
 
 struct Shape {
   const char* name;
@@ -122,38 +151,24 @@ struct Shape {
 // One routing on fresh experts and activations, with its CPU reference; run() checks a path against it.
 class MoeCase {
  public:
-  MoeCase(Precision precision, const Shape& s, Routing routing, std::mt19937& rng)
+  // fp8: the reference on FP8-quantised inputs (each projection's, as the device quantises them), and the
+  // unquantised one beside it for what the quantisation costs.
+  MoeCase(Precision precision, const Shape& s, Routing routing, std::mt19937& rng, bool fp8 = false)
       : precision_(precision),
         shape_(s),
         routing_(std::move(routing)),
+        fp8_(fp8),
         w1_(rng, s.E, 2 * s.I, s.H, exponent_for(s.H, 5.0)),
         w2_(rng, s.E, s.H, s.I, exponent_for(s.I, 0.2)) {
-    const int H = s.H, I = s.I, T = routing_.T, k = routing_.k;
+    const int H = s.H, I = s.I, T = routing_.T;
     x_ = testing::round_to(precision, testing::random_floats(rng, static_cast<size_t>(T) * H));
-    // Reference, expert by expert over its (token, slot) pairs as CpuRunner::moe_layer does.
-    ThreadPool pool(0);
-    act_ref_.resize(static_cast<size_t>(T) * k * I);
-    y_ref_.resize(static_cast<size_t>(T) * k * H);
-    for (int e = 0; e < s.E; ++e) {
-      const std::vector<int> pairs = pairs_of(e);
-      if (pairs.empty()) continue;
-      const int n = static_cast<int>(pairs.size());
-      std::vector<float> gathered(static_cast<size_t>(n) * H), hidden(static_cast<size_t>(n) * 2 * I), act(n * I);
-      for (int j = 0; j < n; ++j) std::copy_n(x_.data() + (pairs[j] / k) * H, H, gathered.data() + j * H);
-      cpu::expert_linear(pool, gathered.data(), n, w1_.matrix, e, hidden.data());
-      cpu::swiglu(hidden.data(), n, I, kAlpha, kLimit, act.data(), nullptr);
-      for (int j = 0; j < n; ++j) std::copy_n(act.data() + j * I, I, act_ref_.data() + pairs[j] * I);
-    }
-    // The second projection's input as the device holds it.
+    act_ref_ = first_projection(fp8 ? fp8_round_trip(x_, H) : x_);
+    // The second projection's input as the device holds it (the bf16 rows the first wrote).
     act_in_ = testing::round_to(precision, act_ref_);
-    for (int e = 0; e < s.E; ++e) {
-      const std::vector<int> pairs = pairs_of(e);
-      if (pairs.empty()) continue;
-      const int n = static_cast<int>(pairs.size());
-      std::vector<float> gathered(static_cast<size_t>(n) * I), out(static_cast<size_t>(n) * H);
-      for (int j = 0; j < n; ++j) std::copy_n(act_in_.data() + pairs[j] * I, I, gathered.data() + j * I);
-      cpu::expert_linear(pool, gathered.data(), n, w2_.matrix, e, out.data());
-      for (int j = 0; j < n; ++j) std::copy_n(out.data() + j * H, H, y_ref_.data() + pairs[j] * H);
+    y_ref_ = second_projection(fp8 ? fp8_round_trip(act_in_, I) : act_in_);
+    if (fp8) {
+      act_exact_ = first_projection(x_);
+      y_exact_ = second_projection(act_in_);
     }
     x_d_ = testing::upload_as(precision, x_);
   }
@@ -182,6 +197,13 @@ class MoeCase {
     mlp1.swiglu_limit = kLimit;
     mlp1.routing = routing;
     mlp1.rows = rows;
+    DeviceBuffer x_q(fp8_ ? static_cast<size_t>(T) * H : 0), x_scale(fp8_ ? T * 4 : 0),
+        act_q(fp8_ ? static_cast<size_t>(rows) * I : 0), act_scale(fp8_ ? rows * 4 : 0);
+    if (fp8_) {
+      cuda::launch_quantize_rows_e4m3(nullptr, x_d_.get(), T, H, x_q.as<uint8_t>(), x_scale.as<float>());
+      mlp1.x_fp8 = x_q.as<uint8_t>();
+      mlp1.x_scale = x_scale.as<float>();
+    }
     cuda::launch_moe_path(nullptr, path, precision_, mlp1);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto slot_row = cuda::to_host<int32_t>(routing.slot_row, rows);
@@ -199,18 +221,62 @@ class MoeCase {
     mlp2.x_row = nullptr;
     mlp2.out = y_d.get();
     mlp2.swiglu = false;
+    if (fp8_) {
+      cuda::launch_quantize_rows_e4m3(nullptr, act_in_d.get(), rows, I, act_q.as<uint8_t>(), act_scale.as<float>());
+      mlp2.x_fp8 = act_q.as<uint8_t>();
+      mlp2.x_scale = act_scale.as<float>();
+    }
     cuda::launch_moe_path(nullptr, path, precision_, mlp2);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto y_grouped = cuda::to_host<float>(y_d.get(), static_cast<size_t>(rows) * H);
     std::vector<float> y_out(y_ref_.size());
     for (int i = 0; i < rows; ++i)
       std::copy_n(y_grouped.data() + static_cast<size_t>(slot_row[i]) * H, H, y_out.data() + static_cast<size_t>(i) * H);
-    return {testing::relative_error(act_out, act_ref_), testing::relative_error(y_out, y_ref_)};
+    MoeErrors errors{testing::relative_error(act_out, act_ref_), testing::relative_error(y_out, y_ref_)};
+    if (fp8_) {
+      errors.mlp1_fp8_cost = testing::relative_error(act_out, act_exact_);
+      errors.mlp2_fp8_cost = testing::relative_error(y_out, y_exact_);
+    }
+    return errors;
   }
 
   const Shape& shape() const { return shape_; }
 
  private:
+  // The reference, expert by expert over its (token, slot) pairs as CpuRunner::moe_layer does: SwiGLU(x W1^T) for
+  // x [T, H], then the second projection of [T * k, I] rows in (token, slot) order.
+  std::vector<float> first_projection(const std::vector<float>& x) const {
+    const int H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k;
+    ThreadPool pool(0);
+    std::vector<float> act_ref(static_cast<size_t>(T) * k * I);
+    for (int e = 0; e < shape_.E; ++e) {
+      const std::vector<int> pairs = pairs_of(e);
+      if (pairs.empty()) continue;
+      const int n = static_cast<int>(pairs.size());
+      std::vector<float> gathered(static_cast<size_t>(n) * H), hidden(static_cast<size_t>(n) * 2 * I), act(n * I);
+      for (int j = 0; j < n; ++j) std::copy_n(x.data() + (pairs[j] / k) * H, H, gathered.data() + j * H);
+      cpu::expert_linear(pool, gathered.data(), n, w1_.matrix, e, hidden.data());
+      cpu::swiglu(hidden.data(), n, I, kAlpha, kLimit, act.data(), nullptr);
+      for (int j = 0; j < n; ++j) std::copy_n(act.data() + j * I, I, act_ref.data() + pairs[j] * I);
+    }
+    return act_ref;
+  }
+  std::vector<float> second_projection(const std::vector<float>& act_in) const {
+    const int H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k;
+    ThreadPool pool(0);
+    std::vector<float> y_ref(static_cast<size_t>(T) * k * H);
+    for (int e = 0; e < shape_.E; ++e) {
+      const std::vector<int> pairs = pairs_of(e);
+      if (pairs.empty()) continue;
+      const int n = static_cast<int>(pairs.size());
+      std::vector<float> gathered(static_cast<size_t>(n) * I), out(static_cast<size_t>(n) * H);
+      for (int j = 0; j < n; ++j) std::copy_n(act_in.data() + pairs[j] * I, I, gathered.data() + j * I);
+      cpu::expert_linear(pool, gathered.data(), n, w2_.matrix, e, out.data());
+      for (int j = 0; j < n; ++j) std::copy_n(out.data() + j * H, H, y_ref.data() + pairs[j] * H);
+    }
+    return y_ref;
+  }
+
   std::vector<int> pairs_of(int e) const {
     std::vector<int> pairs;
     for (int i = 0; i < routing_.T * routing_.k; ++i)
@@ -221,8 +287,9 @@ class MoeCase {
   Precision precision_;
   Shape shape_;
   Routing routing_;
+  bool fp8_;
   HostExperts w1_, w2_;
-  std::vector<float> x_, act_ref_, act_in_, y_ref_;
+  std::vector<float> x_, act_ref_, act_in_, y_ref_, act_exact_, y_exact_;
   DeviceBuffer x_d_;
 };
 
@@ -296,6 +363,70 @@ TEST_F(CudaMoe, MixedTilesMatchCpuAtEveryBound) {
                              std::to_string(bounds.n16_max) + " edge counts";
     testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
     testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+  }
+}
+
+// FP8 activations: the quantiser byte for byte and scale for scale against cuda_fp8.h's host conversion of the same
+// arithmetic, on rows of mixed magnitudes, a row of zeros, and values that round to e4m3's largest, 448.
+TEST_F(CudaMoe, Fp8QuantiserMatchesTheHostConversion) {
+  const int rows = 37, cols = 2880;
+  std::vector<float> x = testing::round_to(Precision::bf16, testing::random_floats(rng_, static_cast<size_t>(rows) * cols));
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < cols; ++i) x[r * cols + i] = testing::round_to(Precision::bf16, {x[r * cols + i] * std::ldexp(1.0f, r - 18)})[0];
+  std::fill_n(x.begin() + 5 * cols, cols, 0.0f);
+  const DeviceBuffer x_d = testing::upload_as(Precision::bf16, x);
+  DeviceBuffer q_d(static_cast<size_t>(rows) * cols), scale_d(rows * 4);
+  cuda::launch_quantize_rows_e4m3(nullptr, x_d.get(), rows, cols, q_d.as<uint8_t>(), scale_d.as<float>());
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto q = cuda::to_host<uint8_t>(q_d.get(), static_cast<size_t>(rows) * cols);
+  const auto scale = cuda::to_host<float>(scale_d.get(), rows);
+  std::vector<uint8_t> want(cols);
+  int at_max = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float want_scale = quantize_row_e4m3(x.data() + static_cast<size_t>(r) * cols, cols, want.data());
+    ASSERT_EQ(scale[r], want_scale) << "row " << r;
+    for (int i = 0; i < cols; ++i) {
+      ASSERT_EQ(q[static_cast<size_t>(r) * cols + i], want[i]) << "row " << r << " column " << i;
+      at_max += (want[i] & 0x7f) == 0x7e;
+    }
+  }
+  EXPECT_EQ(scale[5], 1.0f);
+  EXPECT_GE(at_max, rows - 1);  // each nonzero row's largest value becomes +-448
+  cuda::launch_quantize_rows_e4m3(nullptr, x_d.get(), 0, cols, q_d.as<uint8_t>(), scale_d.as<float>());  // no rows
+  EXPECT_THROW(cuda::launch_quantize_rows_e4m3(nullptr, x_d.get(), rows, 100, q_d.as<uint8_t>(), scale_d.as<float>()),
+               Error);
+}
+
+// The decode_mma paths with FP8 activations against the reference on the quantised inputs, at skewed routing and
+// at the tile edges (odd widths: K tails of 96 and 160 inside a 128-k chunk) and at gpt-oss-120b's expert shape;
+// what FP8 costs against bf16 inputs is printed.
+TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
+  const std::vector<MoePath> fp8_paths = {MoePath::decode_mma_n8, MoePath::decode_mma_n16, MoePath::decode_mma_n32,
+                                          MoePath::decode_mma_n64, MoePath::decode_mma_mixed};
+  struct Case {
+    Shape shape;
+    Routing routing;
+    std::string label;
+  };
+  std::vector<Case> cases;
+  cases.push_back({kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), "edge counts"});
+  cases.push_back({kMedium, skewed_routing(rng_, kMedium.E, 70, 4), "skewed T70"});
+  cases.push_back({kOddTail, skewed_routing(rng_, kOddTail.E, 9, 2), "skewed T9"});
+  cases.push_back({k120b, counted_routing(rng_, {1, 7, 8, 9, 16, 17, 33, 40, 3, 0, 2, 5, 30, 25}, 4), "120b counts"});
+  for (Case& c : cases) {
+    const MoeCase moe(Precision::bf16, c.shape, std::move(c.routing), rng_, /*fp8=*/true);
+    for (MoePath path : fp8_paths) {
+      const MoeErrors errors = moe.run(path);
+      const std::string what = std::string("moe fp8 ") + cuda::moe_path_name(path) + " " + c.shape.name + " " + c.label;
+      testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
+      testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+      testing::expect_error_within(what + " mlp1 against bf16 inputs", errors.mlp1_fp8_cost, 0.1);
+      testing::expect_error_within(what + " mlp2 against bf16 inputs", errors.mlp2_fp8_cost, 0.1);
+      std::printf("%s: error %.2e / %.2e on the quantised inputs, %.2e / %.2e against bf16 inputs\n", what.c_str(),
+                  errors.mlp1, errors.mlp2, errors.mlp1_fp8_cost, errors.mlp2_fp8_cost);
+    }
+    // Paths without FP8 refuse its inputs instead of reading x.
+    EXPECT_THROW(moe.run(MoePath::prefill_wgmma, {}), Error);
   }
 }
 
