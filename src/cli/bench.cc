@@ -196,7 +196,19 @@ TestSettings resolve_settings(const BenchArgs& a, const std::string& model, Scen
 }
 
 // The in-process engine over --model (or --synthetic), with what a result must record about it.
-std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& vocab_size) {
+// The slo scheduler aims at the run's own bounds unless --ttft-target-ms / --tpot-target-ms say otherwise: a
+// Server or Interactive run's TTFT / TPOT latencies (Interactive gpt-oss-120b: 2 s / 15 ms, not the engine's
+// Server defaults of 3 s / 80 ms).
+EngineArgs engine_args_for(const BenchArgs& a, Scenario scenario, const TestSettings& settings) {
+  EngineArgs engine = a.engine;
+  if (scenario == Scenario::server) {
+    if (!engine.ttft_target_seconds) engine.ttft_target_seconds = static_cast<double>(settings.server_ttft_latency) / 1e9;
+    if (!engine.tpot_target_seconds) engine.tpot_target_seconds = static_cast<double>(settings.server_tpot_latency) / 1e9;
+  }
+  return engine;
+}
+
+std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, const EngineArgs& engine_args, int32_t& vocab_size) {
   OpenedRunner opened = open_runner(a.runner);
   const ModelConfig& config = opened.runner->config();
   vocab_size = static_cast<int32_t>(config.vocab_size);
@@ -216,7 +228,7 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, int32_t& voc
     description["checkpoint"] = {{"synthetic", a.runner.synthetic}, {"router", a.runner.synthetic_router}};
   }
   std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  EngineConfig engine_settings = engine_config(a.engine, opened);
+  EngineConfig engine_settings = engine_config(engine_args, opened);
   auto engine = std::make_shared<Engine>(std::shared_ptr<ModelRunner>(std::move(opened.runner)), engine_settings);
   const SchedulerConfig& scheduler = engine_settings.scheduler;
   description["engine"] = {
@@ -310,7 +322,7 @@ int run(const BenchArgs& a) {
   int32_t vocab_size = a.synthetic.vocab_size;
   std::unique_ptr<SystemUnderTest> sut;
   if (a.endpoint.empty()) {
-    sut = open_inprocess(a, vocab_size);
+    sut = open_inprocess(a, engine_args_for(a, scenario, requested), vocab_size);
   } else {
     HttpSutOptions http;
     http.endpoint = a.endpoint;

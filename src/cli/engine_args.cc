@@ -51,17 +51,23 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
       ->capture_default_str();
   // Milliseconds, as MLPerf's ttft_latency / tpot_latency and vLLM's benchmarks give them (the engine keeps
   // seconds); the names say the unit, since the old flags took seconds.
-  auto& s = c.scheduler;
-  command->add_option_function<double>(
-      "--ttft-target-ms", [&s](const double& ms) { s.ttft_target_seconds = ms / 1000; },
-      fmt::format("slo scheduler: p99 TTFT target, ms (default {:g})", s.ttft_target_seconds * 1000));
-  command->add_option_function<double>(
-      "--tpot-target-ms", [&s](const double& ms) { s.tpot_target_seconds = ms / 1000; },
-      fmt::format("slo scheduler: p99 TPOT target, ms (default {:g})", s.tpot_target_seconds * 1000));
+  const SchedulerConfig defaults;
+  command
+      ->add_option_function<double>(
+          "--ttft-target-ms", [&args](const double& ms) { args.ttft_target_seconds = ms / 1000; },
+          fmt::format("slo scheduler: p99 TTFT target, ms (default {:g}; bench: the scenario's TTFT bound)",
+                      defaults.ttft_target_seconds * 1000))
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option_function<double>(
+          "--tpot-target-ms", [&args](const double& ms) { args.tpot_target_seconds = ms / 1000; },
+          fmt::format("slo scheduler: p99 TPOT target, ms (default {:g}; bench: the scenario's TPOT bound)",
+                      defaults.tpot_target_seconds * 1000))
+      ->check(CLI::PositiveNumber);
   add_deprecated_option<double>(command, "--ttft-target", "--ttft-target-ms (milliseconds; this one took seconds)",
-                                [&s](const double& seconds) { s.ttft_target_seconds = seconds; });
+                                [&args](const double& seconds) { args.ttft_target_seconds = seconds; });
   add_deprecated_option<double>(command, "--tpot-target", "--tpot-target-ms (milliseconds; this one took seconds)",
-                                [&s](const double& seconds) { s.tpot_target_seconds = seconds; });
+                                [&args](const double& seconds) { args.tpot_target_seconds = seconds; });
   command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.prefix_caching,
                     "reuse KV across requests that share a prefix (default: on)");
   add_deprecated_flag(command, "--no-prefix-caching", "--no-enable-prefix-caching",
@@ -199,6 +205,8 @@ EngineConfig engine_config(const EngineArgs& args, const OpenedRunner& opened) {
   EngineConfig c = args.config;
   MOESERVE_CHECK(c.block_size > 0, "--block-size {} must be positive", c.block_size);
   c.scheduler.policy = parse_scheduling_policy(args.scheduler);
+  c.scheduler.ttft_target_seconds = args.ttft_target_seconds.value_or(c.scheduler.ttft_target_seconds);
+  c.scheduler.tpot_target_seconds = args.tpot_target_seconds.value_or(c.scheduler.tpot_target_seconds);
   c.scheduler.max_num_seqs = args.max_num_seqs.value_or(device_runner ? kGpuMaxNumSeqs : c.scheduler.max_num_seqs);
   c.scheduler.max_batched_tokens =
       args.max_batched_tokens.value_or(device_runner ? kGpuMaxBatchedTokens : c.scheduler.max_batched_tokens);

@@ -21,6 +21,9 @@ struct EngineArgs {
   // the KV cache gets what is left of it. Unset: 0.9 on a GPU runner.
   std::optional<double> gpu_memory_utilization;
   std::string scheduler = "fcfs";
+  // The slo scheduler's p99 targets, seconds. Unset: SchedulerConfig's (MLPerf gpt-oss-120b Server's 3 s / 80 ms);
+  // `moeserve bench` of a Server or Interactive run sets the unset ones to that run's own TTFT / TPOT bounds.
+  std::optional<double> ttft_target_seconds, tpot_target_seconds;
   bool prefix_caching = true;
   std::string speculative_config;  // JSON (engine/speculative/speculative_config.h)
 };

@@ -159,11 +159,12 @@ size_t occurrences(const std::string& text, const std::string& part) {
 }
 
 // A short in-process bench that ends by itself; returns its moeserve_result.json's engine description.
-nlohmann::json bench_engine(const std::string& flags, testing::CommandResult& result) {
+nlohmann::json bench_engine(const std::string& flags, testing::CommandResult& result,
+                            const std::string& scenario = "offline") {
   const std::string dir = testing::temp_dir("vllm-flags");
   result = moeserve("bench " + testing::tiny_model() + " --kv-cache-size 16MiB --max-model-len 512 " + flags +
                     " --dataset synthetic --synthetic-samples 2 --synthetic-input 8 --synthetic-output 2 --accuracy "
-                    "--scenario offline --no-progress --output-dir " + dir);
+                    "--scenario " + scenario + " --no-progress --output-dir " + dir);
   if (result.exit_code != 0) return nullptr;
   return nlohmann::json::parse(read_text_file(dir + "/moeserve_result.json"))["reproducibility"]["system_under_test"]["engine"];
 }
@@ -197,6 +198,24 @@ TEST(VllmFlags, OldNamesStillWorkAndSaySoOnce) {
   EXPECT_EQ(occurrences(result.output, "warning: --no-prefix-caching is deprecated: use --no-enable-prefix-caching"), 1u);
   EXPECT_EQ(occurrences(result.output, "warning: --precision is deprecated: use --dtype"), 1u);
   EXPECT_EQ(occurrences(result.output, "warning: --ttft-target is deprecated: use --ttft-target-ms"), 1u);
+}
+
+// The slo scheduler aims at the run's own latency bounds (mlperf.conf: gpt-oss-120b Server 3 s / 80 ms,
+// gpt-oss-120b-interactive 2 s / 15 ms) unless the targets are given.
+TEST(BenchSloTargets, FollowTheScenarioUnlessGiven) {
+  struct Case {
+    std::string scenario, flags;
+    double ttft, tpot;
+  };
+  for (const Case& c : {Case{"interactive", "", 2.0, 0.015}, Case{"server", "", 3.0, 0.080},
+                        Case{"interactive", "--tpot-target-ms 30", 2.0, 0.030},
+                        Case{"server", "--ttft-target-ms 1500", 1.5, 0.080}}) {
+    testing::CommandResult result;
+    const auto engine = bench_engine("--benchmark gpt-oss-120b --scheduler slo " + c.flags, result, c.scenario);
+    ASSERT_FALSE(engine.is_null()) << c.scenario << " " << c.flags << ": " << result.output;
+    EXPECT_DOUBLE_EQ(engine["slo_targets"]["ttft_seconds"].get<double>(), c.ttft) << c.scenario << " " << c.flags;
+    EXPECT_DOUBLE_EQ(engine["slo_targets"]["tpot_seconds"].get<double>(), c.tpot) << c.scenario << " " << c.flags;
+  }
 }
 
 TEST(VllmFlags, DtypeTakesVllmsNames) {
