@@ -5,9 +5,8 @@
 // shorter than the trees' depth too), the decode step after move_kv_slots commits a path, and greedy engine output
 // with tree speculation against plain decoding; programmatic dependent launch against ordinary launches (bit for
 // bit). The step metadata's tree layout is checked without a device.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
