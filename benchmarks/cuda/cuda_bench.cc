@@ -21,6 +21,8 @@
 //     test_acceptance_rate TEST SWITCH: outputs are not the model's, which random weights make moot anyway).
 //     Tokens/s counts the tokens emitted while all B sequences decode: from the last first token to the first
 //     finish, so prefill is left out.
+// --pdl launches every kernel with programmatic dependent launch (runner/cuda/programmatic_launch.h; as
+// MOESERVE_PDL=1 does), so a kernel's prologue overlaps its predecessor's tail; the JSON records which it was.
 // Every step is timed end to end on the host (metadata upload, graph launch, sampled tokens back).
 #include <CLI/CLI.hpp>
 #include <cuda_profiler_api.h>
@@ -41,6 +43,7 @@
 #include "runner/cuda/blas.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "runner/cuda/cuda_runner.h"
+#include "runner/cuda/programmatic_launch.h"
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
 #include "util/error.h"
 
@@ -404,6 +407,8 @@ int run(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_flag("--no-graphs", no_graphs, "launch decode steps kernel by kernel (what CUDA graphs save)");
+  bool pdl = false;
+  app.add_flag("--pdl", pdl, "programmatic dependent launch for every kernel (else MOESERVE_PDL decides, default off)");
   app.add_option("--json", json_path, "write the figures here");
   std::string moe_path_table;
   app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
@@ -418,12 +423,15 @@ int run(int argc, char** argv) {
   app.add_flag("--enable-expert-parallel", expert_parallel,
                "whole experts a GPU instead of each expert split (moeserve's flag; needs --tensor-parallel-size > 1)");
   CLI11_PARSE(app, argc, argv);
+  if (pdl) cuda::set_programmatic_launch(true);
+  const bool programmatic_launch = cuda::programmatic_launch_enabled();
 
   cudaDeviceProp prop{};
   MOESERVE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const Ceilings ceilings = measure_ceilings();
   fmt::print("{}: {} SMs; measured copy {:.2f} TB/s (read + write), bf16 matmul {:.0f} TFLOP/s\n", prop.name,
              prop.multiProcessorCount, ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
+  fmt::print("programmatic dependent launch {}\n", programmatic_launch ? "on" : "off");
   auto made = Clock::now();
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
@@ -564,6 +572,7 @@ int run(int argc, char** argv) {
                          {"activation_dtype", activation_dtype},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
+                         {"programmatic_launch", programmatic_launch},
                          {"rows", nlohmann::json::array()}};
   fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
   for (const Row& r : rows) {

@@ -9,6 +9,7 @@
 #include "runner/cuda/cuda_check.h"
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/kernels.h"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void quantize_rows_e4m3_kernel(const bf16* x, int64_t cols, uint8_t* q, float* scale) {
+  pdl_prologue();
   const int64_t r = blockIdx.x;
   const uint4* row = reinterpret_cast<const uint4*>(x + r * cols);
   const int64_t vectors = cols / 8;
@@ -58,8 +60,8 @@ void launch_quantize_rows_e4m3(cudaStream_t stream, const void* x, int rows, int
   if (cols <= 0 || cols % 8 != 0)
     fail_cuda("quantize_rows_e4m3", "cols must be a positive multiple of 8", __FILE__, __LINE__);
   if (rows <= 0) return;
-  quantize_rows_e4m3_kernel<<<rows, kThreads, 0, stream>>>(static_cast<const bf16*>(x), cols, q, scale);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(quantize_rows_e4m3_kernel, rows, kThreads, 0, stream, static_cast<const bf16*>(x), cols, q, scale));
 }
 
 }  // namespace moeserve::cuda

@@ -27,6 +27,7 @@
 #include <cmath>
 
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -93,6 +94,7 @@ struct RowKeys {
 template <typename KvElem, int kPerKv>
 __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(AttentionParams p, StepView step,
                                                                       DecodeScratch scratch) {
+  pdl_prologue();
   using L = KvLayout<KvElem>;
   constexpr bool kFp8 = sizeof(KvElem) == 1;
   constexpr int kTokens = kRows / kPerKv;
@@ -437,9 +439,8 @@ void launch_attention_decode(cudaStream_t stream, const AttentionParams& params,
     fail_cuda("attention_decode", "max_splits must be 1..32", __FILE__, __LINE__);
   const dim3 grid(step.num_decode_groups, params.kv_heads, scratch.max_splits);
   with_kernel(params.kv.dtype, params.heads / params.kv_heads, [&](auto* kernel, int bytes) {
-    kernel<<<grid, kWarps * 32, bytes, stream>>>(params, step, scratch);
+    MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid, kWarps * 32, bytes, stream, params, step, scratch));
   });
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -41,6 +42,7 @@ __device__ __forceinline__ float2 load_pair(const float* src) { return *reinterp
 template <int kPerKv>
 __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(AttentionParams p, StepView step, int splits,
                                                                       float* partial) {
+  pdl_prologue();
   const int t = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int seq = step.token_seq[t];
@@ -156,6 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(Attention
 // One block of head_dim threads per (token, head); the first warp turns the splits' (max, sum) pairs and the sink
 // into one weight per split (splits <= 32), then every thread sums its dimension.
 __global__ void attention_combine_kernel(AttentionParams p, int splits, const float* partial) {
+  pdl_prologue();
   const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
   const float* part = partial + (static_cast<int64_t>(t) * p.heads + head) * splits * (kHeadDim + 2);
   __shared__ float weight[32];
@@ -178,10 +181,10 @@ __global__ void attention_combine_kernel(AttentionParams p, int splits, const fl
 template <int kPerKv>
 void launch_typed(cudaStream_t stream, const AttentionParams& p, const StepView& step, int splits, float* partial) {
   const dim3 grid(step.num_tokens, p.kv_heads, splits);
-  attention_decode_kernel<kPerKv><<<grid, kWarps * 32, 0, stream>>>(p, step, splits, partial);
-  MOESERVE_CUDA_CHECK_LAUNCH();
-  attention_combine_kernel<<<dim3(step.num_tokens, p.heads), kHeadDim, 0, stream>>>(p, splits, partial);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(attention_decode_kernel<kPerKv>, grid, kWarps * 32, 0, stream, p, step, splits, partial));
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(attention_combine_kernel, dim3(step.num_tokens, p.heads), kHeadDim, 0, stream, p, splits, partial));
 }
 
 void launch_for_group_size(cudaStream_t stream, const AttentionParams& p, const StepView& step, int splits,

@@ -35,6 +35,7 @@
 #include <cmath>
 
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/sm90.cuh"
 
 namespace moeserve::cuda {
@@ -387,6 +388,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
 // kTree: the step has tree masks. KvElem: bf16 or fp8 (the cache's type). kPerKv: query heads per KV head (G).
 template <typename KvElem, int kPerKv, bool kTree>
 __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(AttentionParams p, StepView step, int parts) {
+  pdl_prologue();
   constexpr int kCtaTokens = kConsumers * kWgRows / kPerKv;
   Block b;
   b.kv_head = static_cast<int>(blockIdx.x % p.kv_heads);
@@ -437,7 +439,7 @@ void launch_typed(cudaStream_t stream, const AttentionParams& params, const Step
   const int parts = std::max(1, kPrefillTileRows / (kConsumers * kWgRows / kPerKv));
   const dim3 grid(static_cast<unsigned>(step.num_q_tiles) * parts * params.kv_heads);
   auto* kernel = step.tree_masks != nullptr ? kernel_for<KvElem, kPerKv, true>() : kernel_for<KvElem, kPerKv, false>();
-  kernel<<<grid, kThreads, shared_bytes<KvElem>(), stream>>>(params, step, parts);
+  MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid, kThreads, shared_bytes<KvElem>(), stream, params, step, parts));
 }
 
 template <typename KvElem>
@@ -463,7 +465,6 @@ void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params
     case KvDtype::fp8_e4m3: launch_per_kv<fp8>(stream, params, step); break;
     default: fail_cuda("attention_prefill", "the KV cache must be bf16 or fp8", __FILE__, __LINE__);
   }
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

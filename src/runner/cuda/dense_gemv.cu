@@ -5,6 +5,7 @@
 // ncu at batch 1 on gpt-oss-120b (split-K GEMM plus a reduction kernel), took ~15 us for the 29.5 MB QKV
 // matrix, 2 TB/s. CPU reference: cpu::linear.
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kMaxK = 4096;
 template <int kRows>
 __global__ void __launch_bounds__(kWarps * 32) dense_gemv_kernel(const bf16* x, int K, const bf16* W, int N,
                                                                  const float* bias, float* y) {
+  pdl_prologue();
   __shared__ __align__(16) bf16 x_s[kRows][kMaxK];
   for (int i = threadIdx.x; i < kRows * K / 8; i += blockDim.x) {
     const int r = i / (K / 8), piece = i % (K / 8);
@@ -64,12 +66,19 @@ void launch_dense_gemv(cudaStream_t stream, const void* x, int rows, const void*
   const auto* wb = static_cast<const bf16*>(weight);
   const int N = static_cast<int>(out_features), K = static_cast<int>(in_features);
   switch (rows) {
-    case 1: dense_gemv_kernel<1><<<blocks, kWarps * 32, 0, stream>>>(xb, K, wb, N, bias, y); break;
-    case 2: dense_gemv_kernel<2><<<blocks, kWarps * 32, 0, stream>>>(xb, K, wb, N, bias, y); break;
-    case 3: dense_gemv_kernel<3><<<blocks, kWarps * 32, 0, stream>>>(xb, K, wb, N, bias, y); break;
-    default: dense_gemv_kernel<4><<<blocks, kWarps * 32, 0, stream>>>(xb, K, wb, N, bias, y); break;
+    case 1:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_kernel<1>, blocks, kWarps * 32, 0, stream, xb, K, wb, N, bias, y));
+      break;
+    case 2:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_kernel<2>, blocks, kWarps * 32, 0, stream, xb, K, wb, N, bias, y));
+      break;
+    case 3:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_kernel<3>, blocks, kWarps * 32, 0, stream, xb, K, wb, N, bias, y));
+      break;
+    default:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_kernel<4>, blocks, kWarps * 32, 0, stream, xb, K, wb, N, bias, y));
+      break;
   }
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

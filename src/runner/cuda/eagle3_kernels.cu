@@ -11,6 +11,7 @@
 
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/eagle3_kernels.h"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -29,6 +30,7 @@ __device__ __forceinline__ bf16* kv_row(const DraftKvView& kv, int64_t physical,
 }
 
 __global__ void layer_input_kernel(DraftLayerInput p) {
+  pdl_prologue();
   const int64_t r = blockIdx.x;
   const int H = p.hidden;
   const bf16* e = static_cast<const bf16*>(p.embedding) + static_cast<int64_t>(p.tokens[r]) * H;
@@ -55,6 +57,7 @@ __global__ void layer_input_kernel(DraftLayerInput p) {
 // Block (row, head), head_dim / 2 threads: one rotated pair each. Heads: q, then k, then v (copied).
 __global__ void rope_kv_kernel(const float* qkv, int heads, const float* inv_freq, bf16* q_out, DraftKvView kv,
                                DraftRows rows) {
+  pdl_prologue();
   const int r = blockIdx.x, h = blockIdx.y, i = threadIdx.x, D = kv.head_dim, half = D / 2;
   const float* src = qkv + (static_cast<int64_t>(r) * (heads + 2 * kv.kv_heads) + h) * D;
   float y1 = src[i], y2 = src[i + half];
@@ -92,6 +95,7 @@ __host__ __device__ constexpr int attention_warps() {
 template <int kHeadDim, int kPerKv>
 __global__ void __launch_bounds__(attention_warps<kHeadDim>() * 32, 2)
     attention_kernel(const bf16* q, int heads, float scale, DraftKvView kv, DraftRows rows, bf16* out) {
+  pdl_prologue();
   constexpr int kWarps = attention_warps<kHeadDim>();
   constexpr int kDims = kHeadDim / 32;     // output dimensions per lane
   constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks of a K or V row
@@ -267,6 +271,7 @@ constexpr int kAnyShapeWarps = 4;
 // head_dim / 32 dimensions; the warps' partial results are merged at the end.
 __global__ void attention_any_shape_kernel(const bf16* q, int heads, float scale, DraftKvView kv, DraftRows rows,
                                            bf16* out) {
+  pdl_prologue();
   constexpr int kPer = kMaxHeadDim / 32;
   const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = kv.head_dim;
   const int per = D / 32, kv_head = h / (heads / kv.kv_heads);
@@ -326,17 +331,17 @@ template <int kHeadDim, int kPerKv>
 void launch_attention(cudaStream_t stream, const bf16* q, int heads, float scale, const DraftKvView& kv,
                       const DraftRows& rows, bf16* out) {
   const int splits = attention_splits(rows.rows, kv.kv_heads);
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = splits;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute attributes[2] = {{}, programmatic_serialization()};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = splits;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, kv.kv_heads, rows.rows);
   config.blockDim = dim3(attention_warps<kHeadDim>() * 32);
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = programmatic_launch_on(stream) ? 2 : 1;  // the cluster shape, and PDL when it is on
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_kernel<kHeadDim, kPerKv>, q, heads, scale, kv, rows, out));
 }
 
@@ -353,6 +358,7 @@ bool launch_attention_for_group(cudaStream_t stream, const bf16* q, int heads, f
 }
 
 __global__ void silu_mul_kernel(const float* gate_up, int rows, int64_t I, bf16* out) {
+  pdl_prologue();
   const int64_t n = rows * I;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -363,6 +369,7 @@ __global__ void silu_mul_kernel(const float* gate_up, int rows, int64_t I, bf16*
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, bf16* out) {
+  pdl_prologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = from_float<bf16>(x[i]);
@@ -370,6 +377,7 @@ __global__ void to_bf16_kernel(const float* x, int64_t n, bf16* out) {
 
 __global__ void draft_tokens_kernel(const int32_t* draft_ids, const int32_t* d2t, int rows, int k, int depth,
                                     int32_t* next_tokens, int32_t* drafted) {
+  pdl_prologue();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const int32_t id = draft_ids[r];
@@ -402,6 +410,7 @@ __device__ void block_best(float& value, int& id) {
 // One block per row: the max, the log of the sum of exponentials, then k passes each taking the best id ranked
 // after the previous pick.
 __global__ void top_k_log_probs_kernel(const float* logits, int V, int k, float* log_probs, int32_t* ids) {
+  pdl_prologue();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   float best = -INFINITY;
   int best_id = V;
@@ -434,8 +443,7 @@ int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThread
 
 void launch_draft_layer_input(cudaStream_t stream, const DraftLayerInput& params, int rows) {
   if (rows == 0) return;
-  layer_input_kernel<<<rows, kThreads, 0, stream>>>(params);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(layer_input_kernel, rows, kThreads, 0, stream, params));
 }
 
 void launch_draft_rope_kv_write(cudaStream_t stream, const float* qkv, int heads, const float* inv_freq, void* q_out,
@@ -444,8 +452,8 @@ void launch_draft_rope_kv_write(cudaStream_t stream, const float* qkv, int heads
   if (kv.head_dim % 64 != 0 || kv.head_dim > kMaxHeadDim)
     fail_cuda("draft_rope_kv_write", "head_dim must be 64 or 128", __FILE__, __LINE__);
   const dim3 grid(rows.rows, heads + 2 * kv.kv_heads);
-  rope_kv_kernel<<<grid, kv.head_dim / 2, 0, stream>>>(qkv, heads, inv_freq, static_cast<bf16*>(q_out), kv, rows);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(rope_kv_kernel, grid, kv.head_dim / 2, 0, stream, qkv, heads, inv_freq,
+                                  static_cast<bf16*>(q_out), kv, rows));
 }
 
 void launch_draft_attention(cudaStream_t stream, const void* q, int heads, float scale, const DraftKvView& kv,
@@ -458,36 +466,33 @@ void launch_draft_attention(cudaStream_t stream, const void* q, int heads, float
   bf16* o = static_cast<bf16*>(out);
   if (kv.head_dim == 64 && launch_attention_for_group<64>(stream, q_in, heads, scale, kv, rows, o)) return;
   if (kv.head_dim == 128 && launch_attention_for_group<128>(stream, q_in, heads, scale, kv, rows, o)) return;
-  attention_any_shape_kernel<<<dim3(rows.rows, heads), kAnyShapeWarps * 32, 0, stream>>>(q_in, heads, scale, kv, rows,
-                                                                                         o);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(attention_any_shape_kernel, dim3(rows.rows, heads), kAnyShapeWarps * 32, 0, stream,
+                                  q_in, heads, scale, kv, rows, o));
 }
 
 void launch_silu_mul(cudaStream_t stream, const float* gate_up, int rows, int64_t I, void* out) {
   if (rows == 0) return;
-  silu_mul_kernel<<<grid_for(rows * I), kThreads, 0, stream>>>(gate_up, rows, I, static_cast<bf16*>(out));
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(silu_mul_kernel, grid_for(rows * I), kThreads, 0, stream, gate_up, rows, I, static_cast<bf16*>(out)));
 }
 
 void launch_to_bf16(cudaStream_t stream, const float* x, int64_t n, void* out) {
   if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, static_cast<bf16*>(out));
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(to_bf16_kernel, grid_for(n), kThreads, 0, stream, x, n, static_cast<bf16*>(out)));
 }
 
 void launch_draft_tokens(cudaStream_t stream, const int32_t* draft_ids, const int32_t* d2t, int rows, int k,
                          int depth, int32_t* next_tokens, int32_t* drafted) {
   if (rows == 0) return;
-  draft_tokens_kernel<<<(rows + 127) / 128, 128, 0, stream>>>(draft_ids, d2t, rows, k, depth, next_tokens, drafted);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(draft_tokens_kernel, (rows + 127) / 128, 128, 0, stream, draft_ids, d2t, rows, k,
+                                  depth, next_tokens, drafted));
 }
 
 void launch_top_k_log_probs(cudaStream_t stream, const float* logits, int rows, int V, int k, float* log_probs,
                             int32_t* ids) {
   if (rows == 0) return;
   if (k < 1 || k > kMaxDraftTopK || k > V) fail_cuda("top_k_log_probs", "k must be in [1, 32] and <= V", __FILE__, __LINE__);
-  top_k_log_probs_kernel<<<rows, kThreads, 0, stream>>>(logits, V, k, log_probs, ids);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(top_k_log_probs_kernel, rows, kThreads, 0, stream, logits, V, k, log_probs, ids));
 }
 
 }  // namespace moeserve::cuda

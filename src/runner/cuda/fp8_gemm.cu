@@ -15,6 +15,7 @@
 
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/fp8_block_layout.h"
+#include "runner/cuda/launch.cuh"
 #include "util/log.h"
 
 namespace moeserve::cuda {
@@ -26,6 +27,7 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t byte) {
 
 template <typename T>
 __global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K, uint8_t* q, float* scales) {
+  pdl_prologue();
   constexpr int kPerLane = kFp8Block / 32;
   const int64_t groups = fp8_blocks(K);
   const int64_t group = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -54,6 +56,7 @@ __global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K,
 template <typename Out>
 __global__ void fp8_block_gemm_reference_kernel(const uint8_t* xq, const float* x_scales, int64_t rows,
                                                 Fp8WeightView w, Out* y) {
+  pdl_prologue();
   const int64_t t = blockIdx.x;
   const int64_t n = static_cast<int64_t>(blockIdx.y) * kFp8Block + threadIdx.x;
   if (n >= w.rows) return;
@@ -97,12 +100,11 @@ void launch_fp8_quantize_activations(cudaStream_t stream, Precision type, const 
   const int64_t groups = rows * fp8_blocks(K);
   const auto blocks = static_cast<unsigned>((groups + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (type == Precision::bf16)
-    quantize_activations_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), rows, K,
-                                                                           out.values, out.scales);
+    MOESERVE_CUDA_CHECK(cuda_launch(quantize_activations_kernel<bf16>, blocks, kWarpsPerBlock * 32, 0, stream,
+                                    static_cast<const bf16*>(x), rows, K, out.values, out.scales));
   else
-    quantize_activations_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const float*>(x), rows, K,
-                                                                           out.values, out.scales);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(quantize_activations_kernel<float>, blocks, kWarpsPerBlock * 32, 0, stream,
+                                    static_cast<const float*>(x), rows, K, out.values, out.scales));
 }
 
 void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& x, int64_t rows,
@@ -111,12 +113,11 @@ void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& 
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(fp8_blocks(w.rows)));
   if (out == Precision::bf16)
-    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
-                                                                    static_cast<bf16*>(y));
+    MOESERVE_CUDA_CHECK(cuda_launch(fp8_block_gemm_reference_kernel<bf16>, grid, kFp8Block, 0, stream, x.values,
+                                    x.scales, rows, w, static_cast<bf16*>(y)));
   else
-    fp8_block_gemm_reference_kernel<<<grid, kFp8Block, 0, stream>>>(x.values, x.scales, rows, w,
-                                                                    static_cast<float*>(y));
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(fp8_block_gemm_reference_kernel<float>, grid, kFp8Block, 0, stream, x.values,
+                                    x.scales, rows, w, static_cast<float*>(y)));
 }
 
 Fp8GemmPath fp8_block_linear(cudaStream_t stream, Blas& blas, Precision x_type, const void* x, int64_t rows,

@@ -5,11 +5,13 @@
 
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
 __global__ void quantize_e4m3_kernel(const bf16* values, int64_t n, fp8* out) {
+  pdl_prologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     store_kv(out + i, __bfloat162float(values[i]), 1.0f);
@@ -29,8 +31,8 @@ void fill_kv_random(cudaStream_t stream, KvDtype dtype, void* base, size_t bytes
   for (size_t done = 0, index = 0; done < bytes; done += piece, ++index) {
     const int64_t n = static_cast<int64_t>(std::min(piece, bytes - done));
     launch_fill_uniform(stream, Precision::bf16, scratch.get(), n, seed + index, 0.0f, 1.0f);
-    quantize_e4m3_kernel<<<1024, 256, 0, stream>>>(scratch.as<bf16>(), n, reinterpret_cast<fp8*>(out + done));
-    MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(quantize_e4m3_kernel, 1024, 256, 0, stream, scratch.as<bf16>(), n,
+                                    reinterpret_cast<fp8*>(out + done)));
   }
   // The scratch buffer is freed on return: wait for the kernels that read it.
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));

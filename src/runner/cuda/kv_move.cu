@@ -5,11 +5,13 @@
 // synchronisation.
 // CPU reference: CpuRunner::move_kv_slots.
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
 __global__ void move_kv_slots_kernel(KvMoveParams p, int element_bytes) {
+  pdl_prologue();
   const int layer = blockIdx.x, which = blockIdx.y, head = blockIdx.z;
   const int row_words = p.kv.head_dim * element_bytes / 4;
   uint32_t* cache = static_cast<uint32_t*>(p.kv.base);
@@ -28,8 +30,8 @@ __global__ void move_kv_slots_kernel(KvMoveParams p, int element_bytes) {
 void launch_move_kv_slots(cudaStream_t stream, const KvMoveParams& params) {
   if (params.num_moves == 0 || params.group_layers == 0) return;
   const dim3 grid(params.group_layers, 2, params.kv.kv_heads);
-  move_kv_slots_kernel<<<grid, 32, 0, stream>>>(params, static_cast<int>(kv_element_bytes(params.kv.dtype)));
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(move_kv_slots_kernel, grid, 32, 0, stream, params,
+                                  static_cast<int>(kv_element_bytes(params.kv.dtype))));
 }
 
 }  // namespace moeserve::cuda

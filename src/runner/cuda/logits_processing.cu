@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/logits_processing.h"
 
 namespace moeserve::cuda {
@@ -59,6 +60,7 @@ __device__ T block_reduce(T v, Op op) {
 
 __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* logits, int V, const LogprobRow* rows,
                                                                 LogprobResult* results) {
+  pdl_prologue();
   const LogprobRow r = rows[blockIdx.x];
   const float* row = logits + static_cast<int64_t>(r.row) * V;
   const int k = r.top_k;
@@ -99,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* log
 __global__ void __launch_bounds__(kThreads) logit_edits_kernel(float* logits, int V, const EditRow* rows,
                                                                const LogitEdit* edits, const uint32_t* masks,
                                                                float* originals) {
+  pdl_prologue();
   const EditRow r = rows[blockIdx.x];
   float* row = logits + static_cast<int64_t>(r.row) * V;
   for (int j = threadIdx.x; j < r.num_edits; j += kThreads) {
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(kThreads) logit_edits_kernel(float* logits, in
 __global__ void chosen_logprobs_kernel(const float* logits, int V, const LogprobRow* rows, int n,
                                        const LogitEdit* edits, const float* originals, const int32_t* sampled,
                                        LogprobResult* results) {
+  pdl_prologue();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const LogprobRow r = rows[i];
@@ -132,23 +136,22 @@ __global__ void chosen_logprobs_kernel(const float* logits, int V, const Logprob
 void launch_row_logprobs(cudaStream_t stream, const float* logits, int V, const LogprobRow* rows, int n,
                          LogprobResult* results) {
   if (n == 0) return;
-  row_logprobs_kernel<<<n, kThreads, 0, stream>>>(logits, V, rows, results);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(row_logprobs_kernel, n, kThreads, 0, stream, logits, V, rows, results));
 }
 
 void launch_logit_edits(cudaStream_t stream, float* logits, int V, const EditRow* rows, int n, const LogitEdit* edits,
                         const uint32_t* masks, float* originals) {
   if (n == 0) return;
-  logit_edits_kernel<<<n, kThreads, 0, stream>>>(logits, V, rows, edits, masks, originals);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(logit_edits_kernel, n, kThreads, 0, stream, logits, V, rows, edits, masks, originals));
 }
 
 void launch_chosen_logprobs(cudaStream_t stream, const float* logits, int V, const LogprobRow* rows, int n,
                             const LogitEdit* edits, const float* originals, const int32_t* sampled,
                             LogprobResult* results) {
   if (n == 0) return;
-  chosen_logprobs_kernel<<<(n + 127) / 128, 128, 0, stream>>>(logits, V, rows, n, edits, originals, sampled, results);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(chosen_logprobs_kernel, (n + 127) / 128, 128, 0, stream, logits, V, rows, n, edits,
+                                  originals, sampled, results));
 }
 
 }  // namespace moeserve::cuda

@@ -4,6 +4,7 @@
 // angle, cos and sin times the factor) and stores the row as the cache's type at the token's slot.
 // CPU reference: cpu::MlaAttention::forward's latent writes (cpu::rms_norm, then cpu::rope_adjacent_pairs).
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kThreads = 128;
 
 template <typename Elem>
 __global__ void __launch_bounds__(kThreads) mla_cache_write_kernel(MlaCacheWriteParams p, StepView step) {
+  pdl_prologue();
   const int t = blockIdx.x;
   const int seq = step.token_seq[t];
   const MlaCacheShape& shape = p.cache.shape;
@@ -48,16 +50,17 @@ void launch_mla_cache_write(cudaStream_t stream, const MlaCacheWriteParams& para
               __FILE__, __LINE__);
   switch (params.cache.dtype) {
     case KvDtype::f32:
-      mla_cache_write_kernel<float><<<step.num_tokens, kThreads, 0, stream>>>(params, step);
+      MOESERVE_CUDA_CHECK(
+          cuda_launch(mla_cache_write_kernel<float>, step.num_tokens, kThreads, 0, stream, params, step));
       break;
     case KvDtype::bf16:
-      mla_cache_write_kernel<bf16><<<step.num_tokens, kThreads, 0, stream>>>(params, step);
+      MOESERVE_CUDA_CHECK(
+          cuda_launch(mla_cache_write_kernel<bf16>, step.num_tokens, kThreads, 0, stream, params, step));
       break;
     case KvDtype::fp8_e4m3:
-      mla_cache_write_kernel<fp8><<<step.num_tokens, kThreads, 0, stream>>>(params, step);
+      MOESERVE_CUDA_CHECK(cuda_launch(mla_cache_write_kernel<fp8>, step.num_tokens, kThreads, 0, stream, params, step));
       break;
   }
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

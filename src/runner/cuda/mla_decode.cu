@@ -25,6 +25,7 @@
 #include <cmath>
 
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -44,6 +45,7 @@ __device__ __forceinline__ int last_position(const StepView& step, int t) {
 template <typename CacheElem>
 __global__ void __launch_bounds__(kThreads) mla_decode_kernel(MlaDecodeParams p, StepView step,
                                                              MlaDecodeScratch scratch) {
+  pdl_prologue();
   constexpr bool kFp8 = sizeof(CacheElem) == 1;
   constexpr int kPerCopy = 16 / static_cast<int>(sizeof(CacheElem));  // elements per 16-byte copy
   extern __shared__ __align__(16) uint8_t smem[];
@@ -192,6 +194,7 @@ __device__ __forceinline__ float block_max(float v) {
 // One block per (token, head): the splits' weights 2^(m_s - m) into shared memory, then each thread its columns.
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaDecodeParams p, StepView step,
                                                                  MlaDecodeScratch scratch) {
+  pdl_prologue();
   extern __shared__ float weight[];  // [mla_merge_weight_floats(max_splits)]: the last group of four padded
   const int t = blockIdx.x, head = blockIdx.y;
   const int L = p.cache.shape.kv_lora_rank, stride = mla_partial_stride(L);
@@ -226,8 +229,8 @@ template <typename CacheElem>
 void launch_typed(cudaStream_t stream, const MlaDecodeParams& p, const StepView& step, const MlaDecodeScratch& scratch) {
   const int bytes = mla_decode_shared_bytes(mla_row_width(p.cache.shape), scratch.split_keys);
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mla_decode_kernel<CacheElem>), bytes);
-  mla_decode_kernel<CacheElem><<<dim3(step.num_tokens, scratch.max_splits), kThreads, bytes, stream>>>(p, step, scratch);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(mla_decode_kernel<CacheElem>, dim3(step.num_tokens, scratch.max_splits), kThreads,
+                                  bytes, stream, p, step, scratch));
 }
 
 }  // namespace
@@ -252,8 +255,8 @@ void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const
     case KvDtype::f32:
       fail_cuda("mla_decode", "the latent cache must be bf16 or fp8 e4m3", __FILE__, __LINE__);
   }
-  mla_merge_kernel<<<dim3(step.num_tokens, params.heads), kMergeThreads, merge_bytes, stream>>>(params, step, scratch);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(mla_merge_kernel, dim3(step.num_tokens, params.heads), kMergeThreads, merge_bytes,
+                                  stream, params, step, scratch));
 }
 
 }  // namespace moeserve::cuda

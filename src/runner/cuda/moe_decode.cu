@@ -15,6 +15,7 @@
 // about 2 instructions a value against 5), as the wgmma kernels do.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
 
 namespace moeserve::cuda {
@@ -31,6 +32,7 @@ struct Chunk {
 
 template <bool kSwiglu, int kTiles>
 __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p) {
+  pdl_prologue();
   MoeTile t;
   if (!moe_tile(p.routing, blockIdx.y, t)) return;
   const int e = t.expert, row0 = t.row0, row_end = t.row_end;
@@ -159,10 +161,9 @@ void launch_tiles(cudaStream_t stream, const MoeGemmParams& p) {
   const int blocks_x = p.swiglu ? ceil_div(N / 2, 8) : ceil_div(N, 16);
   const dim3 grid(blocks_x, moe_max_tiles(p.rows, 8 * kTiles, p.routing.num_experts));
   if (p.swiglu)
-    moe_decode_kernel<true, kTiles><<<grid, kWarps * 32, 0, stream>>>(p);
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_kernel<true, kTiles>, grid, kWarps * 32, 0, stream, p));
   else
-    moe_decode_kernel<false, kTiles><<<grid, kWarps * 32, 0, stream>>>(p);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_kernel<false, kTiles>, grid, kWarps * 32, 0, stream, p));
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 // block scale per 32 values.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu); with FP8 on the activations quantised as the device does.
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
 #include "runner/cuda/moe_wgmma.cuh"
@@ -60,6 +61,7 @@ struct Layout {
 
 template <bool kSwiglu, int kNTiles, bool kFp8>
 __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
+  pdl_prologue();
   using L = Layout<kNTiles, kFp8>;
   constexpr int kRowPieces = L::kRowPieces;
   MoeTile t;
@@ -320,8 +322,8 @@ void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
   MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
   if (max_tiles >= 0) grid.blocks = max_tiles;
   if (grid.blocks == 0) return;
-  moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8><<<dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream>>>(p);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>, dim3(grid.weight_tiles, grid.blocks),
+                                  kThreads, bytes, stream, p));
 }
 
 template <int kNTiles>

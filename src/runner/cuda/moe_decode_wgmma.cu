@@ -26,6 +26,7 @@
 //   goes back on "empty" (every consumer thread arrives) when the last wgmma reading it completed. Epilogue:
 //   bias, SwiGLU (gate and up rows are one thread's fragment rows g and g + 8), bf16 or fp32 out.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
 #include "runner/cuda/moe_wgmma.cuh"
@@ -297,6 +298,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
 template <bool kSwiglu, int kN>
 __global__ void __launch_bounds__(kThreads, 1) moe_decode_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                         int n_blocks) {
+  pdl_prologue();
   using L = Layout<kN>;
   extern __shared__ unsigned char shared_bytes[];
   Shared<kN> s;
@@ -326,8 +328,8 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<moe_decode_wgmma_kernel<kSwiglu, kN>>(kSharedBytes);
   const MoeGrid grid = moe_decode_wgmma_grid(p.rows, kN, p.w.out_features, p.w.in_features, p.routing.num_experts,
                                              device_multiprocessors());
-  moe_decode_wgmma_kernel<kSwiglu, kN><<<grid.blocks, kThreads, kSharedBytes, stream>>>(p, grid.weight_tiles);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_wgmma_kernel<kSwiglu, kN>, grid.blocks, kThreads, kSharedBytes, stream, p,
+                                  grid.weight_tiles));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -103,7 +104,10 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r) {
   }
 }
 
-__global__ void moe_scan_kernel(const Tiling tiling, MoeRouting r) { scan_experts(tiling, r); }
+__global__ void moe_scan_kernel(const Tiling tiling, MoeRouting r) {
+  pdl_prologue();
+  scan_experts(tiling, r);
+}
 
 __device__ void place_pair(const int32_t* experts, int i, int k, const MoeRouting& r) {
   const int e = experts[i] - r.first_expert;
@@ -118,6 +122,7 @@ __device__ void place_pair(const int32_t* experts, int i, int k, const MoeRoutin
 }
 
 __global__ void moe_place_kernel(const int32_t* experts, int pairs, int k, MoeRouting r) {
+  pdl_prologue();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < pairs) place_pair(experts, i, k, r);
 }
@@ -127,6 +132,7 @@ __global__ void moe_place_kernel(const int32_t* experts, int pairs, int k, MoeRo
 constexpr int kFusedPairs = 256;
 __global__ void __launch_bounds__(kFusedPairs)
     moe_group_small_kernel(const int32_t* experts, int pairs, int k, const Tiling tiling, MoeRouting r) {
+  pdl_prologue();
   if (threadIdx.x < 32) scan_experts(tiling, r);
   __syncthreads();  // offsets and zeroed fill counts are visible to the block
   if (static_cast<int>(threadIdx.x) < pairs) place_pair(experts, threadIdx.x, k, r);
@@ -150,15 +156,12 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
     fail_cuda("group_by_expert", "mixed tiles need bounds 1 <= n8_max <= n16_max", __FILE__, __LINE__);
   const int pairs = T * k;
   if (pairs <= kFusedPairs) {
-    moe_group_small_kernel<<<1, std::max(32, (pairs + 31) / 32 * 32), 0, stream>>>(experts, pairs, k, tiling,
-                                                                                  routing);
-    MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_group_small_kernel, 1, std::max(32, (pairs + 31) / 32 * 32), 0, stream, experts,
+                                    pairs, k, tiling, routing));
     return;
   }
-  moe_scan_kernel<<<1, 32, 0, stream>>>(tiling, routing);
-  MOESERVE_CUDA_CHECK_LAUNCH();
-  moe_place_kernel<<<(pairs + 255) / 256, 256, 0, stream>>>(experts, pairs, k, routing);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_scan_kernel, 1, 32, 0, stream, tiling, routing));
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_place_kernel, (pairs + 255) / 256, 256, 0, stream, experts, pairs, k, routing));
 }
 
 }  // namespace moeserve::cuda

@@ -9,6 +9,7 @@
 // Version 1: mma.sync (no wgmma/TMA yet). Version 2: blocks converted a 32-bit word at a time (moe_layout.h).
 // moe_prefill_wgmma.cu is the wgmma version.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_wgmma.cuh"
 
 namespace moeserve::cuda {
@@ -24,6 +25,7 @@ constexpr int kSharedBytes = 2 * kStageElements * static_cast<int>(sizeof(bf16))
 
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char shared[];
   MoeTile t;
   if (!moe_tile(p.routing, blockIdx.x, t)) return;
@@ -158,8 +160,7 @@ template <bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<moe_prefill_kernel<kSwiglu>>(kSharedBytes);
   const dim3 grid(moe_max_tiles(p.rows, kTileM, p.routing.num_experts), ceil_div(p.w.out_features, kTileN));
-  moe_prefill_kernel<kSwiglu><<<grid, kThreads, kSharedBytes, stream>>>(p);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_prefill_kernel<kSwiglu>, grid, kThreads, kSharedBytes, stream, p));
 }
 
 }  // namespace

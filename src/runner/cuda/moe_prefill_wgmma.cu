@@ -18,6 +18,7 @@
 // producer's copies still in flight for later steps.
 // Version 1 (the mma.sync version, moe_prefill.cu, ran 171 TFLOP/s overall in prefill).
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
 #include "runner/cuda/moe_wgmma.cuh"
@@ -261,6 +262,7 @@ __device__ void consume(const MoeGemmParams& p, const Shared& s, int n_tiles, in
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                          int n_tiles) {
+  pdl_prologue();
   extern __shared__ unsigned char shared_bytes[];
   Shared s;
   s.base = swizzle_aligned(shared_bytes);
@@ -292,8 +294,8 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<moe_prefill_wgmma_kernel<kSwiglu>>(kSharedBytes);
   const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts,
                                               device_multiprocessors());
-  moe_prefill_wgmma_kernel<kSwiglu><<<grid.blocks, kThreads, kSharedBytes, stream>>>(p, grid.weight_tiles);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_prefill_wgmma_kernel<kSwiglu>, grid.blocks, kThreads, kSharedBytes, stream, p,
+                                  grid.weight_tiles));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // precision and is the simplest statement of what moe_decode.cu and moe_prefill.cu compute.
 // CPU reference: cpu::expert_linear (then cpu::swiglu for the first projection).
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@ namespace moeserve::cuda {
 namespace {
 
 __global__ void mxfp4_pack_kernel(uint32_t* words, int64_t n) {
+  pdl_prologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     words[i] = mxfp4_pack_word(words[i]);
@@ -20,6 +22,7 @@ __global__ void mxfp4_pack_kernel(uint32_t* words, int64_t n) {
 
 template <typename Act, bool kSwiglu>
 __global__ void moe_reference_kernel(MoeGemmParams p) {
+  pdl_prologue();
   const int row = blockIdx.x;
   const int64_t N = p.w.out_features, K = p.w.in_features, blocks_per_row = K / 32;
   const int64_t outputs = kSwiglu ? N / 2 : N;
@@ -60,10 +63,9 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   const int64_t outputs = p.swiglu ? p.w.out_features / 2 : p.w.out_features;
   const dim3 grid(p.rows, ceil_div(outputs, 128));
   if (p.swiglu)
-    moe_reference_kernel<Act, true><<<grid, 128, 0, stream>>>(p);
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_reference_kernel<Act, true>, grid, 128, 0, stream, p));
   else
-    moe_reference_kernel<Act, false><<<grid, 128, 0, stream>>>(p);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_reference_kernel<Act, false>, grid, 128, 0, stream, p));
 }
 
 }  // namespace
@@ -82,9 +84,8 @@ void launch_mxfp4_pack(cudaStream_t stream, uint8_t* blocks, int64_t bytes) {
   MOESERVE_CHECK(bytes >= 0 && bytes % 16 == 0, "MXFP4 packing: {} bytes (whole 16-byte blocks)", bytes);
   if (bytes == 0) return;
   const int64_t words = bytes / 4;
-  mxfp4_pack_kernel<<<static_cast<int>(std::min<int64_t>((words + 255) / 256, 65535)), 256, 0, stream>>>(
-      reinterpret_cast<uint32_t*>(blocks), words);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(mxfp4_pack_kernel, static_cast<int>(std::min<int64_t>((words + 255) / 256, 65535)),
+                                  256, 0, stream, reinterpret_cast<uint32_t*>(blocks), words));
 }
 
 }  // namespace moeserve::cuda

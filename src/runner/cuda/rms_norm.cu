@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -43,6 +44,7 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
 template <typename Out, Delta kDelta>
 __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
                                     float eps, Out* out) {
+  pdl_prologue();
   const int64_t t = blockIdx.x;
   float4* row = reinterpret_cast<float4*>(x + t * H);
   const int vectors = H / 4;
@@ -72,6 +74,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine 
 }
 
 __global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
+  pdl_prologue();
   const int64_t t = blockIdx.x;
   float4* row = reinterpret_cast<float4*>(out + t * H);
   for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts(combine, t, i, H);
@@ -86,11 +89,14 @@ void launch_typed(cudaStream_t stream, float* x, const float* delta, const Exper
   // One float4 per thread up to 1024 threads, then up to kMaxVectors each.
   const int threads = threads_for(H);
   if (delta != nullptr)
-    add_rms_norm_kernel<Out, Delta::dense><<<T, threads, 0, stream>>>(x, delta, none, scale, H, eps, out);
+    MOESERVE_CUDA_CHECK(
+        cuda_launch(add_rms_norm_kernel<Out, Delta::dense>, T, threads, 0, stream, x, delta, none, scale, H, eps, out));
   else if (combine != nullptr)
-    add_rms_norm_kernel<Out, Delta::experts><<<T, threads, 0, stream>>>(x, nullptr, *combine, scale, H, eps, out);
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts>, T, threads, 0, stream, x, nullptr,
+                                    *combine, scale, H, eps, out));
   else
-    add_rms_norm_kernel<Out, Delta::none><<<T, threads, 0, stream>>>(x, nullptr, none, scale, H, eps, out);
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::none>, T, threads, 0, stream, x, nullptr, none,
+                                    scale, H, eps, out));
 }
 
 }  // namespace
@@ -104,14 +110,12 @@ void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, cons
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<bf16*>(out));
   else
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<float*>(out));
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out) {
   if (T == 0) return;
   if (H % 4 != 0) fail_cuda("moe_combine", "hidden size must be a multiple of 4", __FILE__, __LINE__);
-  moe_combine_kernel<<<T, threads_for(H), 0, stream>>>(combine, H, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_combine_kernel, T, threads_for(H), 0, stream, combine, H, out));
 }
 
 }  // namespace moeserve::cuda

@@ -4,12 +4,14 @@
 // by the layer's K or V scale). One thread per rotary pair of a head; grid (token, pair group).
 // CPU reference: cpu::apply_rope (fp32 angle position * inv_freq, as transformers computes it).
 #include "runner/cuda/kv_dtype.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
 template <typename Elem, typename KvElem>
 __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
+  pdl_prologue();
   const int t = blockIdx.x;
   const int position = step.positions[t];
   const int seq = step.token_seq[t];
@@ -54,15 +56,14 @@ void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams&
   const dim3 grid(step.num_tokens, ceil_div((params.heads + 2 * params.kv_heads) * params.head_dim / 2, 256));
   const KvDtype kv = params.kv.dtype;
   if (type == Precision::f32 && kv == KvDtype::f32)
-    rope_kv_write_kernel<float, float><<<grid, 256, 0, stream>>>(params, step);
+    MOESERVE_CUDA_CHECK(cuda_launch(rope_kv_write_kernel<float, float>, grid, 256, 0, stream, params, step));
   else if (type == Precision::bf16 && kv == KvDtype::bf16)
-    rope_kv_write_kernel<bf16, bf16><<<grid, 256, 0, stream>>>(params, step);
+    MOESERVE_CUDA_CHECK(cuda_launch(rope_kv_write_kernel<bf16, bf16>, grid, 256, 0, stream, params, step));
   else if (type == Precision::bf16 && kv == KvDtype::fp8_e4m3)
-    rope_kv_write_kernel<bf16, fp8><<<grid, 256, 0, stream>>>(params, step);
+    MOESERVE_CUDA_CHECK(cuda_launch(rope_kv_write_kernel<bf16, fp8>, grid, 256, 0, stream, params, step));
   else
     fail_cuda("rope_kv_write", "KV cache type does not go with the precision (f32: f32; bf16: bf16 or fp8)", __FILE__,
               __LINE__);
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeserve::cuda

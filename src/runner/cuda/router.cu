@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -14,6 +15,7 @@ constexpr int kPerLane = kMaxExperts / 32;
 
 __global__ void route_top_k_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights,
                                    int32_t* expert_counts) {
+  pdl_prologue();
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;
@@ -62,9 +64,8 @@ void launch_route_top_k(cudaStream_t stream, const float* logits, int T, int E, 
     fail_cuda("route_top_k", "the CUDA router supports at most 256 experts and top-8", __FILE__, __LINE__);
   if (T == 0) return;
   constexpr int kWarpsPerBlock = 4;
-  route_top_k_kernel<<<(T + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32, 0, stream>>>(
-      logits, T, E, k, experts, weights, expert_counts);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(route_top_k_kernel, (T + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32, 0,
+                                  stream, logits, T, E, k, experts, weights, expert_counts));
 }
 
 }  // namespace moeserve::cuda

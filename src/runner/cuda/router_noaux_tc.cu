@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -16,6 +17,7 @@ constexpr int kPerLane = kMaxExperts / 32;
 
 __global__ void route_noaux_tc_kernel(const float* logits, const float* bias, int T, NoauxTcRouting r,
                                       int32_t* experts, float* weights, int32_t* expert_counts) {
+  pdl_prologue();
   __shared__ float score_of[kWarpsPerBlock][kMaxExperts];
   __shared__ float choice_of[kWarpsPerBlock][kMaxExperts];
   __shared__ float group_score[kWarpsPerBlock][kMaxNoauxGroups];
@@ -111,9 +113,8 @@ void launch_route_noaux_tc(cudaStream_t stream, const float* logits, const float
               "n_group, top-8 at most and no more than the kept groups hold",
               __FILE__, __LINE__);
   if (T == 0) return;
-  route_noaux_tc_kernel<<<(T + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32, 0, stream>>>(
-      logits, bias, T, r, experts, weights, expert_counts);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(route_noaux_tc_kernel, (T + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32,
+                                  0, stream, logits, bias, T, r, experts, weights, expert_counts));
 }
 
 }  // namespace moeserve::cuda

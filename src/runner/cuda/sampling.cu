@@ -38,6 +38,7 @@
 #include <cmath>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 #include "sampling/sampling_uniform.h"
 
 namespace moeserve::cuda {
@@ -51,6 +52,7 @@ __device__ __forceinline__ void keep_better(float& value, int& id, float other, 
 }
 
 __global__ void argmax_kernel(const float* logits, int V, int32_t* out) {
+  pdl_prologue();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   float best = -INFINITY;
   int best_id = V;
@@ -296,6 +298,7 @@ __device__ Cut filters(const SampleRow& p, const RowReader& reader, float max_lo
 
 __global__ void __launch_bounds__(kThreads, 2) sample_kernel(const float* logits, int V, const SampleRow* rows,
                                                            int32_t* out) {
+  pdl_prologue();
   __shared__ Shared s;
   const SampleRow p = rows[blockIdx.x];
   const float* row = logits + static_cast<int64_t>(p.row) * V;
@@ -375,14 +378,12 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(const float* logits
 
 void launch_argmax(cudaStream_t stream, const float* logits, int R, int V, int32_t* out) {
   if (R == 0) return;
-  argmax_kernel<<<R, 1024, 0, stream>>>(logits, V, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(argmax_kernel, R, 1024, 0, stream, logits, V, out));
 }
 
 void launch_sample(cudaStream_t stream, const float* logits, int V, const SampleRow* rows, int n, int32_t* out) {
   if (n == 0) return;
-  sample_kernel<<<n, kThreads, 0, stream>>>(logits, V, rows, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(sample_kernel, n, kThreads, 0, stream, logits, V, rows, out));
 }
 
 }  // namespace moeserve::cuda

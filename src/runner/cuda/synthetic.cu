@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -17,6 +18,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 
 template <typename T>
 __global__ void fill_uniform_kernel(T* out, int64_t n, uint64_t key, float mean, float std) {
+  pdl_prologue();
   // Uniform on [-sqrt(3), sqrt(3)): unit variance.
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -26,18 +28,21 @@ __global__ void fill_uniform_kernel(T* out, int64_t n, uint64_t key, float mean,
 }
 
 __global__ void fill_bytes_kernel(uint8_t* out, int64_t n, uint64_t key) {
+  pdl_prologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = static_cast<uint8_t>(mix64(key ^ mix64(i / 8)) >> (8 * (i % 8)));
 }
 
 __global__ void fill_scales_kernel(uint8_t* out, int64_t n, uint64_t key, int exponent) {
+  pdl_prologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = static_cast<uint8_t>(127 + exponent - static_cast<int>(mix64(key ^ mix64(i)) & 1));
 }
 
 __global__ void max_byte_kernel(const uint8_t* bytes, int64_t n, int32_t* result) {
+  pdl_prologue();
   int best = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -54,29 +59,27 @@ void launch_fill_uniform(cudaStream_t stream, Precision type, void* out, int64_t
                          float std) {
   if (n == 0) return;
   if (type == Precision::bf16)
-    fill_uniform_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<bf16*>(out), n, key, mean, std);
+    MOESERVE_CUDA_CHECK(cuda_launch(fill_uniform_kernel<bf16>, grid_for(n), 256, 0, stream, static_cast<bf16*>(out), n,
+                                    key, mean, std));
   else
-    fill_uniform_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<float*>(out), n, key, mean, std);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    MOESERVE_CUDA_CHECK(cuda_launch(fill_uniform_kernel<float>, grid_for(n), 256, 0, stream, static_cast<float*>(out),
+                                    n, key, mean, std));
 }
 
 void launch_fill_bytes(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key) {
   if (n == 0) return;
-  fill_bytes_kernel<<<grid_for(n), 256, 0, stream>>>(out, n, key);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(fill_bytes_kernel, grid_for(n), 256, 0, stream, out, n, key));
 }
 
 void launch_fill_scales(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key, int exponent) {
   if (n == 0) return;
-  fill_scales_kernel<<<grid_for(n), 256, 0, stream>>>(out, n, key, exponent);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(fill_scales_kernel, grid_for(n), 256, 0, stream, out, n, key, exponent));
 }
 
 void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32_t* result) {
   MOESERVE_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(int32_t), stream));
   if (n == 0) return;
-  max_byte_kernel<<<grid_for(n), 256, 0, stream>>>(bytes, n, result);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  MOESERVE_CUDA_CHECK(cuda_launch(max_byte_kernel, grid_for(n), 256, 0, stream, bytes, n, result));
 }
 
 }  // namespace moeserve::cuda

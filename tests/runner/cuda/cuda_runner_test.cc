@@ -3,10 +3,13 @@
 // 64 tokens, CUDA-graph decode against the same steps run directly, a two-layer model of gpt-oss-20b's full
 // width, and tree verification: tree steps (beside a causal chunk, through both attention kernels, with a window
 // shorter than the trees' depth too), the decode step after move_kv_slots commits a path, and greedy engine output
-// with tree speculation against plain decoding. The step metadata's tree layout is checked without a device.
+// with tree speculation against plain decoding; programmatic dependent launch against ordinary launches (bit for
+// bit). The step metadata's tree layout is checked without a device.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -19,6 +22,7 @@
 #include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/cpu_runner.h"
 #include "runner/cuda/cuda_runner_factory.h"
+#include "runner/cuda/programmatic_launch.h"
 #include "runner/sequence_step.h"
 #include "runner_compare.h"
 #include "test_util.h"
@@ -137,6 +141,72 @@ TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
   const AllLogits expected = run_prompts(cpu, prompts, 50), got = run_prompts(*gpu, prompts, 50);
   expect_logits_close("two-layer gpt-oss-20b-width logits batched", GetParam(), got.batched, expected.batched, vocab);
   expect_logits_close("two-layer gpt-oss-20b-width logits chunked", GetParam(), got.chunked, expected.chunked, vocab);
+}
+
+// ---- programmatic dependent launch ----------------------------------------------------------------------------
+
+// Every logits row of a prefill of three prompts, then of 24 greedy decode steps (CUDA graphs: bucket 4, one
+// padding sequence), each sequence over its own blocks.
+std::vector<float> prefill_and_decode_logits(ModelRunner& runner) {
+  const int groups = kv_groups_of(runner.config()).num_groups(), vocab = runner.config().vocab_size;
+  constexpr int kBlockSize = 8, kBlocksEach = 8, kDecodeSteps = 24;  // 33 + 24 positions fit 64
+  const std::vector<std::vector<int32_t>> prompts = {prompt(33, 6, vocab), prompt(9, 7, vocab), prompt(20, 8, vocab)};
+  const int n = static_cast<int>(prompts.size());
+  runner.allocate_kv_cache({kBlockSize, static_cast<int64_t>(n) * groups * kBlocksEach});
+  std::vector<std::vector<std::vector<int32_t>>> tables(n, std::vector<std::vector<int32_t>>(groups));
+  for (int s = 0; s < n; ++s)
+    for (int g = 0; g < groups; ++g)
+      for (int b = 0; b < kBlocksEach; ++b) tables[s][g].push_back((s * groups + g) * kBlocksEach + b);
+  auto greedy = [&](const ForwardOutput& out, int64_t row) {
+    const auto begin = out.logits.begin() + row * vocab;
+    return static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin);
+  };
+  ForwardBatch prefill;
+  for (int s = 0; s < n; ++s)
+    prefill.sequences.push_back(
+        testing::sequence_step(prompts[s], 0, tables[s], static_cast<int32_t>(prompts[s].size())));
+  ForwardOutput out;
+  runner.forward(prefill, out);
+  std::vector<float> logits = out.logits;
+  std::vector<int32_t> tokens(n);
+  for (int s = 0, last = -1; s < n; ++s) tokens[s] = greedy(out, last += static_cast<int>(prompts[s].size()));
+  for (int step = 0; step < kDecodeSteps; ++step) {
+    ForwardBatch batch;
+    for (int s = 0; s < n; ++s)
+      batch.sequences.push_back(testing::sequence_step(std::span(tokens).subspan(s, 1),
+                                                       static_cast<int32_t>(prompts[s].size()) + step, tables[s], 1));
+    runner.forward(batch, out);
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+    for (int s = 0; s < n; ++s) tokens[s] = greedy(out, s);
+  }
+  return logits;
+}
+
+// PDL changes when a kernel's blocks start, never what they compute: the same logits, bit for bit, with the
+// switch off and on, on the tiny model and on the two-layer full-width one (whose shapes take the wgmma kernels).
+TEST_P(CudaRunnerTest, ProgrammaticLaunchMatchesOrdinaryLaunch) {
+  struct Restore {
+    bool was = cuda::programmatic_launch_enabled();
+    ~Restore() { cuda::set_programmatic_launch(was); }
+  } restore;
+  for (const TinyModelOptions& options : {TinyModelOptions{}, testing::full_width_two_layers()}) {
+    SCOPED_TRACE("hidden " + std::to_string(options.hidden));
+    auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(options)));
+    std::vector<float> logits[2];
+    for (int on = 0; on < 2; ++on) {
+      cuda::set_programmatic_launch(on == 1);
+      logits[on] = prefill_and_decode_logits(*cuda_runner(checkpoint));
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    ASSERT_FALSE(logits[0].empty());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
+  }
+}
+
+// programmatic_launch.h's default-stream handles are the runtime's.
+TEST(CudaProgrammaticLaunch, DefaultStreamHandlesAreTheRuntimes) {
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(cudaStreamLegacy), cuda::kLegacyStream);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(cudaStreamPerThread), cuda::kPerThreadStream);
 }
 
 // ---- tree verification ------------------------------------------------------------------------------------------
