@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "runner/cuda/device_common.cuh"
-#include "runner/cuda/kernels.h"
+#include "runner/cuda/sampling.h"
 #include "sampling/sampling_uniform.h"
 #include "util/error.h"
 
