@@ -80,8 +80,13 @@ double small_batch_us(int rows, bool greedy, int blocks, const cuda::DeviceBuffe
 }
 
 void small_batches() {
-  const int largest = cuda::sampling_cluster_blocks(1);
-  std::printf("\nsmall batches, V %d: microseconds a launch (GB/s against rows x %d KB read once)\n", V, V * 4 / 1000);
+  int largest = 1;
+  std::printf("\nclusters resident at once:");
+  for (int blocks = 2; blocks <= 16; blocks *= 2) {
+    std::printf(" %d of %d blocks%s", cuda::sampling_resident_clusters(blocks), blocks, blocks < 16 ? "," : "\n");
+    if (cuda::sampling_resident_clusters(blocks) > 0) largest = blocks;
+  }
+  std::printf("small batches, V %d: microseconds a launch (GB/s against rows x %d KB read once)\n", V, V * 4 / 1000);
   std::printf("%5s  %-8s", "rows", "rows of");
   for (int blocks = 1; blocks <= largest; blocks *= 2) std::printf(" %9s%-2d", "blocks=", blocks);
   std::printf(" %6s %10s %10s %9s %8s\n", "rule", "rule_us", "rule_GB/s", "1blk_GB/s", "speedup");

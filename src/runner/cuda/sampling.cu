@@ -47,6 +47,8 @@
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
+#include <array>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -532,9 +534,10 @@ __global__ void __launch_bounds__(kThreads, 2) sample_cluster_kernel(const float
 }
 
 // Clusters of more than 8 blocks are a non-portable size: allowed per kernel, and possible only where a GPC holds
-// them (cudaOccupancyMaxActiveClusters). The largest power of two up to 16 both kernels can run, per device.
+// them. How many clusters of `blocks` blocks the kernel keeps resident at once (two blocks an SM at most, each
+// cluster within one GPC).
 template <typename Kernel>
-int cluster_capacity(Kernel kernel, int blocks) {
+int resident_clusters(Kernel kernel, int blocks) {
   MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks), config.blockDim = dim3(kThreads);
@@ -547,25 +550,33 @@ int cluster_capacity(Kernel kernel, int blocks) {
   return clusters;
 }
 
-int largest_cluster() {
-  thread_local std::vector<int> largest;  // per device, as device_multiprocessors
+constexpr int kClusterSizes = 4;  // 2, 4, 8, 16 blocks
+
+// i for blocks = 2 << i, or -1 (sources compile as C++17 here: no <bit>).
+int cluster_size_index(int blocks) {
+  for (int i = 0; i < kClusterSizes; ++i)
+    if (blocks == 2 << i) return i;
+  return -1;
+}
+
+// Resident clusters of 2 << i blocks for both kernels, per device (as device_multiprocessors).
+const std::array<int, kClusterSizes>& cluster_residency() {
+  thread_local std::vector<std::array<int, kClusterSizes>> residency;
   int device = 0;
   MOESERVE_CUDA_CHECK(cudaGetDevice(&device));
-  if (static_cast<int>(largest.size()) <= device) largest.resize(device + 1, 0);
-  if (largest[device] == 0) {
-    int blocks = 16;
-    while (blocks > 2 && (cluster_capacity(argmax_cluster_kernel, blocks) < 1 ||
-                          cluster_capacity(sample_cluster_kernel, blocks) < 1))
-      blocks /= 2;
-    largest[device] = blocks;
-  }
-  return largest[device];
+  if (static_cast<int>(residency.size()) <= device) residency.resize(device + 1, {-1});  // -1: not asked yet
+  std::array<int, kClusterSizes>& clusters = residency[device];
+  if (clusters[0] < 0)
+    for (int i = 0; i < kClusterSizes; ++i)
+      clusters[i] = std::min(resident_clusters(argmax_cluster_kernel, 2 << i),
+                             resident_clusters(sample_cluster_kernel, 2 << i));
+  return clusters;
 }
 
 template <typename Kernel, typename... Args>
 void launch_clusters(cudaStream_t stream, Kernel kernel, int clusters, int blocks, Args... args) {
-  MOESERVE_CHECK(blocks >= 2 && blocks <= largest_cluster() && (blocks & (blocks - 1)) == 0,
-                 "sampling: {} blocks a row (a cluster is a power of 2 from 2 to {})", blocks, largest_cluster());
+  MOESERVE_CHECK(sampling_resident_clusters(blocks) > 0,
+                 "sampling: {} blocks a row (a cluster of 2, 4, 8 or 16 blocks the device holds)", blocks);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(clusters * blocks), config.blockDim = dim3(kThreads), config.stream = stream;
   cudaLaunchAttribute attribute = {};
@@ -578,10 +589,16 @@ void launch_clusters(cudaStream_t stream, Kernel kernel, int clusters, int block
 }  // namespace
 
 int sampling_cluster_blocks(int rows) {
+  const auto& residency = cluster_residency();
   int blocks = 1;
-  const int resident = 2 * device_multiprocessors();  // blocks of kThreads threads: two fit an SM
-  while (rows > 0 && 2 * blocks <= largest_cluster() && rows * 2 * blocks <= resident) blocks *= 2;
+  for (int i = 0; i < kClusterSizes; ++i)
+    if (rows > 0 && rows <= residency[i]) blocks = 2 << i;
   return blocks;
+}
+
+int sampling_resident_clusters(int blocks) {
+  const int i = cluster_size_index(blocks);
+  return i >= 0 ? cluster_residency()[i] : 0;
 }
 
 void launch_argmax(cudaStream_t stream, const float* logits, int R, int V, int32_t* out) {
