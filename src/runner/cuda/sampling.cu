@@ -144,15 +144,21 @@ struct RowReader {
       for (int j = 0; j < kPerThread; ++j) v[j] = i + j < V ? row[i + j] : -INFINITY;
     }
   }
+  // Two chunks' loads in flight before either is used: a pass over a cluster block's range is a few chunks, each
+  // otherwise a full load latency.
   template <typename Body>
   __device__ void for_each(Body body) const {
-    for (int base = 0; base < V; base += kChunk) {
-      float v[kPerThread];
-      load(base, v);
-      const int i = first(base);
+    for (int base = 0; base < V; base += 2 * kChunk) {
+      float v[2][kPerThread];
+      load(base, v[0]);
+      load(base + kChunk, v[1]);
 #pragma unroll
-      for (int j = 0; j < kPerThread; ++j)
-        if (i + j < V) body(i + j, v[j]);
+      for (int c = 0; c < 2; ++c) {
+        const int i = first(base + c * kChunk);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j)
+          if (i + j < V) body(i + j, v[c][j]);
+      }
     }
   }
 };
@@ -324,10 +330,10 @@ struct RowWeights {
   Cut cut;
   Shared& s;
 
-  // Kept weights of the thread's ids in one chunk; tie ranks continue from ties_before (ids of earlier chunks).
-  __device__ void chunk(int base, long long& ties_before, double (&kept)[kPerThread]) const {
-    float v[kPerThread];
-    reader.load(base, v);
+  // Kept weights of the thread's ids in one chunk (logits v, loaded by the caller); tie ranks continue from
+  // ties_before (ids of earlier chunks).
+  __device__ void chunk(int base, const float (&v)[kPerThread], long long& ties_before,
+                        double (&kept)[kPerThread]) const {
     const int first = reader.first(base), V = reader.V;
     double w[kPerThread];
     int local_ties = 0;
@@ -335,8 +341,8 @@ struct RowWeights {
       w[j] = first + j < V ? weight_of(v[j], max_logit, temperature) : 0.0;
       local_ties += first + j < V && w[j] == cut.weight;
     }
-    int rank, chunk_ties;
-    IntScan(s.int_scan).ExclusiveSum(local_ties, rank, chunk_ties);
+    int rank = 0, chunk_ties = 0;
+    if (cut.ties > 0) IntScan(s.int_scan).ExclusiveSum(local_ties, rank, chunk_ties);  // else no tie is kept
     long long tie_rank = ties_before + rank;
     for (int j = 0; j < kPerThread; ++j) {
       const bool tie = first + j < V && w[j] == cut.weight;
@@ -350,12 +356,17 @@ struct RowWeights {
   __device__ void thread_total(double& total, int& last) const {
     total = 0.0, last = -1;
     long long ties_before = 0;
+    float v[kPerThread];
+    reader.load(0, v);
     for (int base = 0; base < reader.V; base += kChunk) {
+      float next[kPerThread];
+      reader.load(base + kChunk, next);  // in flight while this chunk's weights are made
       double kept[kPerThread];
-      chunk(base, ties_before, kept);
+      chunk(base, v, ties_before, kept);
       for (int j = 0; j < kPerThread; ++j)
         if (kept[j] > 0.0) total += kept[j], last = reader.first(base) + j;
-      __syncthreads();  // the scan's storage is reused by the next chunk
+      if (cut.ties > 0) __syncthreads();  // the scan's storage is reused by the next chunk
+      for (int j = 0; j < kPerThread; ++j) v[j] = next[j];
     }
   }
 
@@ -363,9 +374,14 @@ struct RowWeights {
   __device__ int walk(double carry, double target) const {
     if (threadIdx.x == 0) s.found = INT_MAX;
     long long ties_before = 0;
+    float v[kPerThread];
+    reader.load(0, v);
     for (int base = 0; base < reader.V; base += kChunk) {
+      float next[kPerThread];
+      reader.load(base + kChunk, next);
       double kept[kPerThread];
-      chunk(base, ties_before, kept);
+      chunk(base, v, ties_before, kept);
+      for (int j = 0; j < kPerThread; ++j) v[j] = next[j];
       double local = 0.0;
       for (int j = 0; j < kPerThread; ++j) local += kept[j];
       double before, chunk_sum;
