@@ -552,17 +552,25 @@ __global__ void __launch_bounds__(kThreads, 2) sample_cluster_kernel(const float
 // Clusters of more than 8 blocks are a non-portable size: allowed per kernel, and possible only where a GPC holds
 // them. How many clusters of `blocks` blocks the kernel keeps resident at once (two blocks an SM at most, each
 // cluster within one GPC).
+// A launch of `clusters` clusters of `blocks` blocks of kThreads threads.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  ClusterLaunch(int clusters, int blocks, cudaStream_t stream) {
+    config.gridDim = dim3(clusters * blocks), config.blockDim = dim3(kThreads), config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = blocks, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
+};
+
 template <typename Kernel>
 int resident_clusters(Kernel kernel, int blocks) {
   MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks), config.blockDim = dim3(kThreads);
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = blocks, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute, config.numAttrs = 1;
+  const ClusterLaunch launch(1, blocks, nullptr);
   int clusters = 0;
-  MOESERVE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  MOESERVE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
   return clusters;
 }
 
@@ -593,13 +601,8 @@ template <typename Kernel, typename... Args>
 void launch_clusters(cudaStream_t stream, Kernel kernel, int clusters, int blocks, Args... args) {
   MOESERVE_CHECK(sampling_resident_clusters(blocks) > 0,
                  "sampling: {} blocks a row (a cluster of 2, 4, 8 or 16 blocks the device holds)", blocks);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(clusters * blocks), config.blockDim = dim3(kThreads), config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = blocks, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute, config.numAttrs = 1;
-  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+  const ClusterLaunch launch(clusters, blocks, stream);
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, args...));
 }
 
 }  // namespace
