@@ -78,7 +78,11 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, c
   // From 8 rows up decode_mma_mixed, each expert's width by its own count (2026-12-02: 1.2-7.6% faster than the
   // single width where routing spreads the counts, Zipf's at 16-32 rows in moe_bench and the synthetic router's at
   // batch 384 in cuda_bench; 2-3% slower with exactly equal counts, where its two empty launches are pure cost).
-  if (per_expert < 1) return MoePath::decode_x1;
+  // The GEMV's bound moved from 1 to 0.2 rows per expert on 2026-12-02 (cuda_bench at 2k context, the same binary
+  // with both choices): decode_mma_n8 took batch 8 (0.25 rows) from 935 to 966 tokens/s and batch 16 (0.5) from
+  // 1,258 to 1,431; at batch 1 (0.03: 4 experts, too few 256-row slices for 132 SMs) the GEMV stays. Batches 2-7
+  // were not measured; 0.2 keeps the GEMV up to batch 6 of gpt-oss-120b.
+  if (per_expert < 0.2) return MoePath::decode_x1;
   if (per_expert <= 4.5) return MoePath::decode_mma_n8;
   if (per_expert <= 8) return MoePath::decode_mma_n16;
   if (per_expert <= 39.2) return MoePath::decode_mma_mixed;
