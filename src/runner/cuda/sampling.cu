@@ -554,9 +554,6 @@ __global__ void __launch_bounds__(kThreads, 2) sample_cluster_kernel(const float
   if (threadIdx.x == 0) out[p.row] = range.begin + (found != INT_MAX ? found : block_last);
 }
 
-// Clusters of more than 8 blocks are a non-portable size: allowed per kernel, and possible only where a GPC holds
-// them. How many clusters of `blocks` blocks the kernel keeps resident at once (two blocks an SM at most, each
-// cluster within one GPC).
 // A launch of `clusters` clusters of `blocks` blocks of kThreads threads (with programmatic stream serialization
 // where programmatic_launch_on(stream), as cuda_launch).
 struct ClusterLaunch {
@@ -572,6 +569,9 @@ struct ClusterLaunch {
   ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attributes
 };
 
+// Clusters of more than 8 blocks are a non-portable size: allowed per kernel, and possible only where a GPC holds
+// them. How many clusters of `blocks` blocks the kernel keeps resident at once (two blocks an SM at most, each
+// cluster within one GPC).
 template <typename Kernel>
 int resident_clusters(Kernel kernel, int blocks) {
   MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
