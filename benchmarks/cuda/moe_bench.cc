@@ -44,7 +44,7 @@ using cuda::DeviceBuffer;
 using cuda::MoePath;
 
 struct Experts {
-  DeviceBuffer blocks, scales, bias;
+  DeviceBuffer blocks, scales, bias, row_max, wide;
   cuda::ExpertWeightsView view;
   Experts(int E, int64_t out, int64_t in, double output_std, uint64_t key) {
     const int64_t n_blocks = E * out * in / kMxfp4BlockSize;
@@ -56,7 +56,11 @@ struct Experts {
     cuda::launch_fill_bytes(nullptr, blocks.as<uint8_t>(), n_blocks * kMxfp4BlockBytes, key);
     cuda::launch_fill_scales(nullptr, scales.as<uint8_t>(), n_blocks, key + 1, exponent);
     cuda::launch_fill_uniform(nullptr, cuda::Precision::f32, bias.get(), E * out, key + 2, 0.0f, 0.5f);
-    view = {blocks.as<uint8_t>(), scales.as<uint8_t>(), bias.as<float>(), out, in};
+    row_max = DeviceBuffer(E * out);
+    wide = DeviceBuffer(sizeof(int32_t));
+    cuda::launch_mxfp4_row_scale_max(nullptr, scales.as<uint8_t>(), E * out, static_cast<int>(in / kMxfp4BlockSize),
+                                     row_max.as<uint8_t>(), wide.as<int32_t>());
+    view = {blocks.as<uint8_t>(), scales.as<uint8_t>(), bias.as<float>(), out, in, row_max.as<uint8_t>()};
   }
   // Bytes one expert's weights take (MXFP4 blocks + scales + fp32 bias).
   double expert_bytes() const {
@@ -282,7 +286,7 @@ int run(int argc, char** argv) {
                  "default: the built-in bounds)")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON to this file");
   std::string activation_dtype = "bf16";
-  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (decode_mma paths only)")
+  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths and prefill_wgmma)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -297,7 +301,7 @@ int run(int argc, char** argv) {
   for (const std::string& name : path_names) {
     const MoePath path = cuda::parse_moe_path(name);
     MOESERVE_CHECK(!fp8 || cuda::moe_path_takes_fp8(path), "--activation-dtype fp8: {} takes bf16 only (the "
-                   "decode-mma paths take fp8)", name);
+                   "decode-mma paths and prefill-wgmma take fp8)", name);
     if (path != MoePath::decode_mma_mixed || mixed_texts.empty()) {
       paths.push_back({path, {}, name});
       continue;

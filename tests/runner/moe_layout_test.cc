@@ -105,6 +105,73 @@ TEST(MoeLayout, Mxfp4WordsBecomeExactE4m3BytesAndFactors) {
     }
 }
 
+// The nearest e4m3 byte (0 .. 0x7e) to a non-negative value by search over every finite value, ties to the even
+// byte (an even mantissa); 448 and above saturate. The oracle for the FP8 grouped GEMM's weight conversion.
+uint8_t nearest_e4m3(double v) {
+  uint8_t best = 0;
+  for (int byte = 1; byte <= 0x7e; ++byte) {
+    const double d = std::abs(e4m3_value(static_cast<uint8_t>(byte)) - v), b = std::abs(e4m3_value(best) - v);
+    if (d < b || (d == b && (byte & 1) == 0)) best = static_cast<uint8_t>(byte);
+  }
+  return best;
+}
+
+TEST(MoeLayout, E4m3EncoderRoundsToNearestEvenAndSaturates) {
+  for (int byte = 0; byte <= 0x7e; ++byte) {
+    const double v = e4m3_value(static_cast<uint8_t>(byte));
+    ASSERT_EQ(e4m3_from_nonnegative(static_cast<float>(v)), static_cast<uint32_t>(byte)) << v;
+    if (byte < 0x7e) {  // the midpoint to the next value, and just either side of it
+      const double next = e4m3_value(static_cast<uint8_t>(byte + 1)), mid = (v + next) / 2;
+      for (double x : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e9)})
+        ASSERT_EQ(e4m3_from_nonnegative(static_cast<float>(x)), nearest_e4m3(static_cast<float>(x))) << x;
+    }
+  }
+  EXPECT_EQ(e4m3_from_nonnegative(448.0f), 0x7eu);
+  EXPECT_EQ(e4m3_from_nonnegative(1e30f), 0x7eu);
+  EXPECT_EQ(e4m3_from_nonnegative(464.0f), 0x7eu);  // past 448: satfinite, never NaN
+  EXPECT_EQ(e4m3_from_nonnegative(std::ldexp(1.0f, -11)), 0u);
+  EXPECT_EQ(e4m3_from_nonnegative(0.0f), 0u);
+}
+
+// The block tables: code c (e1 e0 m) at shift k gives the nearest e4m3 of its e2m1 magnitude times 2^(k - 6), exactly
+// that value for k >= -2 (a row whose scales span up to 14), through the fast formula for k >= 1.
+TEST(MoeLayout, E4m3TablesHoldTheScaledMagnitudes) {
+  for (int k = -24; k <= kMxfp4E4m3MaxShift; ++k) {
+    const E4m3Table t = mxfp4_e4m3_table(k);
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t got = static_cast<uint8_t>((c < 4 ? t.lo : t.hi) >> (8 * (c % 4)));
+      const double want = std::ldexp(static_cast<double>(kFp4Values[c]), k - 6);
+      ASSERT_EQ(got, nearest_e4m3(want)) << "k " << k << " code " << c;
+      if (k >= kMxfp4E4m3MaxShift - kMxfp4E4m3ExactSpan) {
+        ASSERT_EQ(e4m3_value(got), want) << "k " << k << " code " << c;
+      }
+    }
+  }
+}
+
+// Every byte at every position of a word, at shifts across the exact range and below it: each of the eight e4m3
+// bytes is its value's table byte with the value's sign, in the checkpoint's order.
+TEST(MoeLayout, Mxfp4WordsBecomeScaledE4m3Bytes) {
+  std::mt19937 rng(17);
+  for (int k = -4; k <= kMxfp4E4m3MaxShift; ++k) {
+    const E4m3Table t = mxfp4_e4m3_table(k);
+    for (int position = 0; position < 4; ++position)
+      for (uint32_t byte = 0; byte < 256; ++byte)
+        for (int trial = 0; trial < 2; ++trial) {
+          const uint32_t word = (static_cast<uint32_t>(rng()) & ~(0xffu << (8 * position))) | byte << (8 * position);
+          uint32_t out0 = 0, out1 = 0;
+          mxfp4_packed_to_e4m3(mxfp4_pack_word(word), t, out0, out1);
+          for (int value = 0; value < 8; ++value) {
+            const uint32_t nibble = (word >> (4 * value)) & 0xfu;
+            const uint8_t got = static_cast<uint8_t>((value < 4 ? out0 : out1) >> (8 * (value % 4)));
+            const uint8_t magnitude = static_cast<uint8_t>(((nibble & 7u) < 4 ? t.lo : t.hi) >> (8 * (nibble & 3u)));
+            ASSERT_EQ(got, magnitude | (nibble & 8u) << 4)
+                << "k " << k << " word " << std::hex << word << " value " << value;
+          }
+        }
+  }
+}
+
 // The device's packed order is a permutation of the word's 32 bits: each bit lands on its own place, and unpacking
 // undoes it.
 TEST(MoeLayout, PackedWordsPermuteTheBitsAndUnpackBack) {

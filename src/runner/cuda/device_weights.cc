@@ -7,6 +7,7 @@
 #include <random>
 
 #include "model/mxfp4.h"
+#include "runner/cuda/moe_layout.h"
 #include "util/bfloat16.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -65,6 +66,16 @@ int mxfp4_exponent(int64_t fan_in, double target) {
 
 }  // namespace
 
+int DeviceWeights::add_row_scale_max(ExpertWeightsView& e, int64_t experts) {
+  const int64_t rows = experts * e.out_features;
+  auto* row_max = static_cast<uint8_t*>(allocate(rows));
+  DeviceBuffer wide(sizeof(int32_t));
+  launch_mxfp4_row_scale_max(nullptr, e.scales, rows, static_cast<int>(e.in_features / kMxfp4BlockSize), row_max,
+                             wide.as<int32_t>());
+  e.row_scale_max = row_max;
+  return to_host<int32_t>(wide.get(), 1)[0];
+}
+
 void* DeviceWeights::allocate(size_t n) {
   buffers_.emplace_back(n);
   bytes += n;
@@ -113,6 +124,11 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
     const int32_t largest = to_host<int32_t>(max_scale.get(), 1)[0];
     MOESERVE_CHECK(largest <= 128, "{}: {} has an MXFP4 scale of 2^{}; the CUDA dequantiser handles up to 2^1",
                    source, name, largest - 127);
+    const int wide = d.add_row_scale_max(e, count);
+    if (wide > 0)
+      log_info("{}: {} of {} rows of {} have MXFP4 scales spanning more than 2^{}: the FP8 grouped GEMM rounds their "
+               "smallest blocks (--activation-dtype fp8 only)", source, wide, count * m.out_features, name,
+               kMxfp4E4m3ExactSpan);
     return e;
   };
 
@@ -170,6 +186,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
     e.blocks = block_bytes;
     e.scales = scale_bytes;
     e.bias = vector(held * out, 0.0f, 0.5f);
+    d.add_row_scale_max(e, held);  // synthetic scales span 2: never wide
     return e;
   };
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts, I = c.intermediate_size;

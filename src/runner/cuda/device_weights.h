@@ -58,6 +58,8 @@ class DeviceWeights {
 
  private:
   void* allocate(size_t bytes);
+  // Fills e.row_scale_max (held here) for `experts` experts of e; returns the count of rows of wide scale span.
+  int add_row_scale_max(ExpertWeightsView& e, int64_t experts);
   std::vector<DeviceBuffer> buffers_;
 };
 

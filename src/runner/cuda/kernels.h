@@ -263,6 +263,9 @@ struct ExpertWeightsView {
   const uint8_t* scales = nullptr;  // [E, out, in / 32]
   const float* bias = nullptr;      // [E, out]
   int64_t out_features = 0, in_features = 0;
+  // Each weight row's largest block scale byte [E, out] (launch_mxfp4_row_scale_max): the FP8 grouped GEMM folds
+  // the block scales into e4m3 exponents relative to it (moe_layout.h).
+  const uint8_t* row_scale_max = nullptr;
 };
 struct MoeGemmParams {
   ExpertWeightsView w;
@@ -273,7 +276,7 @@ struct MoeGemmParams {
   float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   MoeRouting routing;
   int rows = 0;  // T * k grouped rows
-  // FP8 activations (--activation-dtype fp8; decode_mma only): x as e4m3 rows [*, in_features] and each x row's
+  // FP8 activations (--activation-dtype fp8; the paths moe_path_takes_fp8 names): x as e4m3 rows [*, in_features] and each x row's
   // scale (x ~ x_fp8 * x_scale; launch_quantize_rows_e4m3). When set, x is not read.
   const uint8_t* x_fp8 = nullptr;
   const float* x_scale = nullptr;
@@ -339,6 +342,11 @@ void launch_fill_bytes(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t ke
 void launch_fill_scales(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key, int exponent);
 // Largest byte of an array (MXFP4 scale check), into *result (a device int).
 void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32_t* result);
+// Each of `rows` MXFP4 weight rows' largest scale byte (scales [rows, blocks_per_row]) into row_max [rows], and into
+// *wide_rows (a device int, zeroed first) the count of rows whose scales span more than kMxfp4E4m3ExactSpan: the
+// rows the FP8 grouped GEMM rounds (moe_layout.h).
+void launch_mxfp4_row_scale_max(cudaStream_t stream, const uint8_t* scales, int64_t rows, int blocks_per_row,
+                                uint8_t* row_max, int32_t* wide_rows);
 // MXFP4 blocks uploaded in the checkpoint's order into the device's packed order (moe_layout.h: mxfp4_pack_word),
 // in place; bytes a multiple of 16 (whole blocks).
 void launch_mxfp4_pack(cudaStream_t stream, uint8_t* blocks, int64_t bytes);

@@ -10,7 +10,7 @@ namespace moeserve::cuda {
 void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const MoeGemmParams& params) {
   if (params.x_fp8 != nullptr && !moe_path_takes_fp8(path))
     fail_cuda("launch_moe_path",
-              (std::string("FP8 activations are for the decode_mma paths, not ") + moe_path_name(path)).c_str(),
+              (std::string("FP8 activations are for the decode_mma and prefill_wgmma paths, not ") + moe_path_name(path)).c_str(),
               __FILE__, __LINE__);
   switch (path) {
     case MoePath::reference: return launch_moe_reference(stream, type, params);

@@ -137,6 +137,79 @@ MOESERVE_HD uint32_t mxfp4_scale_e4m3_factor_bits(uint32_t scales_plus_6, int wh
 }
 inline constexpr uint32_t kMxfp4E4m3ScaleBias = 0x06060606u;  // + 6 on each scale byte: 2^6 undoes the placement
 
+// ---- MXFP4 -> e4m3 with the block scale folded in (the FP8 grouped GEMM, moe_prefill_wgmma.cu) ----------------------
+// wgmma's FP8 k32 is one MXFP4 block, and nothing can scale a product between the instructions of one accumulator,
+// so there the block's scale goes into the e4m3 exponents: a weight row whose largest block scale is s_max holds
+// value v * 2^(s - 127) as the e4m3 value v * 2^(k - 6) with k = s - s_max + 12 (<= 12), and the row is scaled by
+// 2^(s_max - 133) in the epilogue. Exact for k >= -2, i.e. wherever the row's block scales span at most 14 (e4m3's
+// smallest subnormal is 2^-9: 0.5 * 2^(k - 6) needs k >= -2); below that the value is rounded to nearest even (the
+// upload counts such rows). The byte of each of the eight e2m1 magnitudes (code e1 e0 m) for a given k is a table of
+// 8 bytes that one prmt indexes; for k >= 1 it is the bit placement (code << 2: v * 2^-6) with k added to the
+// exponent field, except code 1 (0.5), whose exponent field becomes k with a zero mantissa.
+inline constexpr int kMxfp4E4m3MaxShift = 12;       // k of a row's largest block scale (6 * 2^(12 - 6) = 384 <= 448)
+inline constexpr int kMxfp4E4m3RowExponentBias = 133;  // the row's factor is 2^(s_max - 133)
+inline constexpr int kMxfp4E4m3ExactSpan = 14;      // rows whose scales span more are rounded
+struct E4m3Table {
+  uint32_t lo = 0, hi = 0;  // bytes 0-3 and 4-7: the e4m3 byte of codes 0..7 (positive)
+};
+// e4m3 (satfinite, round to nearest even) of a non-negative finite value: the table's slow path, rows of wide span.
+MOESERVE_HD uint32_t e4m3_from_nonnegative(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 448.0f) return 0x7eu;
+  int exponent = 0;  // v = f * 2^exponent with f in [1, 2)
+  float f = v;
+  while (f >= 2.0f) f *= 0.5f, ++exponent;
+  while (f < 1.0f) f *= 2.0f, --exponent;
+  // Units of the last place: 2^(exponent - 3) for normals (exponent >= -6), 2^-9 below.
+  const int ulp_exponent = exponent >= -6 ? exponent - 3 : -9;
+  float units = v;
+  for (int i = 0; i < -ulp_exponent; ++i) units *= 2.0f;  // exact: powers of two
+  for (int i = 0; i < ulp_exponent; ++i) units *= 0.5f;
+  uint32_t q = static_cast<uint32_t>(units);
+  const float rest = units - static_cast<float>(q);
+  if (rest > 0.5f || (rest == 0.5f && (q & 1u) != 0)) ++q;
+  // q units of 2^ulp_exponent: normals have q in [8, 16] (16 carries into the next exponent), subnormals q < 8.
+  if (ulp_exponent == -9 && q < 8) return q;
+  int field = ulp_exponent + 3 + 7;
+  if (q == 16) q = 8, ++field;
+  if (field > 15 || (field == 15 && q - 8 == 7)) return 0x7eu;
+  return static_cast<uint32_t>(field) << 3 | (q - 8);
+}
+MOESERVE_HD E4m3Table mxfp4_e4m3_table(int k) {
+  E4m3Table t;
+  if (k >= 1) {
+    const uint32_t k8 = static_cast<uint32_t>(k) << 3;
+    t.lo = 0x0c080000u + k8 * 0x01010100u;
+    t.hi = 0x1c181410u + k8 * 0x01010101u;
+    return t;
+  }
+  float factor = 1.0f;  // 2^(k - 6), exact
+  for (int i = k; i < 6; ++i) factor *= 0.5f;
+  for (int c = 1; c < 8; ++c) {  // code c's magnitude: 0.5 c below 2, else (2 + c % 2) 2^(c / 2 - 2)
+    float magnitude = c < 2 ? 0.5f : static_cast<float>(2 + c % 2);
+    for (int e = 2; e < c / 2; ++e) magnitude *= 2.0f;
+    if (c >= 2 && c / 2 < 2) magnitude *= 0.5f;
+    const uint32_t byte = e4m3_from_nonnegative(magnitude * factor);
+    (c < 4 ? t.lo : t.hi) |= byte << (8 * (c % 4));
+  }
+  return t;
+}
+// The eight values of a packed word (above) as e4m3 bytes through block table t: out0 holds values 0-3, out1 values
+// 4-7, byte i = value i (resp. 4 + i), the checkpoint's k order. From packed byte j: bits 0-1 and 2-3 are the low
+// indices (e0 m) of values j and 4 + j, bits 4-5 and 6-7 their high indices (e1, s). Selector byte j gets the code
+// e1 e0 m in its low nibble (bit 3 clear: no sign replication); prmt reads nibbles 0 and 2 of the low half (values 0
+// and 1) into bytes 0 and 2, then of the half shifted by 12 (values 2, 3) into bytes 1 and 3, and a third prmt puts
+// them in order; the sign bits (bit 5, resp. 7, of byte j) go on last. 16 integer instructions for 8 values.
+MOESERVE_HD void mxfp4_packed_to_e4m3(uint32_t packed, E4m3Table t, uint32_t& out0, uint32_t& out1) {
+  const uint32_t v = (packed >> 2) & 0x07070707u;  // bits 0-1: low index of value 4 + j; bit 2: e1 of value j
+  const uint32_t sel0 = (packed & 0x03030303u) | (v & 0x04040404u);
+  const uint32_t sel1 = (v & 0x03030303u) | ((packed >> 4) & 0x04040404u);
+  const uint32_t m0 = byte_permute(byte_permute(t.lo, t.hi, sel0), byte_permute(t.lo, t.hi, sel0 >> 12), 0x7520u);
+  const uint32_t m1 = byte_permute(byte_permute(t.lo, t.hi, sel1), byte_permute(t.lo, t.hi, sel1 >> 12), 0x7520u);
+  out0 = m0 | ((packed << 2) & 0x80808080u);
+  out1 = m1 | (packed & 0x80808080u);
+}
+
 // ---- shared-memory tiles for wgmma --------------------------------------------------------------------------------
 // A K-major bf16 tile of rows x 64 k in the 128-byte swizzle: row r at byte 128 r, its 16-byte chunk c (k 8c .. 8c+7)
 // at chunk c ^ (r % 8). wgmma applies the same XOR to address bits [4:6] with bits [7:9], so the tile must start

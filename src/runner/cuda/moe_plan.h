@@ -47,10 +47,12 @@ inline constexpr MoePath kMoePaths[] = {
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
     MoePath::prefill_mma,    MoePath::prefill_wgmma};
 const char* moe_path_name(MoePath path);
-// The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones; the others stay bf16.
+// The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
+// block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into
+// the weights' e4m3 exponents, moe_layout.h); the others stay bf16.
 constexpr bool moe_path_takes_fp8(MoePath path) {
   return path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
-         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed;
+         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma;
 }
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);

@@ -17,6 +17,14 @@
 // causality path from the write to the read serves (PTX ISA 8.9.5), and in the consumer it cannot wait on the
 // producer's copies still in flight for later steps.
 // Version 1 (the mma.sync version, moe_prefill.cu, ran 171 TFLOP/s overall in prefill).
+// FP8 (x_fp8 set: --activation-dtype fp8): the same pipeline over 128-k steps of e4m3 (a 128-byte row is 128 values,
+// so a stage holds twice the k in the same bytes): the activations come quantised per row (launch_quantize_rows_e4m3),
+// the producers turn each MXFP4 block into e4m3 bytes with its scale folded into the exponents (moe_layout.h:
+// mxfp4_e4m3_table / mxfp4_packed_to_e4m3, relative to the weight row's largest scale, row_scale_max), the
+// consumers run wgmma m64n192k32 e4m3 (twice the bf16 rate), and the epilogue applies each token's activation scale
+// and each weight row's 2^(s_max - 133). A step's raw stage keeps, per weight row, the two aligned words holding its
+// four scale bytes and the word holding its s_max byte. Accumulation is the tensor cores' own (no promotion to
+// CUDA-core fp32 every 128 k as DeepSeek-V3's kernels do): its error is measured by the tests, not hidden.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu).
 #include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
@@ -28,7 +36,6 @@ namespace {
 
 constexpr int kTileM = kMoePrefillTileRows;  // grouped rows: two consumer warpgroups of m64
 constexpr int kTileN = kMoePrefillWgmmaTileN;
-constexpr int kTileK = 64;                   // one 128-byte swizzle row of bf16
 // Two producer warpgroups take alternate steps (group g % 2 owns A/B stages g % 2 and g % 2 + 2): dequantising a
 // step's 192 x 64 weights takes one warpgroup longer than the consumers' wgmmas over it (ncu, H200: the single
 // producer of version 2 issued ~24% of its cycles and waited on its scale loads for ~15%; the consumers waited
@@ -40,22 +47,29 @@ constexpr int kThreads = kProducerGroups * kProducerThreads + 32 * kConsumerWarp
 constexpr int kProducerRegisters = 88, kConsumerRegisters = 168;
 static_assert(kProducerGroups * kProducerRegisters + 2 * kConsumerRegisters <= 512);
 
-constexpr int kABytes = kTileM * kTileK * 2;
-constexpr int kBBytes = kTileN * kTileK * 2;
-constexpr int kRawBlockBytes = kTileN * 2 * 16;      // two MXFP4 blocks per weight row
-constexpr int kRawScaleBytes = kTileN * 2 * 4;       // the aligned 32-bit word holding each block's scale byte
-constexpr int kRawShiftBytes = kTileN * 2;           // where in its word the byte is (bit offset)
-constexpr int kRawBytes = kRawBlockBytes + kRawScaleBytes + kRawShiftBytes;
-constexpr int kBOffset = kStages * kABytes;
-constexpr int kRawOffset = kBOffset + kStages * kBBytes;
-constexpr int kBarrierOffset = kRawOffset + kProducerGroups * kRawStages * kRawBytes;
-constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtomBytes;  // + slack to align the base
-static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0 && kRawOffset % 16 == 0 &&
-              kRawBytes % 16 == 0 && kBarrierOffset % 8 == 0 && kSharedBytes <= 227 * 1024);
-
-constexpr int kARowsPerThread = kTileM * 8 / kProducerThreads;    // 16-byte chunks of A a thread copies
-constexpr int kBlocksPerThread = kTileN * 2 / kProducerThreads;  // MXFP4 blocks a thread copies and converts
-static_assert(kTileM * 8 % kProducerThreads == 0 && kTileN * 2 % kProducerThreads == 0);
+// The layout of one element type: k per step (one 128-byte swizzle row), MXFP4 blocks a weight row has per step, and
+// the shared-memory map. bf16: per block the aligned word holding its scale byte and the byte's bit offset; e4m3:
+// per weight row the two aligned words holding its four scale bytes, the word holding its s_max byte, two offsets.
+template <bool kFp8>
+struct Layout {
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;
+  static constexpr int kTileK = kSwizzleRowBytes / kElementBytes;
+  static constexpr int kBlocksPerStep = kTileK / 32;
+  static constexpr int kABytes = kTileM * kSwizzleRowBytes;
+  static constexpr int kBBytes = kTileN * kSwizzleRowBytes;
+  static constexpr int kRawBlockBytes = kTileN * kBlocksPerStep * 16;
+  static constexpr int kRawMetaBytes = kFp8 ? kTileN * 16 : kTileN * kBlocksPerStep * 5;
+  static constexpr int kRawBytes = kRawBlockBytes + kRawMetaBytes;
+  static constexpr int kBOffset = kStages * kABytes;
+  static constexpr int kRawOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kBarrierOffset = kRawOffset + kProducerGroups * kRawStages * kRawBytes;
+  static constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtomBytes;  // + slack to align
+  static constexpr int kARowsPerThread = kTileM * 8 / kProducerThreads;                   // 16-byte chunks of A
+  static constexpr int kBlocksPerThread = kTileN * kBlocksPerStep / kProducerThreads;  // blocks copied, converted
+  static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0 && kRawOffset % 16 == 0 &&
+                kRawBytes % 16 == 0 && kBarrierOffset % 8 == 0 && kSharedBytes <= 227 * 1024);
+  static_assert(kTileM * 8 % kProducerThreads == 0 && kTileN * kBlocksPerStep % kProducerThreads == 0);
+};
 
 using Item = MoeItem;
 __device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles) {
@@ -63,42 +77,68 @@ __device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles) {
 }
 
 // Shared memory: A stages, B stages, each producer group's raw stages, then the barriers (full, empty).
+template <bool kFp8>
 struct Shared {
+  using L = Layout<kFp8>;
   unsigned char* base;
   uint64_t* full;
   uint64_t* empty;
-  __device__ unsigned char* a(int stage) const { return base + stage * kABytes; }
-  __device__ unsigned char* b(int stage) const { return base + kBOffset + stage * kBBytes; }
+  __device__ unsigned char* a(int stage) const { return base + stage * L::kABytes; }
+  __device__ unsigned char* b(int stage) const { return base + L::kBOffset + stage * L::kBBytes; }
   __device__ unsigned char* raw(int group, int stage) const {
-    return base + kRawOffset + (group * kRawStages + stage) * kRawBytes;
+    return base + L::kRawOffset + (group * kRawStages + stage) * L::kRawBytes;
   }
 };
+
+// The aligned 32-bit word holding byte *byte into slot (cp.async), and the byte's bit offset in it into *shift; a
+// word that would reach past `end` (the array's last bytes) is read byte-wise instead. Not valid: zeros.
+__device__ __forceinline__ void copy_byte_word(unsigned char* slot, unsigned char* shift, const uint8_t* byte,
+                                               const uint8_t* end, bool valid) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
+  const uint8_t* word = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
+  if (!valid || word + 4 <= end) {
+    cp_async_4(slot, word, valid);
+    *shift = static_cast<unsigned char>(8 * (address & 3));
+  } else {
+    *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
+    *shift = 0;
+  }
+}
 
 // ---- producers --------------------------------------------------------------------------------------------------------
 // Producer group `group` handles the global steps g = group + 2 i (its own step i). Per own step: the activation
 // copies run one own step ahead (mostly L2 hits: the expert's rows are read by every weight tile), the raw MXFP4
 // blocks and their scale words two (DRAM), each in its own cp.async group, committed in the order A(i + 1),
 // raw(i + 2), so that "A(i) and raw(i) landed" is wait_group 1. Thread t copies A chunk t % 8 of rows t / 8 + 16 j,
-// and MXFP4 blocks q = t + 128 j (weight row q / 2 of the item, block 2 step + q % 2) with the 32-bit word that holds
-// the block's scale byte (the bytes are 2-byte aligned only), which it later converts to bf16 chunks
-// 4 (q % 2) .. 4 (q % 2) + 3 of that row.
+// and MXFP4 blocks q = t + 128 j (weight row q / B of the item, block B step + q % B, B = blocks per step), which it
+// later converts into chunks (q % B) 16 / (2 B) ... of that row's B tile: 4 chunks of 8 bf16, or 2 of 16 e4m3.
+template <bool kFp8>
 struct Producer {
+  using L = Layout<kFp8>;
+  static constexpr int kB = L::kBlocksPerStep;
   const MoeGemmParams& p;
-  Shared s;
+  Shared<kFp8> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
   const uint8_t* scales_end;  // one past the layer's scale bytes: a word reaching past it is read byte-wise
+  const uint8_t* row_max_end;  // one past row_scale_max (FP8)
   int a_item = -1, raw_item = -1;               // the items the pointers below are for (local indices)
-  int a_row[kARowsPerThread];                   // x row of each A row, -1 past the tile's rows
-  const uint8_t* blocks[kBlocksPerThread];     // each weight row's first block (+ q % 2), null past N
-  const uint8_t* scales[kBlocksPerThread];     // its first scale byte (+ q % 2), null past N
+  int a_row[L::kARowsPerThread];                // x row of each A row, -1 past the tile's rows
+  // The thread's blocks are q = t + 128 i: weight rows t / B + (128 / B) i of the item, block t % B of each step.
+  // Kept as the first row's pointers and the count of rows inside N (64-bit pointers a block would cost the FP8
+  // producer 36 of its 88 registers).
+  static constexpr int kRowStride = kProducerThreads / kB;
+  const uint8_t* first_block = nullptr;  // row t / B's first block (+ t % B)
+  const uint8_t* first_scale = nullptr;  // its first scale byte (+ t % B)
+  const uint8_t* first_max = nullptr;    // its s_max byte (FP8)
+  int rows_in = 0;                       // of the thread's rows, those below out_features
 
   __device__ int item_of_local(int local) const { return blockIdx.x + local * gridDim.x; }
 
   __device__ void start_a_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
 #pragma unroll
-    for (int i = 0; i < kARowsPerThread; ++i) {
+    for (int i = 0; i < L::kARowsPerThread; ++i) {
       const int r = t / 8 + 16 * i;
       a_row[i] = r < it.rows ? (p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r) : -1;
     }
@@ -107,14 +147,12 @@ struct Producer {
 
   __device__ void start_raw_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
-#pragma unroll
-    for (int i = 0; i < kBlocksPerThread; ++i) {
-      const int q = t + kProducerThreads * i;
-      const int64_t n = it.n0 + q / 2;
-      const int64_t row = (it.expert * p.w.out_features + n) * blocks_per_row + q % 2;
-      blocks[i] = n < p.w.out_features ? p.w.blocks + row * 16 : nullptr;
-      scales[i] = n < p.w.out_features ? p.w.scales + row : nullptr;
-    }
+    const int64_t n = it.n0 + t / kB;
+    const int64_t row = it.expert * p.w.out_features + n;
+    rows_in = n < p.w.out_features ? static_cast<int>((p.w.out_features - n + kRowStride - 1) / kRowStride) : 0;
+    first_block = p.w.blocks + (row * blocks_per_row + t % kB) * 16;
+    first_scale = p.w.scales + row * blocks_per_row + t % kB;
+    if constexpr (kFp8) first_max = p.w.row_scale_max + row;
     raw_item = local;
   }
 
@@ -123,14 +161,16 @@ struct Producer {
     const int step = g % ksteps;
     if (g / ksteps != a_item) start_a_item(g / ksteps);
     mbarrier_wait_or_trap(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
-    const bf16* x = static_cast<const bf16*>(p.x);
+    const uint8_t* x = kFp8 ? p.x_fp8 : static_cast<const uint8_t*>(p.x);
+    const int64_t row_bytes = p.w.in_features * L::kElementBytes;
     unsigned char* a = s.a(g % kStages);
     const int chunk = t % 8;
-    const int64_t k = static_cast<int64_t>(step) * kTileK + chunk * 8;
+    const int64_t k = static_cast<int64_t>(step) * L::kTileK + chunk * (16 / L::kElementBytes);
 #pragma unroll
-    for (int i = 0; i < kARowsPerThread; ++i) {
+    for (int i = 0; i < L::kARowsPerThread; ++i) {
       const bool ok = a_row[i] >= 0 && k < p.w.in_features;
-      cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk), ok ? x + a_row[i] * p.w.in_features + k : x, ok);
+      cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk),
+                  ok ? x + a_row[i] * row_bytes + k * L::kElementBytes : x, ok);
     }
   }
 
@@ -140,41 +180,75 @@ struct Producer {
     const int step = g % ksteps;
     if (g / ksteps != raw_item) start_raw_item(g / ksteps);
     unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
+    unsigned char* meta = raw + L::kRawBlockBytes;
 #pragma unroll
-    for (int i = 0; i < kBlocksPerThread; ++i) {
+    for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
-      const bool ok = blocks[i] != nullptr && 2 * step + q % 2 < blocks_per_row;
-      cp_async_16(raw + q * 16, ok ? blocks[i] + step * 32 : p.w.blocks, ok);
-      const uint8_t* byte = ok ? scales[i] + 2 * step : p.w.scales;
-      const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
-      const uint8_t* word = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
-      unsigned char* slot = raw + kRawBlockBytes + q * 4;
-      if (!ok || word + 4 <= scales_end) {
-        cp_async_4(slot, word, ok);
-        raw[kRawBlockBytes + kRawScaleBytes + q] = static_cast<unsigned char>(8 * (address & 3));
-      } else {  // the layer's last scale bytes: their word would reach past the tensor
-        *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
-        raw[kRawBlockBytes + kRawScaleBytes + q] = 0;
+      const bool in_row = i < rows_in;
+      const int64_t rows_on = static_cast<int64_t>(kRowStride) * i;
+      const bool ok = in_row && kB * step + q % kB < blocks_per_row;
+      cp_async_16(raw + q * 16, ok ? first_block + (rows_on * blocks_per_row + step * kB) * 16 : p.w.blocks, ok);
+      const uint8_t* scale = first_scale + rows_on * blocks_per_row + kB * step;  // the row's byte q % B this step
+      if constexpr (!kFp8) {
+        copy_byte_word(meta + q * 4, meta + kTileN * kB * 4 + q, ok ? scale : p.w.scales, scales_end, ok);
+      } else {
+        // Per weight row (16 bytes): words holding scale bytes 4 step .. 4 step + 3 (blocks 0, 1 copy one each),
+        // the word holding s_max (block 2), then the two bit offsets.
+        unsigned char* row_meta = meta + (q / kB) * 16;
+        const int b = q % kB;
+        const uint8_t* first = in_row ? scale - b : p.w.scales;
+        if (b == 0) copy_byte_word(row_meta, row_meta + 12, first, scales_end, in_row);
+        if (b == 1) {  // the next word (past `end` only for the layer's last row: then its bytes before `end`)
+          const uint8_t* word = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(first) & ~uintptr_t{3}) + 4;
+          if (!in_row || word + 4 <= scales_end) {
+            cp_async_4(row_meta + 4, word, in_row);
+          } else {
+            uint32_t bytes = 0;
+            for (int j = 0; j < 4 && word + j < scales_end; ++j) bytes |= static_cast<uint32_t>(__ldg(word + j)) << (8 * j);
+            *reinterpret_cast<uint32_t*>(row_meta + 4) = bytes;
+          }
+        }
+        if (b == 2)
+          copy_byte_word(row_meta + 8, row_meta + 13, in_row ? first_max + rows_on : p.w.row_scale_max, row_max_end,
+                         in_row);
       }
     }
   }
 
-  // Raw stage of global step g -> bf16 B stage g % kStages.
+  // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in).
   __device__ void convert_step(int g) {
     const unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
+    const unsigned char* meta = raw + L::kRawBlockBytes;
     unsigned char* b = s.b(g % kStages);
 #pragma unroll
-    for (int i = 0; i < kBlocksPerThread; ++i) {
+    for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
       const uint4 block = *reinterpret_cast<const uint4*>(raw + q * 16);
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(raw + kRawBlockBytes + q * 4);
-      const uint32_t scale = (word >> raw[kRawBlockBytes + kRawScaleBytes + q]) & 0xffu;
-      const uint32_t factor = mxfp4_scale_bf16x2(scale);
+      if constexpr (!kFp8) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(meta + q * 4);
+        const uint32_t scale = (word >> meta[kTileN * kB * 4 + q]) & 0xffu;
+        const uint32_t factor = mxfp4_scale_bf16x2(scale);
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t v[4];
-        mxfp4_word_to_bf16(word_of(block, w), factor, v);
-        *reinterpret_cast<uint4*>(b + swizzled_chunk_offset(q / 2, 4 * (q % 2) + w)) = make_uint4(v[0], v[1], v[2], v[3]);
+        for (int w = 0; w < 4; ++w) {
+          uint32_t v[4];
+          mxfp4_word_to_bf16(word_of(block, w), factor, v);
+          *reinterpret_cast<uint4*>(b + swizzled_chunk_offset(q / kB, 4 * (q % kB) + w)) =
+              make_uint4(v[0], v[1], v[2], v[3]);
+        }
+      } else {
+        const unsigned char* row_meta = meta + (q / kB) * 16;
+        const uint64_t words = *reinterpret_cast<const uint64_t*>(row_meta);
+        const int scale = static_cast<int>((words >> (row_meta[12] + 8 * (q % kB))) & 0xffu);
+        const int largest =
+            static_cast<int>((*reinterpret_cast<const uint32_t*>(row_meta + 8) >> row_meta[13]) & 0xffu);
+        const E4m3Table table = mxfp4_e4m3_table(scale - largest + kMxfp4E4m3MaxShift);
+        uint32_t v[8];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) mxfp4_packed_to_e4m3(word_of(block, w), table, v[2 * w], v[2 * w + 1]);
+        unsigned char* row = b;
+        *reinterpret_cast<uint4*>(row + swizzled_chunk_offset(q / kB, 2 * (q % kB))) = make_uint4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<uint4*>(row + swizzled_chunk_offset(q / kB, 2 * (q % kB) + 1)) =
+            make_uint4(v[4], v[5], v[6], v[7]);
       }
     }
   }
@@ -191,10 +265,15 @@ struct Producer {
     cp_async_commit();
     for (int i = 0; i < mine; ++i) {
       cp_async_wait_pending<1>();  // all but raw(i + 1): A(i) and raw(i) landed
+      // FP8: a weight row's scale words were copied by lanes beside this one (the row's four blocks are four
+      // consecutive lanes): the warp barrier orders their landed copies before these reads, and these reads before
+      // the same lanes overwrite the stage two own steps on.
+      if constexpr (kFp8) __syncwarp();
       convert_step(global(i));
       mbarrier_arrive(&s.full[global(i) % kStages]);
       if (i + 1 < mine) copy_a(global(i + 1));
       cp_async_commit();
+      if constexpr (kFp8) __syncwarp();
       if (i + 2 < mine) copy_raw(global(i + 2));
       cp_async_commit();
     }
@@ -202,35 +281,54 @@ struct Producer {
 };
 
 // ---- consumers --------------------------------------------------------------------------------------------------------
-template <bool kSwiglu>
+// FP8: output (row r, column n) is acc x_scale[x row of r] 2^(s_max(n) - 133), before the bias.
+template <bool kFp8, bool kSwiglu>
 __device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (&acc)[96], int group, int warp,
                            int lane) {
   const int64_t N = p.w.out_features;
   const float* bias = p.w.bias + it.expert * N;
   const int g = lane / 4, c = lane % 4;
+  float row_scale[2] = {1.0f, 1.0f};
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = group * 64 + warp * 16 + g + 8 * h;
+      if (r < it.rows) row_scale[h] = p.x_scale[p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r];
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
     const int64_t col = it.n0 + 8 * j + 2 * c;  // even, and N is even: col + 1 < N too
     if (col >= N) continue;
     const float2 b = *reinterpret_cast<const float2*>(bias + col);
+    float2 column = make_float2(1.0f, 1.0f);
+    if constexpr (kFp8) {
+      const uint8_t* largest = p.w.row_scale_max + it.expert * N + col;
+      column = make_float2(ldexpf(1.0f, largest[0] - kMxfp4E4m3RowExponentBias),
+                           ldexpf(1.0f, largest[1] - kMxfp4E4m3RowExponentBias));
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = group * 64 + warp * 16 + g + 8 * h;
-      if (r >= it.rows) continue;
-      const int64_t row = it.row0 + r;
-      const float v0 = acc[4 * j + 2 * h] + b.x, v1 = acc[4 * j + 2 * h + 1] + b.y;
-      if constexpr (kSwiglu) {
-        static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
-            __float2bfloat16_rn(swiglu(v0, v1, p.swiglu_alpha, p.swiglu_limit));
-      } else {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * N + col) = make_float2(v0, v1);
+      if (r < it.rows) {
+        const int64_t row = it.row0 + r;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (kFp8) v0 = v0 * row_scale[h] * column.x, v1 = v1 * row_scale[h] * column.y;
+        v0 += b.x, v1 += b.y;
+        if constexpr (kSwiglu) {
+          static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
+              __float2bfloat16_rn(swiglu(v0, v1, p.swiglu_alpha, p.swiglu_limit));
+        } else {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * N + col) = make_float2(v0, v1);
+        }
       }
     }
   }
 }
 
-template <bool kSwiglu>
-__device__ void consume(const MoeGemmParams& p, const Shared& s, int n_tiles, int items, int ksteps) {
+template <bool kFp8, bool kSwiglu>
+__device__ void consume(const MoeGemmParams& p, const Shared<kFp8>& s, int n_tiles, int items, int ksteps) {
+  using L = Layout<kFp8>;
   const int group = threadIdx.x / 128 - kProducerGroups, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t base = shared_address(s.base);
   float acc[96];
@@ -240,13 +338,19 @@ __device__ void consume(const MoeGemmParams& p, const Shared& s, int n_tiles, in
       const int stage = g % kStages;
       mbarrier_wait_or_trap(&s.full[stage], (g / kStages) & 1);
       fence_proxy_async_shared();  // the stage's generic-proxy writes, now observed, before wgmma reads them
-      const uint32_t a = base + stage * kABytes + group * 64 * kSwizzleRowBytes;
-      const uint32_t b = base + kBOffset + stage * kBBytes;
+      const uint32_t a = base + stage * L::kABytes + group * 64 * kSwizzleRowBytes;
+      const uint32_t b = base + L::kBOffset + stage * L::kBBytes;
       wgmma_fence_registers(acc);
       wgmma_fence();
+      // Four instructions of 32 bytes of k each: k16 of bf16 or k32 of e4m3.
 #pragma unroll
-      for (int k16 = 0; k16 < kTileK / 16; ++k16)
-        wgmma_m64n192k16_ss(acc, sw128_descriptor(a + 32 * k16), sw128_descriptor(b + 32 * k16), step > 0 || k16 > 0);
+      for (int slab = 0; slab < 4; ++slab) {
+        const uint64_t da = sw128_descriptor(a + 32 * slab), db = sw128_descriptor(b + 32 * slab);
+        if constexpr (kFp8)
+          wgmma_m64n192k32_e4m3_ss(acc, da, db, step > 0 || slab > 0);
+        else
+          wgmma_m64n192k16_ss(acc, da, db, step > 0 || slab > 0);
+      }
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's batch is done: its stage can be refilled
       wgmma_fence_registers(acc);
@@ -255,54 +359,64 @@ __device__ void consume(const MoeGemmParams& p, const Shared& s, int n_tiles, in
     wgmma_wait<0>();
     wgmma_fence_registers(acc);
     if (lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
-    store_tile<kSwiglu>(p, item_at(p, item, n_tiles), acc, group, warp, lane);
+    store_tile<kFp8, kSwiglu>(p, item_at(p, item, n_tiles), acc, group, warp, lane);
   }
 }
 
-template <bool kSwiglu>
+template <bool kFp8, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                          int n_tiles) {
+  using L = Layout<kFp8>;
   pdl_prologue();
   extern __shared__ unsigned char shared_bytes[];
-  Shared s;
+  Shared<kFp8> s;
   s.base = swizzle_aligned(shared_bytes);
-  s.full = reinterpret_cast<uint64_t*>(s.base + kBarrierOffset);
+  s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + kStages;
   init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);
   const int items = *p.routing.num_tiles * n_tiles;
-  const int ksteps = static_cast<int>((p.w.in_features + kTileK - 1) / kTileK);
+  const int ksteps = static_cast<int>((p.w.in_features + L::kTileK - 1) / L::kTileK);
   if (threadIdx.x < kProducerGroups * kProducerThreads) {
     warpgroup_registers_release<kProducerRegisters>();
     const int blocks_per_row = static_cast<int>(p.w.in_features / 32);
-    Producer producer{p,
-                      s,
-                      n_tiles,
-                      ksteps,
-                      blocks_per_row,
-                      static_cast<int>(threadIdx.x) / kProducerThreads,
-                      static_cast<int>(threadIdx.x) % kProducerThreads,
-                      p.w.scales + static_cast<int64_t>(p.routing.num_experts) * p.w.out_features * blocks_per_row};
+    const int64_t weight_rows = static_cast<int64_t>(p.routing.num_experts) * p.w.out_features;
+    Producer<kFp8> producer{p,
+                            s,
+                            n_tiles,
+                            ksteps,
+                            blocks_per_row,
+                            static_cast<int>(threadIdx.x) / kProducerThreads,
+                            static_cast<int>(threadIdx.x) % kProducerThreads,
+                            p.w.scales + weight_rows * blocks_per_row,
+                            kFp8 ? p.w.row_scale_max + weight_rows : nullptr};
     producer.run(cta_item_count(items) * ksteps);
   } else {
     warpgroup_registers_claim<kConsumerRegisters>();
-    consume<kSwiglu>(p, s, n_tiles, items, ksteps);
+    consume<kFp8, kSwiglu>(p, s, n_tiles, items, ksteps);
   }
 }
 
-template <bool kSwiglu>
+template <bool kFp8, bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  allow_dynamic_shared_memory<moe_prefill_wgmma_kernel<kSwiglu>>(kSharedBytes);
+  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu>;
+  allow_dynamic_shared_memory<kernel>(Layout<kFp8>::kSharedBytes);
   const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts,
                                               device_multiprocessors());
-  MOESERVE_CUDA_CHECK(cuda_launch(moe_prefill_wgmma_kernel<kSwiglu>, grid.blocks, kThreads, kSharedBytes, stream, p,
-                                  grid.weight_tiles));
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(kernel, grid.blocks, kThreads, Layout<kFp8>::kSharedBytes, stream, p, grid.weight_tiles));
 }
 
 }  // namespace
 
 void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params) {
-  launch_checked("moe_prefill_wgmma", params,
-                 [&](auto swiglu) { launch_typed<decltype(swiglu)::value>(stream, params); });
+  if (params.x_fp8 != nullptr && (params.x_scale == nullptr || params.w.row_scale_max == nullptr))
+    fail_cuda("moe_prefill_wgmma", "FP8 activations need x_scale and the weights' row_scale_max", __FILE__, __LINE__);
+  launch_checked("moe_prefill_wgmma", params, [&](auto swiglu) {
+    if (params.x_fp8 != nullptr)
+      launch_typed<true, decltype(swiglu)::value>(stream, params);
+    else
+      launch_typed<false, decltype(swiglu)::value>(stream, params);
+  });
 }
 
 }  // namespace moeserve::cuda
