@@ -90,50 +90,52 @@ struct Shared {
   }
 };
 
-// The aligned 32-bit word holding byte *byte into slot (cp.async), and the byte's bit offset in it into *shift; a
-// word that would reach past `end` (the array's last bytes) is read byte-wise instead. Not valid: zeros.
-__device__ __forceinline__ void copy_byte_word(unsigned char* slot, unsigned char* shift, const uint8_t* byte,
-                                               const uint8_t* end, bool valid) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
-  const uint8_t* word = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
-  if (!valid || word + 4 <= end) {
-    cp_async_4(slot, word, valid);
-    *shift = static_cast<unsigned char>(8 * (address & 3));
-  } else {
-    *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
-    *shift = 0;
-  }
-}
-
 // ---- producers --------------------------------------------------------------------------------------------------------
 // Producer group `group` handles the global steps g = group + 2 i (its own step i). Per own step: the activation
 // copies run one own step ahead (mostly L2 hits: the expert's rows are read by every weight tile), the raw MXFP4
 // blocks and their scale words two (DRAM), each in its own cp.async group, committed in the order A(i + 1),
 // raw(i + 2), so that "A(i) and raw(i) landed" is wait_group 1. Thread t copies A chunk t % 8 of rows t / 8 + 16 j,
-// and MXFP4 blocks q = t + 128 j (weight row q / B of the item, block B step + q % B, B = blocks per step), which it
-// later converts into chunks (q % B) 16 / (2 B) ... of that row's B tile: 4 chunks of 8 bf16, or 2 of 16 e4m3.
+// and MXFP4 blocks q = t + 128 j (weight row t / B + (128 / B) j of the item, block B step + t % B, B = blocks per
+// step), which it later converts into chunks of that row's B tile: 4 chunks of 8 bf16, or 2 of 16 e4m3.
+// The producers are what bounds this kernel (ncu, H200, 1,024 rows per expert: the consumers spend ~60% of their
+// samples waiting on "full", the producers issue ~1,400 instructions an own step in the FP8 version), so the index
+// work is kept out of the steps: each copy walks a cursor (item, step) instead of dividing by the step count, the
+// item's pointers are set once per item, and a thread's rows are a constant stride apart.
 template <bool kFp8>
 struct Producer {
   using L = Layout<kFp8>;
   static constexpr int kB = L::kBlocksPerStep;
+  static constexpr int kRowStride = kProducerThreads / kB;  // weight rows between a thread's blocks
   const MoeGemmParams& p;
   Shared<kFp8> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
-  const uint8_t* scales_end;  // one past the layer's scale bytes: a word reaching past it is read byte-wise
+  const uint8_t* scales_end;   // one past the layer's scale bytes: a word reaching past it is read byte-wise
   const uint8_t* row_max_end;  // one past row_scale_max (FP8)
-  int a_item = -1, raw_item = -1;               // the items the pointers below are for (local indices)
-  int a_row[L::kARowsPerThread];                // x row of each A row, -1 past the tile's rows
-  // The thread's blocks are q = t + 128 i: weight rows t / B + (128 / B) i of the item, block t % B of each step.
-  // Kept as the first row's pointers and the count of rows inside N (64-bit pointers a block would cost the FP8
-  // producer 36 of its 88 registers).
-  static constexpr int kRowStride = kProducerThreads / kB;
-  const uint8_t* first_block = nullptr;  // row t / B's first block (+ t % B)
-  const uint8_t* first_scale = nullptr;  // its first scale byte (+ t % B)
-  const uint8_t* first_max = nullptr;    // its s_max byte (FP8)
-  int rows_in = 0;                       // of the thread's rows, those below out_features
 
+  // The item (local index) and k step of a global step; a group's next one is two steps on.
+  struct Cursor {
+    int local = 0, step = 0;
+  };
+  __device__ Cursor cursor_of(int g) const { return {g / ksteps, g % ksteps}; }
+  __device__ void advance(Cursor& c) const {
+    c.step += 2;
+    while (c.step >= ksteps) c.step -= ksteps, ++c.local;
+  }
   __device__ int item_of_local(int local) const { return blockIdx.x + local * gridDim.x; }
+
+  // A: the x row of each of the thread's A rows (-1 past the tile's rows), for item a_item.
+  int a_item = -1;
+  int a_row[L::kARowsPerThread];
+  // Raw, for item raw_item: row t / B's block t % B at step 0, the rows of the thread inside N, and (FP8) the word
+  // this thread copies into its row's meta (b = t % B: 0, 1 the words holding the step's four scale bytes, 2 the word
+  // holding s_max, 3 none) with the byte indices of both in their words (constant per row: 4 step is a multiple of 4).
+  int raw_item = -1;
+  const uint8_t* block_src = nullptr;
+  int rows_in = 0;
+  const uint8_t* meta_src = nullptr;  // FP8: the word for row t / B (+ 4 step for b < 2); bf16: the scale byte
+  int meta_shift = 0;                 // FP8: b 0: the first scale byte's index in its word, b 2: s_max's
+  bool near_end = false;              // a word of the thread's rows may reach past its array's end
 
   __device__ void start_a_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
@@ -147,83 +149,117 @@ struct Producer {
 
   __device__ void start_raw_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
+    const int b = t % kB;
     const int64_t n = it.n0 + t / kB;
     const int64_t row = it.expert * p.w.out_features + n;
     rows_in = n < p.w.out_features ? static_cast<int>((p.w.out_features - n + kRowStride - 1) / kRowStride) : 0;
-    first_block = p.w.blocks + (row * blocks_per_row + t % kB) * 16;
-    first_scale = p.w.scales + row * blocks_per_row + t % kB;
-    if constexpr (kFp8) first_max = p.w.row_scale_max + row;
+    block_src = p.w.blocks + (row * blocks_per_row + b) * 16;
+    const int64_t last_row = row + static_cast<int64_t>(kRowStride) * (L::kBlocksPerThread - 1);
+    if constexpr (kFp8) {
+      const uint8_t* scale = p.w.scales + row * blocks_per_row;
+      const uint8_t* largest = p.w.row_scale_max + row;
+      const uintptr_t address = reinterpret_cast<uintptr_t>(b == 2 ? largest : scale);
+      meta_shift = static_cast<int>(address & 3);
+      meta_src = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3}) + (b == 1 ? 4 : 0);
+      near_end = p.w.scales + (last_row + 1) * blocks_per_row + 8 > scales_end ||
+                 p.w.row_scale_max + last_row + 4 > row_max_end;
+    } else {
+      meta_src = p.w.scales + row * blocks_per_row + b;
+      near_end = p.w.scales + (last_row + 1) * blocks_per_row + 4 > scales_end;
+    }
     raw_item = local;
   }
 
-  // Activations of global step g into A stage g % kStages, once the consumers gave the stage back.
-  __device__ void copy_a(int g) {
-    const int step = g % ksteps;
-    if (g / ksteps != a_item) start_a_item(g / ksteps);
+  // Activations of cursor c (global step g) into A stage g % kStages, once the consumers gave the stage back.
+  __device__ void copy_a(Cursor c, int g) {
+    if (c.local != a_item) start_a_item(c.local);
     mbarrier_wait_or_trap(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
     const uint8_t* x = kFp8 ? p.x_fp8 : static_cast<const uint8_t*>(p.x);
     const int64_t row_bytes = p.w.in_features * L::kElementBytes;
     unsigned char* a = s.a(g % kStages);
     const int chunk = t % 8;
-    const int64_t k = static_cast<int64_t>(step) * L::kTileK + chunk * (16 / L::kElementBytes);
+    const int64_t k = static_cast<int64_t>(c.step) * L::kTileK + chunk * (16 / L::kElementBytes);
+    const bool k_ok = k < p.w.in_features;
+    const uint8_t* at = x + k * L::kElementBytes;
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i) {
-      const bool ok = a_row[i] >= 0 && k < p.w.in_features;
-      cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk),
-                  ok ? x + a_row[i] * row_bytes + k * L::kElementBytes : x, ok);
+      const bool ok = a_row[i] >= 0 && k_ok;
+      cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk), ok ? at + a_row[i] * row_bytes : x, ok);
     }
   }
 
-  // Raw blocks and scale words of global step g (own step g / 2) into this group's raw stage (g / 2) % kRawStages,
-  // whose previous contents (own step g / 2 - 2) this thread converted already.
-  __device__ void copy_raw(int g) {
-    const int step = g % ksteps;
-    if (g / ksteps != raw_item) start_raw_item(g / ksteps);
+  // One meta word the careful way: byte-wise for the bytes before `end` when the word reaches past it.
+  __device__ static void copy_word_near_end(unsigned char* slot, const uint8_t* word, const uint8_t* end, bool valid) {
+    if (!valid || word + 4 <= end) {
+      cp_async_4(slot, word, valid);
+      return;
+    }
+    uint32_t bytes = 0;
+    for (int j = 0; j < 4 && word + j < end; ++j) bytes |= static_cast<uint32_t>(__ldg(word + j)) << (8 * j);
+    *reinterpret_cast<uint32_t*>(slot) = bytes;
+  }
+
+  // Raw blocks and scale words of cursor c (global step g, own step g / 2) into this group's raw stage
+  // (g / 2) % kRawStages, whose previous contents (own step g / 2 - 2) this warp converted already.
+  __device__ void copy_raw(Cursor c, int g) {
+    if (c.local != raw_item) start_raw_item(c.local);
     unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
     unsigned char* meta = raw + L::kRawBlockBytes;
+    const int b = t % kB;
+    const bool block_ok = kB * c.step + b < blocks_per_row;
+    const int64_t block_stride = static_cast<int64_t>(kRowStride) * blocks_per_row * 16;
+    const uint8_t* blocks = block_src + static_cast<int64_t>(c.step) * kB * 16;
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
-      const bool in_row = i < rows_in;
-      const int64_t rows_on = static_cast<int64_t>(kRowStride) * i;
-      const bool ok = in_row && kB * step + q % kB < blocks_per_row;
-      cp_async_16(raw + q * 16, ok ? first_block + (rows_on * blocks_per_row + step * kB) * 16 : p.w.blocks, ok);
-      const uint8_t* scale = first_scale + rows_on * blocks_per_row + kB * step;  // the row's byte q % B this step
+      const bool ok = i < rows_in && block_ok;
+      cp_async_16(raw + q * 16, ok ? blocks + i * block_stride : p.w.blocks, ok);
       if constexpr (!kFp8) {
-        copy_byte_word(meta + q * 4, meta + kTileN * kB * 4 + q, ok ? scale : p.w.scales, scales_end, ok);
-      } else {
-        // Per weight row (16 bytes): words holding scale bytes 4 step .. 4 step + 3 (blocks 0, 1 copy one each),
-        // the word holding s_max (block 2), then the two bit offsets.
-        unsigned char* row_meta = meta + (q / kB) * 16;
-        const int b = q % kB;
-        const uint8_t* first = in_row ? scale - b : p.w.scales;
-        if (b == 0) copy_byte_word(row_meta, row_meta + 12, first, scales_end, in_row);
-        if (b == 1) {  // the next word (past `end` only for the layer's last row: then its bytes before `end`)
-          const uint8_t* word = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(first) & ~uintptr_t{3}) + 4;
-          if (!in_row || word + 4 <= scales_end) {
-            cp_async_4(row_meta + 4, word, in_row);
-          } else {
-            uint32_t bytes = 0;
-            for (int j = 0; j < 4 && word + j < scales_end; ++j) bytes |= static_cast<uint32_t>(__ldg(word + j)) << (8 * j);
-            *reinterpret_cast<uint32_t*>(row_meta + 4) = bytes;
-          }
+        // The aligned word holding this block's scale byte, and the byte's bit offset.
+        const uint8_t* byte = meta_src + static_cast<int64_t>(kRowStride) * blocks_per_row * i + kB * c.step;
+        const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
+        const uint8_t* word = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
+        unsigned char* slot = meta + q * 4;
+        if (!near_end || !ok || word + 4 <= scales_end) {
+          cp_async_4(slot, ok ? word : p.w.scales, ok);
+          meta[kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (address & 3));
+        } else {
+          *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
+          meta[kTileN * kB * 4 + q] = 0;
         }
-        if (b == 2)
-          copy_byte_word(row_meta + 8, row_meta + 13, in_row ? first_max + rows_on : p.w.row_scale_max, row_max_end,
-                         in_row);
+      } else {
+        // Per weight row (16 bytes): the words holding scale bytes 4 step .. 4 step + 3 (from lanes b = 0, 1), the
+        // word holding s_max (b = 2), then the two byte indices.
+        if (b < 3) {
+          unsigned char* row_meta = meta + (q / kB) * 16;
+          const bool in_row = i < rows_in;
+          const uint8_t* word =
+              meta_src + (b == 2 ? static_cast<int64_t>(kRowStride) * i
+                                 : static_cast<int64_t>(kRowStride) * blocks_per_row * i + 4 * c.step);
+          unsigned char* slot = row_meta + 4 * b;
+          if (!near_end)
+            cp_async_4(slot, in_row ? word : p.w.scales, in_row);
+          else
+            copy_word_near_end(slot, word, b == 2 ? row_max_end : scales_end, in_row);
+          if (b != 1) row_meta[12 + b / 2] = static_cast<unsigned char>(meta_shift);
+        }
       }
     }
   }
 
-  // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in).
+  // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in). The thread's
+  // rows t / B + (128 / B) i share row % 8, so their chunks share one swizzle term.
   __device__ void convert_step(int g) {
     const unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
     const unsigned char* meta = raw + L::kRawBlockBytes;
-    unsigned char* b = s.b(g % kStages);
+    const int row0 = t / kB, b = t % kB;
+    const uint32_t swizzle = static_cast<uint32_t>(row0 % 8);
+    unsigned char* tile = s.b(g % kStages) + row0 * kSwizzleRowBytes;
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
       const uint4 block = *reinterpret_cast<const uint4*>(raw + q * 16);
+      unsigned char* row = tile + i * kRowStride * kSwizzleRowBytes;
       if constexpr (!kFp8) {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(meta + q * 4);
         const uint32_t scale = (word >> meta[kTileN * kB * 4 + q]) & 0xffu;
@@ -232,23 +268,22 @@ struct Producer {
         for (int w = 0; w < 4; ++w) {
           uint32_t v[4];
           mxfp4_word_to_bf16(word_of(block, w), factor, v);
-          *reinterpret_cast<uint4*>(b + swizzled_chunk_offset(q / kB, 4 * (q % kB) + w)) =
-              make_uint4(v[0], v[1], v[2], v[3]);
+          *reinterpret_cast<uint4*>(row + (((4 * b + w) ^ swizzle) << 4)) = make_uint4(v[0], v[1], v[2], v[3]);
         }
       } else {
-        const unsigned char* row_meta = meta + (q / kB) * 16;
-        const uint64_t words = *reinterpret_cast<const uint64_t*>(row_meta);
-        const int scale = static_cast<int>((words >> (row_meta[12] + 8 * (q % kB))) & 0xffu);
-        const int largest =
-            static_cast<int>((*reinterpret_cast<const uint32_t*>(row_meta + 8) >> row_meta[13]) & 0xffu);
-        const E4m3Table table = mxfp4_e4m3_table(scale - largest + kMxfp4E4m3MaxShift);
+        const unsigned char* row_meta = meta + (row0 + kRowStride * i) * 16;
+        const uint2 words = *reinterpret_cast<const uint2*>(row_meta);
+        const uint32_t max_word = *reinterpret_cast<const uint32_t*>(row_meta + 8);
+        const uint32_t offsets = *reinterpret_cast<const uint16_t*>(row_meta + 12);
+        const uint32_t scale = byte_permute(words.x, words.y, (offsets & 0xffu) + b) & 0xffu;
+        const uint32_t largest = byte_permute(max_word, 0u, offsets >> 8) & 0xffu;
+        const E4m3Table table =
+            mxfp4_e4m3_table(static_cast<int>(scale) - static_cast<int>(largest) + kMxfp4E4m3MaxShift);
         uint32_t v[8];
 #pragma unroll
         for (int w = 0; w < 4; ++w) mxfp4_packed_to_e4m3(word_of(block, w), table, v[2 * w], v[2 * w + 1]);
-        unsigned char* row = b;
-        *reinterpret_cast<uint4*>(row + swizzled_chunk_offset(q / kB, 2 * (q % kB))) = make_uint4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<uint4*>(row + swizzled_chunk_offset(q / kB, 2 * (q % kB) + 1)) =
-            make_uint4(v[4], v[5], v[6], v[7]);
+        *reinterpret_cast<uint4*>(row + (((2 * b) ^ swizzle) << 4)) = make_uint4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<uint4*>(row + (((2 * b + 1) ^ swizzle) << 4)) = make_uint4(v[4], v[5], v[6], v[7]);
       }
     }
   }
@@ -256,12 +291,13 @@ struct Producer {
   __device__ void run(int total) {
     const int mine = total > group ? (total - group + 1) / 2 : 0;  // own steps
     auto global = [&](int own) { return group + 2 * own; };
+    Cursor a = cursor_of(group), r = cursor_of(group);
     // Groups, in order: raw(0), A(0), raw(1), then per own step i: A(i + 1), raw(i + 2) (empty ones past the end).
-    if (mine > 0) copy_raw(global(0));
+    if (mine > 0) copy_raw(r, global(0)), advance(r);
     cp_async_commit();
-    if (mine > 0) copy_a(global(0));
+    if (mine > 0) copy_a(a, global(0)), advance(a);
     cp_async_commit();
-    if (mine > 1) copy_raw(global(1));
+    if (mine > 1) copy_raw(r, global(1)), advance(r);
     cp_async_commit();
     for (int i = 0; i < mine; ++i) {
       cp_async_wait_pending<1>();  // all but raw(i + 1): A(i) and raw(i) landed
@@ -271,10 +307,10 @@ struct Producer {
       if constexpr (kFp8) __syncwarp();
       convert_step(global(i));
       mbarrier_arrive(&s.full[global(i) % kStages]);
-      if (i + 1 < mine) copy_a(global(i + 1));
+      if (i + 1 < mine) copy_a(a, global(i + 1)), advance(a);
       cp_async_commit();
       if constexpr (kFp8) __syncwarp();
-      if (i + 2 < mine) copy_raw(global(i + 2));
+      if (i + 2 < mine) copy_raw(r, global(i + 2)), advance(r);
       cp_async_commit();
     }
   }

@@ -134,14 +134,18 @@ TEST(CudaRunnerFp8Kv, FullWidthTwoLayerLogitErrorAgainstBf16Kv) {
 // input row is rounded to e4m3 with its own scale (2^-4 relative at most) before both projections of every layer.
 // Measured on an H200 (2026-12-02, docs/PERF.md): median row 6.9e-2 and worst 0.44 on the tiny model, 3.4e-2 and
 // 0.29 on the full-width one. The bounds are about twice those.
+// With path "prefill-wgmma" every step runs the FP8 grouped GEMM instead (block scales folded into e4m3 exponents,
+// exact for these weights; the tensor cores' own accumulation, ~2^-13.4 relative a k32 step: tests/runner/cuda/
+// moe_test.cc), measured against the same bounds.
 void expect_fp8_activation_logits_close(const std::string& what, const TinyModelOptions& options, int chunk,
-                                        double median_bound, double worst_bound) {
+                                        double median_bound, double worst_bound,
+                                        const std::string& path = "decode-mma-mixed") {
   auto checkpoint = open_tiny(options);
   auto runner = [&](const std::string& activation_dtype) {
     CudaRunnerOptions o;
     o.precision = "bf16";
     o.activation_dtype = activation_dtype;
-    o.moe_path_table = "decode-mma-mixed";
+    o.moe_path_table = path;
     return make_cuda_runner(checkpoint, o);
   };
   auto bf16 = runner("bf16"), fp8 = runner("fp8");
@@ -156,6 +160,13 @@ TEST(CudaRunnerFp8Activations, TinyModelLogitErrorAgainstBf16) {
 TEST(CudaRunnerFp8Activations, FullWidthTwoLayerLogitErrorAgainstBf16) {
   MOESERVE_REQUIRE_CUDA();
   expect_fp8_activation_logits_close("two-layer full width", full_width_two_layers(), 50, 0.08, 0.6);
+}
+
+TEST(CudaRunnerFp8Activations, GroupedGemmLogitErrorAgainstBf16) {
+  MOESERVE_REQUIRE_CUDA();
+  expect_fp8_activation_logits_close("tiny model, prefill-wgmma", TinyModelOptions{}, 5, 0.15, 1.0, "prefill-wgmma");
+  expect_fp8_activation_logits_close("two-layer full width, prefill-wgmma", full_width_two_layers(), 50, 0.08, 0.6,
+                                     "prefill-wgmma");
 }
 
 TEST(CudaRunnerFp8Activations, RefusesWhatDoesNotFit) {

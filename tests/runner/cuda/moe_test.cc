@@ -423,7 +423,17 @@ TEST_F(CudaMoe, Fp8QuantiserMatchesTheHostConversion) {
                Error);
 }
 
-// The decode_mma paths with FP8 activations against the reference on the quantised inputs, at skewed routing and
+// The fp32 second projection's bound with FP8 inputs, on the quantised inputs' reference. mma.sync (decode_mma)
+// accumulates e4m3 products in fp32 (measured ~1e-7, the bf16 paths' 1e-4 holds). wgmma e4m3 (prefill_wgmma) keeps
+// its accumulator to fewer bits (DeepSeek-V3's report: about 14): measured on an H200 1.5e-4 / 2.7e-4 / 8.9e-4 at
+// K = 160 / 320 / 2,880, a random walk of 2^-13.4 relative per k32 step over K / 32 steps; the bound is 1.5 times
+// 2^-13 sqrt(K / 32). (mlp1's bf16 output rounding, 4e-3, covers its own.)
+double fp8_mlp2_bound(MoePath path, int K) {
+  if (path != MoePath::prefill_wgmma) return 1e-4;
+  return 1.5 * std::ldexp(1.0, -13) * std::sqrt(K / 32.0);
+}
+
+// The FP8 paths (decode_mma, prefill_wgmma) against the reference on the quantised inputs, at skewed routing and
 // at the tile edges (odd widths: K tails of 96 and 160 inside a 128-k chunk) and at gpt-oss-120b's expert shape;
 // what FP8 costs against bf16 inputs is printed.
 TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
@@ -445,7 +455,7 @@ TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
       const MoeErrors errors = moe.run(path);
       const std::string what = std::string("moe fp8 ") + cuda::moe_path_name(path) + " " + c.shape.name + " " + c.label;
       testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
-      testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+      testing::expect_error_within(what + " mlp2", errors.mlp2, fp8_mlp2_bound(path, c.shape.I));
       testing::expect_error_within(what + " mlp1 against bf16 inputs", errors.mlp1_fp8_cost, 0.1);
       testing::expect_error_within(what + " mlp2 against bf16 inputs", errors.mlp2_fp8_cost, 0.1);
       std::printf("%s: error %.2e / %.2e on the quantised inputs, %.2e / %.2e against bf16 inputs\n", what.c_str(),
@@ -472,7 +482,7 @@ TEST_F(CudaMoe, Fp8GroupedGemmFoldsWideScaleSpans) {
     const MoeErrors errors = moe.run(MoePath::prefill_wgmma);
     const std::string what = "moe fp8 prefill-wgmma span " + std::to_string(span);
     testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
-    testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+    testing::expect_error_within(what + " mlp2", errors.mlp2, fp8_mlp2_bound(MoePath::prefill_wgmma, kMedium.I));
     std::printf("%s: %d wide rows, error %.2e / %.2e on the quantised inputs\n", what.c_str(), moe.wide_rows(),
                 errors.mlp1, errors.mlp2);
   }
