@@ -1,4 +1,4 @@
-// MLA decode attention alone (mla_decode.cu, absorbed form) on one layer of DeepSeek-V3's shape (128 heads, latent
+// MLA decode attention alone (mla_decode.cu / mla_decode_mma.cu, absorbed form) on one layer of DeepSeek-V3's shape (128 heads, latent
 // 512, rope 64; cache rows of 576 values in blocks of 16 scattered over the pool), one token per sequence at batch
 // 1, 8, 32, 128 and contexts 1k, 2k, 8k, bf16 and fp8 e4m3 cache (random values filled on the device), against
 // ceilings measured in the same run:
@@ -6,10 +6,11 @@
 //     (merge included), against the device-to-device copy bandwidth; the partial outputs the splits write and the
 //     merge reads (tokens x 128 heads x splits x 514 floats, twice) are printed beside it;
 //   TFLOP/s = 2 x 128 heads x context x (576 + 512) per token (scores and outputs) over the time, against cuBLASLt's
-//     bf16 matrix rate (version 1 runs on CUDA cores in fp32, so its compute ceiling is ~1/12 of that).
+//     bf16 matrix rate (version 1 runs on CUDA cores in fp32, so its compute ceiling is ~1/12 of that; version 2
+//     on mma.sync).
 // Times are CUDA events around `--reps` launches after 3 warm-ups; the split size is the runner's choice
-// (mla_decode_split_keys).
-//   mla_bench [--reps N] [--batches 1,8,...] [--contexts 1024,...]
+// (mla_decode_split_keys). --version picks the kernels timed (mla_layout.h's MlaDecodeVersion), one row each.
+//   mla_bench [--reps N] [--batches 1,8,...] [--contexts 1024,...] [--version v1,v2]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -66,18 +67,25 @@ int run(int argc, char** argv) {
   CLI::App app{"MLA decode attention on one DeepSeek-V3 layer"};
   int reps = 20;
   std::vector<int> batches = {1, 8, 32, 128}, contexts = {1024, 2048, 8192};
+  std::vector<std::string> version_names = {"v1", "v2"};
   app.add_option("--reps", reps, "timed launches per figure")->capture_default_str()->check(CLI::Range(1, 10000));
   app.add_option("--batches", batches)->delimiter(',')->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--contexts", contexts)->delimiter(',')->capture_default_str()->check(CLI::Range(1, 131072));
+  app.add_option("--version", version_names, "decode kernels to time")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"v1", "v2"}));
   app.parse(argc, argv);
+  std::vector<cuda::MlaDecodeVersion> versions(version_names.size());
+  for (size_t i = 0; i < versions.size(); ++i) cuda::mla_decode_version_named(version_names[i], versions[i]);
 
   const deepseek_v3::Config c = deepseek_v3::tiny_config({.shape = "deepseek-r1"});
   const int H = c.num_heads, L = c.kv_lora_rank, W = c.latent_width();
   const cuda::MlaCacheShape shape{L, c.qk_rope_head_dim, kBlockSize, 1};
   const bench_cuda::Ceilings ceilings = bench_cuda::measure_ceilings();
   const int sms = cuda::device_multiprocessors();
-  fmt::print("{:>5} {:>6} {:>7} {:>5} {:>10} {:>9} {:>7} {:>10} {:>9} {:>7}\n", "kv", "batch", "context", "keys",
-             "us", "GB/s", "of copy", "partial MB", "TFLOP/s", "of bf16");
+  fmt::print("{:>3} {:>5} {:>6} {:>7} {:>5} {:>10} {:>9} {:>7} {:>10} {:>9} {:>7}\n", "ver", "kv", "batch", "context",
+             "keys", "us", "GB/s", "of copy", "partial MB", "TFLOP/s", "of bf16");
   for (const KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3})
     for (const int batch : batches)
       for (const int context : contexts) {
@@ -97,16 +105,18 @@ int run(int argc, char** argv) {
                                            c.softmax_scale(), H, cuda::MlaCacheView{cache.get(), shape, dtype}, 0, 0,
                                            dtype == KvDtype::fp8_e4m3 ? 0.05f : 1.0f};
         const cuda::MlaDecodeScratch scratch{keys, splits, partial.as<float>()};
-        const double us = bench_cuda::event_time_us(
-            [&] { cuda::launch_mla_decode(nullptr, params, step.view, scratch); }, reps, 3);
-        const double latent_bytes = static_cast<double>(batch) * context * W * cuda::kv_element_bytes(dtype);
-        const double flops = 2.0 * batch * H * context * (W + L);
-        const double gbs = latent_bytes / (us * 1e-6) / 1e9;
-        const double tflops = flops / (us * 1e-6) / 1e12;
-        fmt::print("{:>5} {:>6} {:>7} {:>5} {:>10.2f} {:>9.0f} {:>6.1f}% {:>10.1f} {:>9.2f} {:>6.1f}%\n",
-                   dtype == KvDtype::bf16 ? "bf16" : "fp8", batch, context, keys, us, gbs,
-                   100.0 * gbs * 1e9 / ceilings.copy_bytes_per_s, 2.0 * partial.bytes() / 1e6, tflops,
-                   100.0 * tflops * 1e12 / ceilings.bf16_flops_per_s);
+        for (const cuda::MlaDecodeVersion version : versions) {
+          const double us = bench_cuda::event_time_us(
+              [&] { cuda::launch_mla_decode(nullptr, params, step.view, scratch, version); }, reps, 3);
+          const double latent_bytes = static_cast<double>(batch) * context * W * cuda::kv_element_bytes(dtype);
+          const double flops = 2.0 * batch * H * context * (W + L);
+          const double gbs = latent_bytes / (us * 1e-6) / 1e9;
+          const double tflops = flops / (us * 1e-6) / 1e12;
+          fmt::print("{:>3} {:>5} {:>6} {:>7} {:>5} {:>10.2f} {:>9.0f} {:>6.1f}% {:>10.1f} {:>9.2f} {:>6.1f}%\n",
+                     cuda::mla_decode_version_name(version), dtype == KvDtype::bf16 ? "bf16" : "fp8", batch, context,
+                     keys, us, gbs, 100.0 * gbs * 1e9 / ceilings.copy_bytes_per_s, 2.0 * partial.bytes() / 1e6, tflops,
+                     100.0 * tflops * 1e12 / ceilings.bf16_flops_per_s);
+        }
       }
   return 0;
 }

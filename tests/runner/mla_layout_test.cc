@@ -66,6 +66,12 @@ TEST(MlaLayout, PartialSizeAndSharedMemory) {
   // V3 at 64 keys per split: 64 rows of 578 bf16, 8 query rows of 580 floats, 8 x 64 scores.
   EXPECT_EQ(mla_decode_shared_bytes(576, 64), 64 * 578 * 2 + 8 * 580 * 4 + 8 * 64 * 4);
   EXPECT_LE(2 * mla_decode_shared_bytes(576, 64), 228 * 1024);  // two blocks per H200 multiprocessor
+  // Version 2: 64 rows of 1,168 bytes (bf16 with 16 bytes of pad), and for fp8 the 576 stored bytes of each; with
+  // its 512 static bytes and the 1 KB the hardware keeps per block, still two blocks per multiprocessor.
+  EXPECT_EQ(mla_decode_mma_shared_bytes(576, 64, 2), 64 * 1168);
+  EXPECT_EQ(mla_decode_mma_shared_bytes(576, 64, 1), 64 * 1168 + 64 * 576);
+  EXPECT_LE(2 * (mla_decode_mma_shared_bytes(576, 64, 1) + 512 + 1024), 228 * 1024);
+  EXPECT_EQ((2 * 576 + 16) / 16 % 2, 1);  // an odd number of 16-byte units a row: conflict-free ldmatrix
 }
 
 // The merge kernel reads weight[] in 16-byte-aligned groups of four, the last one possibly as a whole: for every
@@ -91,14 +97,35 @@ TEST(MlaLayout, MergeWeightsCoverWholeGroups) {
 }
 
 TEST(MlaLayout, ShapeChecks) {
-  EXPECT_EQ(mla_shape_error(kV3, 2, 128, 64), "");
-  EXPECT_EQ(mla_shape_error(kV3, 1, 128, 16), "");
-  EXPECT_EQ(mla_shape_error(kSmall, 1, 4, 32), "");
-  EXPECT_NE(mla_shape_error(MlaCacheShape{24, 16, 16, 1}, 1, 4, 64), "");  // 40 fp8 bytes a row
-  EXPECT_NE(mla_shape_error(MlaCacheShape{32, 15, 16, 1}, 2, 4, 64), "");  // odd rope_dim
-  EXPECT_NE(mla_shape_error(kV3, 2, 128, 24), "");
-  EXPECT_NE(mla_shape_error(kV3, 2, 0, 64), "");
-  EXPECT_NE(mla_shape_error(MlaCacheShape{4096, 64, 16, 1}, 2, 128, 64), "");  // rows past shared memory
+  for (const MlaDecodeVersion v : {MlaDecodeVersion::v1, MlaDecodeVersion::v2}) {
+    EXPECT_EQ(mla_shape_error(kV3, 2, 128, 64, v), "");
+    EXPECT_EQ(mla_shape_error(kV3, 1, 128, 16, v), "");
+    EXPECT_EQ(mla_shape_error(kSmall, 1, 4, 32, v), "");
+    EXPECT_EQ(mla_shape_error(kSmall, 2, 132, 48, v), "");
+    EXPECT_NE(mla_shape_error(MlaCacheShape{24, 16, 16, 1}, 1, 4, 64, v), "");  // 40 fp8 bytes a row
+    EXPECT_NE(mla_shape_error(MlaCacheShape{32, 15, 16, 1}, 2, 4, 64, v), "");  // odd rope_dim
+    EXPECT_NE(mla_shape_error(kV3, 2, 128, 24, v), "");
+    EXPECT_NE(mla_shape_error(kV3, 2, 0, 64, v), "");
+    EXPECT_NE(mla_shape_error(MlaCacheShape{4096, 64, 16, 1}, 2, 128, 64, v), "");  // rows past shared memory
+  }
+  // Version 2's k steps of 16 stay inside q~ or q_pe, and its output tiles are 16 columns wide.
+  EXPECT_EQ(mla_shape_error(MlaCacheShape{40, 24, 16, 1}, 2, 4, 64, MlaDecodeVersion::v1), "");
+  EXPECT_NE(mla_shape_error(MlaCacheShape{40, 24, 16, 1}, 2, 4, 64, MlaDecodeVersion::v2), "");
+  EXPECT_NE(mla_shape_error(MlaCacheShape{48, 8, 16, 1}, 2, 4, 64, MlaDecodeVersion::v2), "");
+}
+
+TEST(MlaLayout, VersionNames) {
+  MlaDecodeVersion v = MlaDecodeVersion::v2;
+  EXPECT_TRUE(mla_decode_version_named("v1", v));
+  EXPECT_EQ(v, MlaDecodeVersion::v1);
+  EXPECT_TRUE(mla_decode_version_named("v2", v));
+  EXPECT_EQ(v, MlaDecodeVersion::v2);
+  for (const char* bad : {"", "V2", "2", "v3", "v2 "}) {
+    EXPECT_FALSE(mla_decode_version_named(bad, v)) << bad;
+    EXPECT_EQ(v, MlaDecodeVersion::v2) << bad;  // left as it was
+  }
+  EXPECT_STREQ(mla_decode_version_name(MlaDecodeVersion::v1), "v1");
+  EXPECT_STREQ(mla_decode_version_name(MlaDecodeVersion::v2), "v2");
 }
 
 }  // namespace

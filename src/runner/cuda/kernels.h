@@ -187,10 +187,14 @@ struct MlaDecodeScratch {
   float* partial = nullptr;           // mla_decode_partial_floats(T, heads, kv_lora_rank, max_splits)
 };
 // Absorbed MLA for every token of the step (decode, chunks, prefill; not tree steps): scores
-// scale * (q~ . c + q_pe . k_pe) over the positions 0 .. its own of its sequence, softmax in fp32, o~ = sum p c.
+// scale * (q~ . c + q_pe . k_pe) over the positions 0 .. its own of its sequence, softmax in fp32, o~ = sum p c,
+// by the given kernel version (mla_layout.h: v1 fp32 on CUDA cores, v2 on tensor cores with bf16 q~ and p).
 // CPU reference: cpu::MlaAttention's absorbed form (attend_absorbed), between its two projections.
+// The process's choice of version: MOESERVE_MLA_DECODE ("v1" or "v2"; unset or empty: kMlaDecodeDefault), read at
+// the first call; any other value fails there, naming the variable.
+MlaDecodeVersion mla_decode_version();
 void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const StepView& step,
-                       const MlaDecodeScratch& scratch);
+                       const MlaDecodeScratch& scratch, MlaDecodeVersion version = mla_decode_version());
 
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
 struct KvMoveParams {

@@ -21,11 +21,15 @@
 // decode token costs 2 x 128 x (576 + 512) FLOP per cached row of 1,152 bf16 bytes, 242 FLOP a byte, past the
 // H200's ridge (~790 TFLOP/s over 4.28 TB/s, ~185): compute-bound even on tensor cores, and CUDA-core fp32
 // (~67 TFLOP/s peak) is 12 times further from the floor.
+// Version 2 (mla_decode_mma.cu) does that with mma.sync, 16 heads a warp, writing the same partials for the merge
+// here; launch_mla_decode runs either (MOESERVE_MLA_DECODE, kernels.h), and the tests check both against the CPU.
 // CPU reference: cpu::MlaAttention's absorbed form (attend_absorbed), between its two projections.
 #include <cmath>
+#include <cstdlib>
 
 #include "runner/cuda/kv_dtype.cuh"
 #include "runner/cuda/launch.cuh"
+#include "runner/cuda/mla_decode.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -33,14 +37,6 @@ namespace {
 constexpr int kThreads = kMlaDecodeThreads;
 constexpr int kHeads = kMlaHeadsPerPass;
 constexpr int kMergeThreads = 128;
-
-__device__ __forceinline__ float bf16_low(uint32_t word) { return __uint_as_float(word << 16); }
-__device__ __forceinline__ float bf16_high(uint32_t word) { return __uint_as_float(word & 0xffff0000u); }
-
-// The last position token t sees (its own; tree steps are refused on the host).
-__device__ __forceinline__ int last_position(const StepView& step, int t) {
-  return token_slot(step, t, step.token_seq[t]);
-}
 
 template <typename CacheElem>
 __global__ void __launch_bounds__(kThreads) mla_decode_kernel(MlaDecodeParams p, StepView step,
@@ -55,12 +51,9 @@ __global__ void __launch_bounds__(kThreads) mla_decode_kernel(MlaDecodeParams p,
   const int L = shape.kv_lora_rank, R = shape.rope_dim, W = L + R;
   const int keys_per_split = scratch.split_keys;
   const int t = blockIdx.x, split = blockIdx.y;
-  const int seq = step.token_seq[t];
-  const int last = last_position(step, t);
-  if (mla_decode_splits(last, keys_per_split) > scratch.max_splits) __trap();  // scratch sized for fewer splits
-  const int k0 = split * keys_per_split;
-  if (k0 > last) return;
-  const int n = min(keys_per_split, last + 1 - k0);
+  MlaSplit range;
+  if (!mla_split(step, scratch, t, split, range)) return;
+  const int seq = range.seq, k0 = range.k0, n = range.n;
 
   const int row_words = (W + 2) / 2;  // bf16 pairs per shared row (odd: conflict-free columns)
   const int q_stride = W + 4;
@@ -98,10 +91,7 @@ __global__ void __launch_bounds__(kThreads) mla_decode_kernel(MlaDecodeParams p,
   const float q_factor = p.scale * kLog2e * (kFp8 ? p.kv_scale : 1.0f);
   const float out_factor = kFp8 ? p.kv_scale : 1.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int stride = mla_partial_stride(L);
-  auto partial_of = [&](int head) {
-    return scratch.partial + ((static_cast<int64_t>(t) * p.heads + head) * scratch.max_splits + split) * stride;
-  };
+  auto partial_of = [&](int head) { return mla_partial(p, scratch, t, head, split); };
   for (int h0 = 0; h0 < p.heads; h0 += kHeads) {
     const int nh = min(kHeads, p.heads - h0);
     __syncthreads();  // the rows are in (first pass); q_s and s_s are free (later passes)
@@ -198,9 +188,9 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaDecodeParam
   extern __shared__ float weight[];  // [mla_merge_weight_floats(max_splits)]: the last group of four padded
   const int t = blockIdx.x, head = blockIdx.y;
   const int L = p.cache.shape.kv_lora_rank, stride = mla_partial_stride(L);
-  const int splits = mla_decode_splits(last_position(step, t), scratch.split_keys);
+  const int splits = mla_decode_splits(mla_last_position(step, t), scratch.split_keys);
   if (splits > scratch.max_splits) __trap();  // weight[] and the partials are sized for max_splits
-  const float* part = scratch.partial + (static_cast<int64_t>(t) * p.heads + head) * scratch.max_splits * stride;
+  const float* part = mla_partial(p, scratch, t, head, 0);
   float m = -INFINITY;
   for (int s = threadIdx.x; s < splits; s += kMergeThreads) m = fmaxf(m, part[s * stride]);
   m = block_max(m);
@@ -235,26 +225,37 @@ void launch_typed(cudaStream_t stream, const MlaDecodeParams& p, const StepView&
 
 }  // namespace
 
+MlaDecodeVersion mla_decode_version() {
+  // A bad value throws out of the initialisation, so every call fails alike until the variable is fixed.
+  static const MlaDecodeVersion version = [] {
+    MlaDecodeVersion chosen = kMlaDecodeDefault;
+    const char* value = std::getenv("MOESERVE_MLA_DECODE");
+    if (value != nullptr && *value != '\0' && !mla_decode_version_named(value, chosen))
+      fail_cuda("MOESERVE_MLA_DECODE", "expected v1 or v2", __FILE__, __LINE__);
+    return chosen;
+  }();
+  return version;
+}
+
 void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const StepView& step,
-                       const MlaDecodeScratch& scratch) {
+                       const MlaDecodeScratch& scratch, MlaDecodeVersion version) {
   if (step.num_tokens == 0) return;
   if (step.tree_masks != nullptr) fail_cuda("mla_decode", "tree steps are not supported", __FILE__, __LINE__);
+  if (params.cache.dtype == KvDtype::f32)
+    fail_cuda("mla_decode", "the latent cache must be bf16 or fp8 e4m3", __FILE__, __LINE__);
   const size_t bytes = kv_element_bytes(params.cache.dtype);
-  const std::string error = mla_shape_error(params.cache.shape, static_cast<int>(bytes), params.heads, scratch.split_keys);
+  const std::string error =
+      mla_shape_error(params.cache.shape, static_cast<int>(bytes), params.heads, scratch.split_keys, version);
   if (!error.empty()) fail_cuda("mla_decode", error.c_str(), __FILE__, __LINE__);
   const std::string merge_error = mla_merge_error(scratch.max_splits);
   if (!merge_error.empty()) fail_cuda("mla_decode", merge_error.c_str(), __FILE__, __LINE__);
   const int merge_bytes = mla_merge_shared_bytes(scratch.max_splits);
-  switch (params.cache.dtype) {
-    case KvDtype::bf16:
-      launch_typed<bf16>(stream, params, step, scratch);
-      break;
-    case KvDtype::fp8_e4m3:
-      launch_typed<fp8>(stream, params, step, scratch);
-      break;
-    case KvDtype::f32:
-      fail_cuda("mla_decode", "the latent cache must be bf16 or fp8 e4m3", __FILE__, __LINE__);
-  }
+  if (version == MlaDecodeVersion::v2)
+    launch_mla_decode_mma(stream, params, step, scratch);
+  else if (params.cache.dtype == KvDtype::bf16)
+    launch_typed<bf16>(stream, params, step, scratch);
+  else
+    launch_typed<fp8>(stream, params, step, scratch);
   MOESERVE_CUDA_CHECK(cuda_launch(mla_merge_kernel, dim3(step.num_tokens, params.heads), kMergeThreads, merge_bytes,
                                   stream, params, step, scratch));
 }

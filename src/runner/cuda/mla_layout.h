@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "runner/cuda/host_device.h"
 
@@ -43,8 +44,27 @@ MOESERVE_HD int64_t mla_position_offset(const MlaCacheShape& s, const int32_t* t
 
 // ---- the decode kernel's plan -----------------------------------------------------------------------------------
 // A block of the decode kernel takes one query token and one key range of split_keys positions (a "split"): it
-// copies the range's latent rows into shared memory once, then walks the heads kMlaHeadsPerPass at a time over
-// them, writing a partial (max, sum, output) per (token, head, split); a merge kernel combines the splits.
+// copies the range's latent rows into shared memory once, then computes every head's scores, softmax and output
+// over them, writing a partial (max, sum, output) per (token, head, split); a merge kernel combines the splits.
+// Two versions with the same plan, partials and merge: version 1 (mla_decode.cu) on CUDA cores in fp32, walking
+// the heads kMlaHeadsPerPass at a time; version 2 (mla_decode_mma.cu) on tensor cores (mma.sync, bf16 operands,
+// fp32 accumulators), 128 heads a block, 16 a warp.
+enum class MlaDecodeVersion { v1, v2 };
+// The version launch_mla_decode runs when MOESERVE_MLA_DECODE is unset: version 2, which builds cleanly for sm_90a
+// without spills (mla_decode_mma.cu's header counts its registers); MOESERVE_MLA_DECODE=v1 runs the fp32 kernel,
+// the tests' second oracle.
+inline constexpr MlaDecodeVersion kMlaDecodeDefault = MlaDecodeVersion::v2;
+// The version a name stands for ("v1" or "v2", MOESERVE_MLA_DECODE's values and mla_bench's --version); false for
+// any other name.
+inline bool mla_decode_version_named(std::string_view name, MlaDecodeVersion& version) {
+  if (name != "v1" && name != "v2") return false;
+  version = name == "v1" ? MlaDecodeVersion::v1 : MlaDecodeVersion::v2;
+  return true;
+}
+inline const char* mla_decode_version_name(MlaDecodeVersion version) {
+  return version == MlaDecodeVersion::v1 ? "v1" : "v2";
+}
+
 inline constexpr int kMlaHeadsPerPass = 8;   // one warp per head for the softmax
 inline constexpr int kMlaDecodeThreads = 256;
 inline constexpr int kMlaMaxSplitKeys = 64;  // 64 V3 rows in bf16: 74 KB of shared memory
@@ -55,6 +75,12 @@ inline constexpr int kMlaMaxSharedBytes = 227 * 1024;  // Hopper's opt-in dynami
 // and the pass's scores.
 MOESERVE_HD int mla_decode_shared_bytes(int width, int split_keys) {
   return split_keys * (width + 2) * 2 + kMlaHeadsPerPass * (width + 4) * 4 + kMlaHeadsPerPass * split_keys * 4;
+}
+// Version 2's: the key range's rows as bf16 with 16 bytes of pad each (2 width + 16 bytes, an odd number of 16-byte
+// units when width % 16 == 0: ldmatrix's 8 rows at one column hit 8 different bank groups), and for an fp8 cache
+// the rows as stored (width bytes each), where the copies land before they are widened to bf16.
+MOESERVE_HD int mla_decode_mma_shared_bytes(int width, int split_keys, int element_bytes) {
+  return split_keys * (2 * width + 16) + (element_bytes == 1 ? split_keys * width : 0);
 }
 
 // Splits of one query token whose last visible position is `last`.
@@ -97,8 +123,10 @@ inline std::string mla_merge_error(int max_splits) {
 
 // Why the kernels cannot run a shape (empty when they can): rows move in 16-byte copies (width * element_bytes a
 // multiple of 16), the rope part rotates in pairs and the output goes in column pairs, and a split's rows must fit
-// in shared memory.
-inline std::string mla_shape_error(const MlaCacheShape& s, int element_bytes, int heads, int split_keys) {
+// in shared memory. Version 2 takes [q~, q_pe] in k steps of 16 that each stay inside one of the two, and writes
+// the output in tiles of 16 columns: kv_lora_rank and rope_dim multiples of 16.
+inline std::string mla_shape_error(const MlaCacheShape& s, int element_bytes, int heads, int split_keys,
+                                   MlaDecodeVersion version) {
   const int width = mla_row_width(s);
   if (s.kv_lora_rank <= 0 || s.rope_dim <= 0 || s.block_size <= 0 || s.layers <= 0 || heads <= 0)
     return "MLA shape: kv_lora_rank, rope_dim, block_size, layers and heads must be positive";
@@ -107,7 +135,12 @@ inline std::string mla_shape_error(const MlaCacheShape& s, int element_bytes, in
     return "MLA shape: a cache row (kv_lora_rank + rope_dim elements) must be a multiple of 16 bytes";
   if (split_keys < 16 || split_keys > kMlaMaxSplitKeys || split_keys % 16 != 0)
     return "MLA decode: split_keys must be 16, 32, 48 or 64";
-  if (mla_decode_shared_bytes(width, split_keys) > kMlaMaxSharedBytes)
+  const bool v1 = version == MlaDecodeVersion::v1;
+  if (!v1 && (s.kv_lora_rank % 16 != 0 || s.rope_dim % 16 != 0))
+    return "MLA decode v2: kv_lora_rank and rope_dim must be multiples of 16";
+  const int bytes = v1 ? mla_decode_shared_bytes(width, split_keys)
+                       : mla_decode_mma_shared_bytes(width, split_keys, element_bytes);
+  if (bytes > kMlaMaxSharedBytes)
     return "MLA decode: a split's rows do not fit in shared memory (kv_lora_rank + rope_dim too large)";
   return {};
 }

@@ -1,4 +1,4 @@
-// The MLA kernels (mla_cache_write.cu, mla_decode.cu) against the CPU, over a paged latent cache with scattered
+// The MLA kernels (mla_cache_write.cu, mla_decode.cu, mla_decode_mma.cu) against the CPU, over a paged latent cache with scattered
 // block tables, several sequences of different lengths in one step, chunked steps (a row sees the step's earlier
 // rows) and contexts from 1 to 3,000, at DeepSeek-V3's widths (128 heads, latent 512, rope 64) and the tiny
 // model's (4 heads, latent 144, rope 16).
@@ -12,13 +12,23 @@
 // once per 7,000: the first GPU run's worst element (1.007 of its bound, v3 chunks: 4,928 rope values) was a
 // k_pe of ~9.56 stored as 8.96, not a rounding difference. One rope pair is made large (25 to 35 after the
 // rotation) so that every run saturates; the expected value is the reference clamped to +-448 * scale.
-// Decode: against the absorbed formula of cpu::MlaAttention::attend_absorbed in double precision, on the same
-// stored cache values (bf16, fp8 dequantised with the layer's scale): the kernel is fp32 throughout, so the bound
-// is fp32 rounding (2e-5 of the output's norm). Against the unrounded fp32 cache the logs state what the cache's
-// rounding costs. Expected from the rounding: a latent value moves by ~1.6e-3 (bf16) or ~2.6e-2 (e4m3) of itself
-// (rms), the output directly by as much, and a score by scale * sqrt(576) * that (~5e-3 or ~8e-2 at V3's scale
-// 0.135), which reweights the keys; the bounds, 2e-2 (bf16) and 0.25 (fp8), are about three times those sums. Every
-// slot no query may see holds NaN.
+// Decode, both kernel versions (mla_layout.h's MlaDecodeVersion): against the absorbed formula of
+// cpu::MlaAttention::attend_absorbed in double precision, on the same stored cache values (bf16, fp8 dequantised
+// with the layer's scale). Version 1 is fp32 throughout, so its bound is fp32 rounding (2e-5 of the output's
+// norm). Against the unrounded fp32 cache the logs state what the cache's rounding costs. Expected from the
+// rounding: a latent value moves by ~1.6e-3 (bf16) or ~2.6e-2 (e4m3) of itself (rms), the output directly by as
+// much, and a score by scale * sqrt(576) * that (~5e-3 or ~8e-2 at V3's scale 0.135), which reweights the keys;
+// the bounds, 2e-2 (bf16) and 0.25 (fp8), are about three times those sums.
+// Version 2 rounds two more things to bf16 (8 significant bits, ~1.6e-3 rms of a value), with fp32 sums: q~ (and
+// q_pe) after the score scale, and p. A query value off by a relative d_k moves a score by scale * sum_k q_k c_k d_k,
+// whose rms over 576 unit-variance products is scale * sqrt(576) * 1.6e-3 = 5.2e-3 at V3's scale; a score off
+// by ds reweights its key by e^ds, which moves the output by about rms(ds) of its norm (o = sum_j p_j c_j, the
+// change sum_j p_j ds_j (c_j - o)). p off by 1.6e-3 of itself reweights the keys directly, 1.6e-3 of the output
+// (the sum is of the rounded p, so the output stays an average of the rows under the weights used). Their sum,
+// 6.8e-3, times three as for the cache: 2e-2 on the same cache values, for bf16 and fp8 alike (e4m3 values are
+// exact in bf16; the fp8 scale is a factor of the query's and the output's). Against the fp32 cache the two
+// roundings add: 2e-2 + 2e-2 (bf16), 0.25 + 2e-2 (fp8). The tiny widths (sqrt(160) products, a smaller scale)
+// sit inside the same bounds. Every slot no query may see holds NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +54,9 @@ constexpr float kFp8Scale = 0.02f;  // values up to ~6 stored as up to ~300 of e
 constexpr double kLatentNormEps = 1e-6;  // kv_a_layernorm's (cpu/mla.cc)
 
 // The widths under test with their YaRN RoPE and softmax scale: DeepSeek-R1's (V3's: 128 heads, latent 512, rope
-// 64) and the tiny model's (4 heads, half a pass of kMlaHeadsPerPass; latent 144, rope 16).
+// 64) and the tiny model's (4 heads, half a pass of kMlaHeadsPerPass and a quarter of version 2's 16-head slab;
+// latent 144, rope 16), also with 132 heads (version 1: a last pass of 4 heads; version 2: a second block of
+// heads whose first slab is a quarter full).
 struct MlaWidths {
   std::string name;
   deepseek_v3::Config config;
@@ -55,6 +67,14 @@ const MlaWidths& v3_widths() {
 }
 const MlaWidths& tiny_widths() {
   static const MlaWidths w{"tiny", deepseek_v3::tiny_config({})};
+  return w;
+}
+const MlaWidths& tiny_132_heads() {
+  static const MlaWidths w = [] {
+    MlaWidths widths{"tiny-132-heads", deepseek_v3::tiny_config({})};
+    widths.config.num_heads = 132;
+    return widths;
+  }();
   return w;
 }
 
@@ -280,7 +300,16 @@ std::vector<float> absorbed_reference(const MlaWidths& w, const MlaStep& step, c
   return out;
 }
 
-void expect_decode_case(const MlaWidths& w, const MlaCase& mc, std::mt19937& rng) {
+// The bounds on the output's relative error (derived in the header): on the same cache values, and against the
+// fp32 cache.
+double same_values_bound(cuda::MlaDecodeVersion version) {
+  return version == cuda::MlaDecodeVersion::v1 ? 2e-5 : 2e-2;
+}
+double fp32_cache_bound(cuda::MlaDecodeVersion version, bool fp8) {
+  return (fp8 ? 0.25 : 2e-2) + (version == cuda::MlaDecodeVersion::v1 ? 0.0 : 2e-2);
+}
+
+void expect_decode_case(const MlaWidths& w, const MlaCase& mc, cuda::MlaDecodeVersion version, std::mt19937& rng) {
   const deepseek_v3::Config& config = w.config;
   const cuda::MlaCacheShape shape = shape_of(w);
   const int H = config.num_heads, L = config.kv_lora_rank, R = config.qk_rope_head_dim, W = L + R;
@@ -323,29 +352,41 @@ void expect_decode_case(const MlaWidths& w, const MlaCase& mc, std::mt19937& rng
       const int max_splits = cuda::mla_decode_splits(step.max_context - 1, split_keys);
       DeviceBuffer partial(cuda::mla_decode_partial_floats(step.T, H, L, max_splits) * sizeof(float));
       MOESERVE_CUDA_CHECK(cudaMemset(out_d.get(), 0xff, out_d.bytes()));  // NaN where a row is never written
-      cuda::launch_mla_decode(nullptr, params, step.view, cuda::MlaDecodeScratch{split_keys, max_splits,
-                                                                                partial.as<float>()});
+      cuda::launch_mla_decode(nullptr, params, step.view,
+                              cuda::MlaDecodeScratch{split_keys, max_splits, partial.as<float>()}, version);
       MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
       const auto out = cuda::to_host<float>(out_d.get(), exact_ref.size());
-      const std::string what = "mla decode " + w.name + " " + mc.name + " " + kv_name(dtype) + " split_keys " +
-                               std::to_string(split_keys);
-      testing::expect_error_within(what + " (same cache values)", testing::relative_error(out, ref), 2e-5);
+      const std::string what = std::string("mla decode ") + cuda::mla_decode_version_name(version) + " " + w.name +
+                               " " + mc.name + " " + kv_name(dtype) + " split_keys " + std::to_string(split_keys);
+      testing::expect_error_within(what + " (same cache values)", testing::relative_error(out, ref),
+                                   same_values_bound(version));
       if (split_keys == planned)
         testing::expect_error_within(what + " (against the fp32 cache)", testing::relative_error(out, exact_ref),
-                                     fp8 ? 0.25 : 2e-2);
+                                     fp32_cache_bound(version, fp8));
     }
   }
 }
 
-TEST_F(CudaMla, DecodeV3Widths) {
-  expect_decode_case(v3_widths(), {"decode", {1, 17, 300, 2049, 3000}, {1, 1, 1, 1, 1}}, rng_);
-  expect_decode_case(v3_widths(), {"chunks", {24, 150, 1000}, {24, 9, 3}}, rng_);
+// The decode tests, once per kernel version: Versions/CudaMlaDecode.DecodeV3Widths/v1, .../v2 and so on.
+class CudaMlaDecode : public CudaMla, public ::testing::WithParamInterface<cuda::MlaDecodeVersion> {};
+
+TEST_P(CudaMlaDecode, DecodeV3Widths) {
+  expect_decode_case(v3_widths(), {"decode", {1, 17, 300, 2049, 3000}, {1, 1, 1, 1, 1}}, GetParam(), rng_);
+  expect_decode_case(v3_widths(), {"chunks", {24, 150, 1000}, {24, 9, 3}}, GetParam(), rng_);
 }
 
-TEST_F(CudaMla, DecodeTinyWidths) {
-  expect_decode_case(tiny_widths(), {"decode", {1, 16, 17, 64, 65, 2500}, {1, 1, 1, 1, 1, 1}}, rng_);
-  expect_decode_case(tiny_widths(), {"prefill and chunks", {70, 200, 33, 3000}, {70, 40, 16, 5}}, rng_);
+TEST_P(CudaMlaDecode, DecodeTinyWidths) {
+  expect_decode_case(tiny_widths(), {"decode", {1, 16, 17, 64, 65, 2500}, {1, 1, 1, 1, 1, 1}}, GetParam(), rng_);
+  expect_decode_case(tiny_widths(), {"prefill and chunks", {70, 200, 33, 3000}, {70, 40, 16, 5}}, GetParam(),
+                     rng_);
+  expect_decode_case(tiny_132_heads(), {"decode", {1, 70, 300}, {1, 1, 1}}, GetParam(), rng_);
 }
+
+INSTANTIATE_TEST_SUITE_P(Versions, CudaMlaDecode,
+                         ::testing::Values(cuda::MlaDecodeVersion::v1, cuda::MlaDecodeVersion::v2),
+                         [](const ::testing::TestParamInfo<cuda::MlaDecodeVersion>& info) {
+                           return std::string(cuda::mla_decode_version_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace moeserve
