@@ -1,11 +1,11 @@
 // The TTFT/TPOT-aware policy against FCFS in a simulated load on the tiny model. Time is virtual: every step
-// advances the clock by a fixed step-cost model, so the test checks the policy's logic, not the machine's speed.
-// The runner computes the real tokens.
+// advances the clock by a fixed step-cost model (simulated_time_runner.h). The runner computes the real tokens.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "engine/engine_core.h"
+#include "engine/simulated_time_runner.h"
 #include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "test_util.h"
@@ -13,32 +13,7 @@
 namespace moeserve {
 namespace {
 
-// Wraps a runner and advances a virtual clock by the cost of each batch it runs.
-class SimulatedTimeRunner : public ModelRunner {
- public:
-  SimulatedTimeRunner(ModelRunner& inner, StepCost cost, TimePoint& clock) : inner_(inner), cost_(cost), clock_(clock) {}
-  std::string name() const override { return "simulated " + inner_.name(); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  size_t kv_block_bytes(int block_size) const override { return inner_.kv_block_bytes(block_size); }
-  void allocate_kv_cache(const KvCacheLayout& layout) override { inner_.allocate_kv_cache(layout); }
-  const KvCacheLayout& kv_cache_layout() const override { return inner_.kv_cache_layout(); }
-  void forward(const ForwardBatch& batch, ForwardOutput& output) override {
-    int decode = 0, prefill = 0;
-    for (const auto& s : batch.sequences) {
-      const bool is_decode = s.tokens.size() == 1 && s.num_logits == 1;
-      (is_decode ? decode : prefill) += static_cast<int>(s.tokens.size());
-    }
-    inner_.forward(batch, output);
-    clock_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cost_.predict(decode, prefill)));
-    steps.push_back({decode, prefill});
-  }
-  std::vector<std::pair<int, int>> steps;  // (decode, prefill) tokens of every step run
-
- private:
-  ModelRunner& inner_;
-  StepCost cost_;
-  TimePoint& clock_;
-};
+using testing::SimulatedTimeRunner;
 
 struct LoadResult {
   double p99_tpot = 0;
@@ -63,80 +38,82 @@ std::shared_ptr<const Checkpoint> tiny_checkpoint() {
   return checkpoint;
 }
 
-LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
-  CpuRunner cpu(tiny_checkpoint(), 2);
-  TimePoint clock{};
-  SimulatedTimeRunner runner(cpu, cost, clock);
-  EngineConfig config;
-  config.block_size = 16;
-  config.num_kv_blocks = 4096;
-  config.learn_step_cost = false;
-  config.initial_step_cost = cost;
-  config.scheduler.policy = policy;
-  config.scheduler.max_batched_tokens = 2048;
-  config.scheduler.ttft_target_seconds = 2.0;
-  config.scheduler.tpot_target_seconds = 0.060;
-  EngineCore core(runner, config, [&] { return clock; });
+// Poisson arrivals, `rate` a second; prompt and output lengths uniform in their ranges, prompt ids below `vocab`.
+struct PoissonLoad {
+  double rate = 1;
+  int requests = 0;
+  std::pair<int, int> prompt, output;
+  int vocab = 0;
+  uint32_t seed = 0;
+};
 
-  // Poisson arrivals at 5 requests/s; prompts 200-800 tokens, 16-48 output tokens. Same load for both policies.
-  std::mt19937 rng(2024);
-  std::exponential_distribution<double> gap(5.0);
-  std::uniform_int_distribution<int> prompt_len(200, 800), out_len(16, 48), id(0, 511);
-  struct Pending {
-    TimePoint at;
-    RequestSpec spec;
-  };
-  std::vector<Pending> pending;
+// One request of a load, timed as LoadGen times it.
+struct Served {
+  TimePoint arrival{}, first{}, last{};
+  int tokens = 0;
+  bool done = false;  // ended at max_tokens
+  double ttft() const { return std::chrono::duration<double>(first - arrival).count(); }
+  // LoadGen: TPOT = (latency - TTFT) / (tokens - 1).
+  double tpot() const { return std::chrono::duration<double>(last - first).count() / (tokens - 1); }
+};
+
+// Runs `load` through an engine of `config` over `inner`, on a virtual clock that advances by the config's
+// step-cost model.
+std::vector<Served> serve(ModelRunner& inner, const EngineConfig& config, const PoissonLoad& load) {
+  TimePoint clock{};
+  SimulatedTimeRunner runner(inner, config.initial_step_cost, clock);
+  EngineCore core(runner, config, [&] { return clock; });
+  std::mt19937 rng(load.seed);
+  std::exponential_distribution<double> gap(load.rate);
+  std::uniform_int_distribution<int> prompt_len(load.prompt.first, load.prompt.second),
+      out_len(load.output.first, load.output.second), id(0, load.vocab - 1);
+  std::vector<RequestSpec> specs;
+  std::vector<Served> served(load.requests);
   TimePoint t{};
-  for (int i = 0; i < kRequests; ++i) {
+  for (Served& s : served) {
     t += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
-    Pending p{t, {}};
-    for (int n = prompt_len(rng); n > 0; --n) p.spec.prompt.push_back(id(rng));
-    p.spec.max_tokens = out_len(rng);
-    p.spec.sampling.temperature = 0;
-    p.spec.arrival = t;
-    pending.push_back(std::move(p));
+    RequestSpec& spec = specs.emplace_back();
+    for (int n = prompt_len(rng); n > 0; --n) spec.prompt.push_back(id(rng));
+    spec.max_tokens = out_len(rng);
+    spec.sampling.temperature = 0;
+    spec.arrival = s.arrival = t;
   }
-  struct Seen {
-    TimePoint first{}, last{};
-    int tokens = 0;
-    bool done = false;
-  };
-  std::vector<Seen> seen(pending.size());
-  size_t next = 0;
-  while (next < pending.size() || core.has_work()) {
-    while (next < pending.size() && pending[next].at <= clock) {
-      core.add_request(next, pending[next].spec, [&seen](const RequestEvent& e) {
-        Seen& s = seen[e.request_id];
+  for (size_t next = 0; next < specs.size() || core.has_work();) {
+    for (; next < specs.size() && served[next].arrival <= clock; ++next)
+      core.add_request(next, specs[next], [&served](const RequestEvent& e) {
+        Served& s = served[e.request_id];
         if (s.tokens == 0 && !e.tokens.empty()) s.first = e.time;
         s.tokens += static_cast<int>(e.tokens.size());
         s.last = e.time;
         s.done = e.finish == FinishReason::length;
       });
-      ++next;
-    }
-    if (!core.has_work()) {
-      clock = pending[next].at;
-      continue;
-    }
-    core.step();
+    if (core.has_work())
+      core.step();
+    else
+      clock = served[next].arrival;
   }
+  return served;
+}
+
+LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
+  CpuRunner cpu(tiny_checkpoint(), 2);
+  // Poisson arrivals at 5 requests/s; prompts 200-800 tokens, 16-48 output tokens. Same load for both policies.
+  const std::vector<Served> served = serve(cpu, testing::simulated_config(cost, policy, 2.0, 0.060, 2048),
+                                          {5.0, kRequests, {200, 800}, {16, 48}, 512, 2024});
   LoadResult r;
   std::vector<double> tpot, ttft;
   int tokens = 0;
   TimePoint last_finish{};
-  for (size_t i = 0; i < seen.size(); ++i) {
-    const Seen& s = seen[i];
+  for (const Served& s : served) {
     r.completed += s.done;
     tokens += s.tokens;
     last_finish = std::max(last_finish, s.last);
-    ttft.push_back(std::chrono::duration<double>(s.first - pending[i].at).count());
-    // LoadGen: TPOT = (latency - TTFT) / (tokens - 1).
-    if (s.tokens > 1) tpot.push_back(std::chrono::duration<double>(s.last - s.first).count() / (s.tokens - 1));
+    ttft.push_back(s.ttft());
+    if (s.tokens > 1) tpot.push_back(s.tpot());
   }
   r.p99_tpot = percentile(tpot, 0.99);
   r.p99_ttft = percentile(ttft, 0.99);
-  r.throughput = tokens / std::chrono::duration<double>(last_finish - pending.front().at).count();
+  r.throughput = tokens / std::chrono::duration<double>(last_finish - served.front().arrival).count();
   return r;
 }
 
@@ -164,15 +141,8 @@ TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
   TimePoint clock{};
   const StepCost cost{0.005, 0.0005, 0.00005};
   SimulatedTimeRunner runner(cpu, cost, clock);
-  EngineConfig config;
-  config.num_kv_blocks = 4096;
-  config.learn_step_cost = false;
-  config.initial_step_cost = cost;
-  config.scheduler.policy = SchedulingPolicy::slo;
-  config.scheduler.max_batched_tokens = 4096;
-  config.scheduler.ttft_target_seconds = 3.0;
-  config.scheduler.tpot_target_seconds = 0.060;
-  EngineCore core(runner, config, [&] { return clock; });
+  EngineCore core(runner, testing::simulated_config(cost, SchedulingPolicy::slo, 3.0, 0.060, 4096),
+                  [&] { return clock; });
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> id(0, 511);
   struct Seen {
@@ -210,6 +180,8 @@ TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
     EXPECT_LE(tpot, 0.060);
   }
 }
+
+
 
 }  // namespace
 }  // namespace moeserve
