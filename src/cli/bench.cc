@@ -248,7 +248,11 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, const Engine
     description["engine"]["slo_targets"] = {{"ttft_seconds", scheduler.ttft_target_seconds},
                                             {"tpot_seconds", scheduler.tpot_target_seconds},
                                             {"min_prefill_tokens", scheduler.min_prefill_tokens},
-                                            {"tpot_headroom", scheduler.tpot_headroom}};
+                                            {"tpot_headroom", scheduler.tpot_headroom},
+                                            {"expected_output_tokens",
+                                             scheduler.expected_output_tokens > 0
+                                                 ? nlohmann::json(scheduler.expected_output_tokens)
+                                                 : nlohmann::json("learnt")}};
   description["runner_settings"] = {
       {"device", a.runner.device},
       {"precision", a.runner.precision},

@@ -64,6 +64,12 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
           fmt::format("slo scheduler: p99 TPOT target, ms (default {:g}; bench: the scenario's TPOT bound)",
                       defaults.tpot_target_seconds * 1000))
       ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--slo-expected-output-tokens", c.scheduler.expected_output_tokens,
+                   "slo scheduler: output tokens expected of a request that may stop early (stop tokens), for "
+                   "projecting its mean TPOT (default: learnt from finished requests; one that runs to max_tokens "
+                   "is expected to)")
+      ->check(CLI::Range(1, 1 << 24));
   add_deprecated_option<double>(command, "--ttft-target", "--ttft-target-ms (milliseconds; this one took seconds)",
                                 [&args](const double& seconds) { args.ttft_target_seconds = seconds; });
   add_deprecated_option<double>(command, "--tpot-target", "--tpot-target-ms (milliseconds; this one took seconds)",

@@ -46,7 +46,7 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig config, NowFn now)
       kv_(kv_groups_of(runner.config()), runner.config().sliding_window, allocate_pool(runner, config),
           config.block_size, config.prefix_caching),
       cost_(config.initial_step_cost),
-      scheduler_(config.scheduler, kv_, cost_) {
+      scheduler_(config.scheduler, kv_, cost_, output_lengths_) {
   metrics_.kv_blocks_total = kv_.pool().num_blocks();
   metrics_.block_size = config_.block_size;
   metrics_.prefix_caching = config_.prefix_caching;
@@ -162,6 +162,8 @@ void EngineCore::finish(Sequence& seq, FinishReason reason, RequestEvent event) 
   kv_.release(seq);
   if (seq.speculates()) config_.drafter->release(seq.id);
   scheduler_.remove(&seq);
+  if ((reason == FinishReason::stop || reason == FinishReason::length) && may_stop_early(seq.spec))
+    output_lengths_.observe(seq.num_generated());
   seq.status = SequenceStatus::finished;
   event.request_id = seq.id;
   event.time = now_();

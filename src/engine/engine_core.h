@@ -10,6 +10,7 @@
 
 #include "engine/kv_manager.h"
 #include "engine/metrics.h"
+#include "engine/output_length.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -123,6 +124,7 @@ class EngineCore {
   NowFn now_;
   KvCacheManager kv_;
   StepCostModel cost_;
+  OutputLengthEstimate output_lengths_;  // of finished requests that could have stopped early, for the slo policy
   Scheduler scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   EngineMetrics metrics_;

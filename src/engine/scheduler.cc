@@ -13,12 +13,15 @@ SchedulingPolicy parse_scheduling_policy(const std::string& name) {
   fail("unknown scheduling policy \"{}\" (fcfs or slo)", name);
 }
 
-Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost)
-    : config_(config), kv_(kv), cost_(cost) {
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost,
+                     const OutputLengthEstimate& lengths)
+    : config_(config), kv_(kv), cost_(cost), lengths_(lengths) {
   MOESERVE_CHECK(config_.max_num_seqs > 0 && config_.max_batched_tokens > 0,
                  "max_num_seqs and max_batched_tokens must be positive");
   MOESERVE_CHECK(config_.tpot_headroom > 0 && config_.tpot_headroom <= 1, "slo policy: TPOT headroom {} (in (0, 1])",
                  config_.tpot_headroom);
+  MOESERVE_CHECK(config_.expected_output_tokens >= 0, "slo policy: expected output tokens {} (0: learnt)",
+                 config_.expected_output_tokens);
   MOESERVE_CHECK(config_.kv_watermark >= 0 && config_.kv_watermark < 1, "KV watermark {} (in [0, 1))",
                  config_.kv_watermark);
 }
@@ -43,22 +46,45 @@ void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
 }
 
+int Scheduler::expected_output_length(const Sequence& seq) const {
+  const RequestSpec& spec = seq.spec;
+  int length = spec.max_tokens;
+  if (may_stop_early(spec)) {
+    // min_tokens holds the stop tokens back (a grammar's whole document ends the request regardless).
+    const int sure = spec.grammar ? 0 : std::min(spec.processing.min_tokens, spec.max_tokens);
+    const int expected = config_.expected_output_tokens > 0 ? config_.expected_output_tokens
+                                                             : lengths_.likely_length(seq.num_generated());
+    length = std::max(sure, std::min(expected, spec.max_tokens));
+  }
+  return std::max(length, seq.num_generated() + 1);
+}
+
+double Scheduler::tpot_slack(const Sequence& seq, TimePoint now, double this_step, double later_step) const {
+  // LoadGen: TPOT = (latency - TTFT) / (tokens - 1). Ending with L tokens, n of them d seconds after the first,
+  // this step and the L - n - 1 after it decode-only: d + this_step + extra + (L - n - 1) x later_step must stay
+  // within headroom x target x (L - 1).
+  const int generated = seq.num_generated(), length = expected_output_length(seq);
+  const double since_first = std::chrono::duration<double>(now - *seq.timing.first_token).count();
+  return config_.tpot_headroom * config_.tpot_target_seconds * (length - 1) - since_first - this_step -
+         (length - generated - 1) * later_step;
+}
+
 int Scheduler::token_budget(TimePoint now) const {
   if (config_.policy == SchedulingPolicy::fcfs) return config_.max_batched_tokens;
   const StepCost& c = cost_.cost();
   const int decoders = static_cast<int>(std::count_if(running_.begin(), running_.end(),
                                                       [](const Sequence* s) { return s->num_uncomputed() == 1; }));
-  // With n tokens d seconds after its first, a request's mean stays under the target if its next token comes
-  // within n x target - d: (d + step) / n <= target.
-  double allowed = std::numeric_limits<double>::infinity();
+  // Later steps decode every running sequence, and one more when a prompt waits: this step's prefill is for it.
+  const int later_decoders = static_cast<int>(running_.size()) + (waiting_.empty() ? 0 : 1);
+  const double this_step = c.predict(decoders, 0), later_step = c.predict(later_decoders, 0);
+  double slack = std::numeric_limits<double>::infinity();
   for (const Sequence* s : running_)
-    if (s->num_generated() > 0 && s->timing.first_token) {
-      const double since_first = std::chrono::duration<double>(now - *s->timing.first_token).count();
-      allowed = std::min(allowed, config_.tpot_headroom * config_.tpot_target_seconds * s->num_generated() - since_first);
-    }
-  if (allowed == std::numeric_limits<double>::infinity()) return config_.max_batched_tokens;  // no one decoding
-  const double left = allowed - c.predict(decoders, 0);
-  int prefill = c.per_prefill_token_seconds > 0 ? static_cast<int>(left / c.per_prefill_token_seconds) : 1 << 30;
+    if (s->num_generated() > 0 && s->timing.first_token)
+      slack = std::min(slack, tpot_slack(*s, now, this_step, later_step));
+  if (slack == std::numeric_limits<double>::infinity()) return config_.max_batched_tokens;  // no one decoding
+  int prefill = config_.max_batched_tokens;
+  if (c.per_prefill_token_seconds > 0)
+    prefill = static_cast<int>(std::min(slack / c.per_prefill_token_seconds, static_cast<double>(prefill)));
   prefill = std::max(prefill, config_.min_prefill_tokens);
   return std::min(config_.max_batched_tokens, decoders + prefill);
 }

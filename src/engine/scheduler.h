@@ -5,12 +5,26 @@
 //  - fcfs: waiting requests in (priority, arrival) order; a fixed token budget per step (max_batched_tokens).
 //  - slo:  given p99 targets for TTFT and TPOT, sizes every step by its predicted time (StepCostModel): all
 //          running decodes, plus as many prefill tokens as the time every decoding request can spare allows.
-//          LoadGen's TPOT is a request's mean time per output token, (latency - TTFT) / (tokens - 1), not a
-//          bound on each step, so a request that has n tokens d seconds after its first can wait
-//          n x target - d for its next one and still have a mean under the target whenever it ends. The step
-//          may take the least of that over the decoding requests (times tpot_headroom, for the prediction's
-//          error): decode-only steps that run under the target bank the time a burst of prompts then spends on
-//          prefill (lower TTFT at the same TPOT), and a request's first tokens still come within the target.
+//          LoadGen's TPOT is a request's mean over its whole output, (latency - TTFT) / (tokens - 1), and the p99
+//          is over requests: a young request can afford a long step now when many fast ones follow. A request
+//          expected to end with L tokens, that has n of them d seconds after its first, keeps its mean under
+//          tpot_headroom x target (the headroom is for the prediction's error) while
+//              d + this step + (L - n - 1) x later decode-only step <= tpot_headroom x target x (L - 1),
+//          the later steps predicted with every running sequence decoding, plus one when a prompt waits (this
+//          step's prefill is for it; further admissions count from the next step, which projects again). A
+//          step's prefill may take the least slack this leaves over the decoding requests.
+//          L (expected_output_length): max_tokens for a request that runs to it (no stop tokens or grammar, as
+//          bench's fixed output lengths); else min(max_tokens, expected_output_tokens or what recent finished
+//          requests that got as far reached: output_length.h), or min_tokens if more; never below n + 1. With
+//          nothing known L is n + 1, the rule of banked time: the next token within n x headroom x target - d.
+//          The step may spend a request's whole remaining slack, not a share kept back for prompts expected
+//          later: every decoding request pays for a step's prefill together, so the one with least slack (near
+//          its end, or one that has paid for many prompts) bounds the step and a young request's slack goes
+//          only where all can afford it; a waiting prompt then goes whole into the first step that can afford
+//          its uncached tokens, which costs the decoders less than chunks (on a GPU each pays a full read of the
+//          expert weights: ~25 ms for a 200-token chunk of gpt-oss-120b) and brings its first token sooner.
+//          The price: once a burst has spent the decoders' slack, prompts get min_prefill_tokens a step until
+//          those requests finish, as under the rule of banked time.
 //          Admits waiting requests earliest deadline first (arrival + TTFT target, or the request's own deadline)
 //          and stops admitting when one more decoding sequence would push a decode-only step over the target.
 // Both admit a waiting request only while the KV pool keeps its watermark of available blocks (kv_watermark).
@@ -21,6 +35,7 @@
 #include <vector>
 
 #include "engine/kv_manager.h"
+#include "engine/output_length.h"
 #include "engine/sequence.h"
 #include "engine/step_cost.h"
 
@@ -37,6 +52,10 @@ struct SchedulerConfig {
   double tpot_target_seconds = 0.080;  // slo policy: p99 TPOT target (MLPerf gpt-oss-120b Server: 80 ms)
   int min_prefill_tokens = 16;      // slo policy: prefill progress guaranteed per step while requests wait
   double tpot_headroom = 0.9;       // slo policy: the share of each request's TPOT budget a step may plan to use
+  // slo policy: the output tokens expected of a request that may stop early (stop tokens or a grammar), capped by
+  // its max_tokens; 0: learnt from recent finished requests (OutputLengthEstimate). 1 plans each token of such a
+  // request as its last (the rule of banked time).
+  int expected_output_tokens = 0;
   // Admission leaves at least this share of the KV pool's blocks available (vLLM's block-manager watermark, 1%),
   // so that the running sequences' growth does not preempt the prompt just admitted: without it, a pool-bound
   // Offline run admitted a prompt whenever a finished sequence's blocks came back, and the next steps' growth
@@ -61,7 +80,8 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost);
+  Scheduler(SchedulerConfig config, KvCacheManager& kv, const StepCostModel& cost,
+            const OutputLengthEstimate& lengths);
 
   const SchedulerConfig& config() const { return config_; }
   void add(Sequence* seq);     // to the waiting queue
@@ -75,6 +95,11 @@ class Scheduler {
  private:
   bool before(const Sequence* a, const Sequence* b) const;  // scheduling order
   int token_budget(TimePoint now) const;
+  // slo policy: the output tokens seq is expected to end with (L above), at least num_generated() + 1.
+  int expected_output_length(const Sequence& seq) const;
+  // slo policy: the time a step may spend beyond its decode-only part and keep seq's projected mean TPOT under
+  // headroom x target; this_step and later_step are decode-only step times (now, and in the steps after).
+  double tpot_slack(const Sequence& seq, TimePoint now, double this_step, double later_step) const;
   bool can_admit_decoder() const;
   void preempt(Sequence* seq, SchedulerOutput& out);
   // Allocates KV for the largest chunk of at most `wanted` tokens that fits (halving); 0 when none does.
@@ -88,6 +113,7 @@ class Scheduler {
   SchedulerConfig config_;
   KvCacheManager& kv_;
   const StepCostModel& cost_;
+  const OutputLengthEstimate& lengths_;
   std::vector<Sequence*> running_;  // in scheduling order
   std::deque<Sequence*> waiting_;
 };

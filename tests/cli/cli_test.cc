@@ -218,6 +218,21 @@ TEST(BenchSloTargets, FollowTheScenarioUnlessGiven) {
   }
 }
 
+// The slo scheduler projects a request that may stop early to --slo-expected-output-tokens, else to lengths learnt
+// from finished requests; the result records which.
+TEST(BenchSloTargets, ExpectedOutputTokensAreLearntUnlessGiven) {
+  using Case = std::pair<std::string, nlohmann::json>;  // flags, the result's expected_output_tokens
+  for (const auto& [flags, expected] : {Case{"", "learnt"}, Case{"--slo-expected-output-tokens 1500", 1500}}) {
+    testing::CommandResult result;
+    const auto engine = bench_engine("--benchmark gpt-oss-120b --scheduler slo " + flags, result, "interactive");
+    ASSERT_FALSE(engine.is_null()) << flags << ": " << result.output;
+    EXPECT_EQ(engine["slo_targets"]["expected_output_tokens"], expected) << flags;
+  }
+  const auto zero = moeserve("serve " + testing::tiny_model() + " --scheduler slo --slo-expected-output-tokens 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_THAT(zero.output, HasSubstr("--slo-expected-output-tokens"));
+}
+
 TEST(VllmFlags, DtypeTakesVllmsNames) {
   for (const char* dtype : {"auto", "bfloat16", "float32"}) {
     const auto result = moeserve(std::string("generate ") + testing::tiny_model() + " --dtype " + dtype +

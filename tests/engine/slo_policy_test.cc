@@ -1,11 +1,13 @@
-// The TTFT/TPOT-aware policy against FCFS in a simulated load on the tiny model. Time is virtual: every step
-// advances the clock by a fixed step-cost model, so the test checks the policy's logic, not the machine's speed.
-// The runner computes the real tokens.
+// The TTFT/TPOT-aware policy in simulated loads, against FCFS and against its own rule of banked time, on the tiny
+// model or the KV-checking fake runner. Time is virtual: every step advances the clock by a fixed step-cost model
+// (simulated_time_runner.h). The runner computes the real tokens.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "engine/engine_core.h"
+#include "engine/fake_runner.h"
+#include "engine/simulated_time_runner.h"
 #include "model/gpt_oss/checkpoint.h"
 #include "runner/cpu/cpu_runner.h"
 #include "test_util.h"
@@ -13,32 +15,7 @@
 namespace moeserve {
 namespace {
 
-// Wraps a runner and advances a virtual clock by the cost of each batch it runs.
-class SimulatedTimeRunner : public ModelRunner {
- public:
-  SimulatedTimeRunner(ModelRunner& inner, StepCost cost, TimePoint& clock) : inner_(inner), cost_(cost), clock_(clock) {}
-  std::string name() const override { return "simulated " + inner_.name(); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  size_t kv_block_bytes(int block_size) const override { return inner_.kv_block_bytes(block_size); }
-  void allocate_kv_cache(const KvCacheLayout& layout) override { inner_.allocate_kv_cache(layout); }
-  const KvCacheLayout& kv_cache_layout() const override { return inner_.kv_cache_layout(); }
-  void forward(const ForwardBatch& batch, ForwardOutput& output) override {
-    int decode = 0, prefill = 0;
-    for (const auto& s : batch.sequences) {
-      const bool is_decode = s.tokens.size() == 1 && s.num_logits == 1;
-      (is_decode ? decode : prefill) += static_cast<int>(s.tokens.size());
-    }
-    inner_.forward(batch, output);
-    clock_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cost_.predict(decode, prefill)));
-    steps.push_back({decode, prefill});
-  }
-  std::vector<std::pair<int, int>> steps;  // (decode, prefill) tokens of every step run
-
- private:
-  ModelRunner& inner_;
-  StepCost cost_;
-  TimePoint& clock_;
-};
+using testing::SimulatedTimeRunner;
 
 struct LoadResult {
   double p99_tpot = 0;
@@ -63,80 +40,84 @@ std::shared_ptr<const Checkpoint> tiny_checkpoint() {
   return checkpoint;
 }
 
-LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
-  CpuRunner cpu(tiny_checkpoint(), 2);
-  TimePoint clock{};
-  SimulatedTimeRunner runner(cpu, cost, clock);
-  EngineConfig config;
-  config.block_size = 16;
-  config.num_kv_blocks = 4096;
-  config.learn_step_cost = false;
-  config.initial_step_cost = cost;
-  config.scheduler.policy = policy;
-  config.scheduler.max_batched_tokens = 2048;
-  config.scheduler.ttft_target_seconds = 2.0;
-  config.scheduler.tpot_target_seconds = 0.060;
-  EngineCore core(runner, config, [&] { return clock; });
+// Poisson arrivals, `rate` a second; prompt and output lengths uniform in their ranges, prompt ids below `vocab`.
+struct PoissonLoad {
+  double rate = 1;
+  int requests = 0;
+  std::pair<int, int> prompt, output;
+  int vocab = 0;
+  uint32_t seed = 0;
+  std::vector<int32_t> stop_tokens;
+};
 
-  // Poisson arrivals at 5 requests/s; prompts 200-800 tokens, 16-48 output tokens. Same load for both policies.
-  std::mt19937 rng(2024);
-  std::exponential_distribution<double> gap(5.0);
-  std::uniform_int_distribution<int> prompt_len(200, 800), out_len(16, 48), id(0, 511);
-  struct Pending {
-    TimePoint at;
-    RequestSpec spec;
-  };
-  std::vector<Pending> pending;
+// One request of a load, timed as LoadGen times it.
+struct Served {
+  TimePoint arrival{}, first{}, last{};
+  int tokens = 0;
+  bool done = false;  // ended at max_tokens
+  double ttft() const { return std::chrono::duration<double>(first - arrival).count(); }
+  // LoadGen: TPOT = (latency - TTFT) / (tokens - 1).
+  double tpot() const { return std::chrono::duration<double>(last - first).count() / (tokens - 1); }
+};
+
+// Runs `load` through an engine of `config` over `inner`, on a virtual clock that advances by the config's
+// step-cost model.
+std::vector<Served> serve(ModelRunner& inner, const EngineConfig& config, const PoissonLoad& load) {
+  TimePoint clock{};
+  SimulatedTimeRunner runner(inner, config.initial_step_cost, clock);
+  EngineCore core(runner, config, [&] { return clock; });
+  std::mt19937 rng(load.seed);
+  std::exponential_distribution<double> gap(load.rate);
+  std::uniform_int_distribution<int> prompt_len(load.prompt.first, load.prompt.second),
+      out_len(load.output.first, load.output.second), id(0, load.vocab - 1);
+  std::vector<RequestSpec> specs;
+  std::vector<Served> served(load.requests);
   TimePoint t{};
-  for (int i = 0; i < kRequests; ++i) {
+  for (Served& s : served) {
     t += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
-    Pending p{t, {}};
-    for (int n = prompt_len(rng); n > 0; --n) p.spec.prompt.push_back(id(rng));
-    p.spec.max_tokens = out_len(rng);
-    p.spec.sampling.temperature = 0;
-    p.spec.arrival = t;
-    pending.push_back(std::move(p));
+    RequestSpec& spec = specs.emplace_back();
+    for (int n = prompt_len(rng); n > 0; --n) spec.prompt.push_back(id(rng));
+    spec.max_tokens = out_len(rng);
+    spec.sampling.temperature = 0;
+    spec.stop_tokens = load.stop_tokens;
+    spec.arrival = s.arrival = t;
   }
-  struct Seen {
-    TimePoint first{}, last{};
-    int tokens = 0;
-    bool done = false;
-  };
-  std::vector<Seen> seen(pending.size());
-  size_t next = 0;
-  while (next < pending.size() || core.has_work()) {
-    while (next < pending.size() && pending[next].at <= clock) {
-      core.add_request(next, pending[next].spec, [&seen](const RequestEvent& e) {
-        Seen& s = seen[e.request_id];
+  for (size_t next = 0; next < specs.size() || core.has_work();) {
+    for (; next < specs.size() && served[next].arrival <= clock; ++next)
+      core.add_request(next, specs[next], [&served](const RequestEvent& e) {
+        Served& s = served[e.request_id];
         if (s.tokens == 0 && !e.tokens.empty()) s.first = e.time;
         s.tokens += static_cast<int>(e.tokens.size());
         s.last = e.time;
         s.done = e.finish == FinishReason::length;
       });
-      ++next;
-    }
-    if (!core.has_work()) {
-      clock = pending[next].at;
-      continue;
-    }
-    core.step();
+    if (core.has_work())
+      core.step();
+    else
+      clock = served[next].arrival;
   }
+  return served;
+}
+
+LoadResult simulate(SchedulingPolicy policy, const StepCost& cost) {
+  CpuRunner cpu(tiny_checkpoint(), 2);
+  // Poisson arrivals at 5 requests/s; prompts 200-800 tokens, 16-48 output tokens. Same load for both policies.
+  const std::vector<Served> served = serve(cpu, testing::simulated_config(cost, policy, 2.0, 0.060, 2048),
+                                          {5.0, kRequests, {200, 800}, {16, 48}, 512, 2024, {}});
   LoadResult r;
   std::vector<double> tpot, ttft;
   int tokens = 0;
   TimePoint last_finish{};
-  for (size_t i = 0; i < seen.size(); ++i) {
-    const Seen& s = seen[i];
+  for (const Served& s : served) {
     r.completed += s.done;
     tokens += s.tokens;
     last_finish = std::max(last_finish, s.last);
-    ttft.push_back(std::chrono::duration<double>(s.first - pending[i].at).count());
-    // LoadGen: TPOT = (latency - TTFT) / (tokens - 1).
-    if (s.tokens > 1) tpot.push_back(std::chrono::duration<double>(s.last - s.first).count() / (s.tokens - 1));
+    ttft.push_back(s.ttft());
+    if (s.tokens > 1) tpot.push_back(s.tpot());
   }
   r.p99_tpot = percentile(tpot, 0.99);
   r.p99_ttft = percentile(ttft, 0.99);
-  r.throughput = tokens / std::chrono::duration<double>(last_finish - pending.front().at).count();
+  r.throughput = tokens / std::chrono::duration<double>(last_finish - served.front().arrival).count();
   return r;
 }
 
@@ -164,15 +145,8 @@ TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
   TimePoint clock{};
   const StepCost cost{0.005, 0.0005, 0.00005};
   SimulatedTimeRunner runner(cpu, cost, clock);
-  EngineConfig config;
-  config.num_kv_blocks = 4096;
-  config.learn_step_cost = false;
-  config.initial_step_cost = cost;
-  config.scheduler.policy = SchedulingPolicy::slo;
-  config.scheduler.max_batched_tokens = 4096;
-  config.scheduler.ttft_target_seconds = 3.0;
-  config.scheduler.tpot_target_seconds = 0.060;
-  EngineCore core(runner, config, [&] { return clock; });
+  EngineCore core(runner, testing::simulated_config(cost, SchedulingPolicy::slo, 3.0, 0.060, 4096),
+                  [&] { return clock; });
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> id(0, 511);
   struct Seen {
@@ -209,6 +183,57 @@ TEST(SloPolicy, ABurstOfPromptsSpendsTheTpotTheDecodersBanked) {
     const double tpot = std::chrono::duration<double>(s.last - s.first).count() / (s.tokens - 1);
     EXPECT_LE(tpot, 0.060);
   }
+}
+
+
+
+// An Interactive-shaped load (MLPerf gpt-oss-120b: TTFT 2 s, TPOT 15 ms) on a GPU-like step: 8.5 ms, 0.2 ms per
+// decoding sequence (10-13 ms at 8-22 of them, as on an H200), 72 us per prefill token (a 2,500-token prompt here
+// costs what a 5,000-token one does there, 180 ms, at half the fake runner's work). Poisson arrivals at 0.6 a
+// second, prompts of 2,000-3,000 tokens, outputs forced to 400-800, over the KV-checking fake runner.
+struct InteractiveResult {
+  double p90_ttft = 0, p99_ttft = 0, worst_tpot = 0;
+  int completed = 0;
+};
+
+InteractiveResult simulate_interactive(bool projected) {
+  testing::CheckingFakeRunner fake;
+  EngineConfig config = testing::simulated_config({0.0085, 0.0002, 0.000072}, SchedulingPolicy::slo, 2.0, 0.015, 8192);
+  config.num_kv_blocks = 16384;
+  PoissonLoad load{0.6, 120, {2000, 3000}, {400, 800}, static_cast<int>(fake.config().vocab_size), 15, {}};
+  // The rule of banked time: every request may stop at any token (a stop token the fake runner never samples)
+  // and is expected to end with the next one.
+  if (!projected) {
+    config.scheduler.expected_output_tokens = 1;
+    load.stop_tokens = {load.vocab};
+  }
+  InteractiveResult r;
+  std::vector<double> ttft;
+  for (const Served& s : serve(fake, config, load)) {
+    r.completed += s.done;
+    ttft.push_back(s.ttft());
+    r.worst_tpot = std::max(r.worst_tpot, s.tpot());
+  }
+  r.p90_ttft = percentile(ttft, 0.90);
+  r.p99_ttft = percentile(ttft, 0.99);
+  return r;
+}
+
+// Under the rule of banked time a request just past its first token holds every step to a few prefill tokens, so
+// each prompt is spread over many steps. Projected to their lengths, the young requests afford whole prompts:
+// TTFT falls, and every request's mean TPOT still stays under the target.
+TEST(SloPolicy, ProjectingTpotToTheOutputLengthLowersTtftAndKeepsEveryMeanUnderTheTarget) {
+  const InteractiveResult banked = simulate_interactive(false), projected = simulate_interactive(true);
+  std::printf("banked time: p90 / p99 TTFT %.3f / %.3f s, worst TPOT %.2f ms; projected: %.3f / %.3f s, %.2f ms\n",
+              banked.p90_ttft, banked.p99_ttft, banked.worst_tpot * 1e3, projected.p90_ttft, projected.p99_ttft,
+              projected.worst_tpot * 1e3);
+  EXPECT_EQ(banked.completed, 120);
+  EXPECT_EQ(projected.completed, 120);
+  EXPECT_LE(banked.worst_tpot, 0.015);
+  EXPECT_LE(projected.worst_tpot, 0.015);
+  EXPECT_LT(projected.p90_ttft, 0.5 * banked.p90_ttft);
+  EXPECT_LT(projected.p99_ttft, 0.5 * banked.p99_ttft);
+  EXPECT_LE(projected.p99_ttft, 2.0);
 }
 
 }  // namespace
