@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"v1", "v2"}));
-  app.parse(argc, argv);
+  CLI11_PARSE(app, argc, argv);
   std::vector<cuda::MlaDecodeVersion> versions(version_names.size());
   for (size_t i = 0; i < versions.size(); ++i) cuda::mla_decode_version_named(version_names[i], versions[i]);
 
