@@ -8,7 +8,7 @@
 #             0.5/0.7/0.9 (docs/PERF.md)
 #   sanitize  compute-sanitizer memcheck and racecheck (SANITIZERS) over the kernel tests
 #   attention attention_bench: decode attention alone (batch 1..1,024, contexts 1k-8k, bf16 and fp8 KV), prefill 1 x 8k
-#   moe       moe_bench: every expert GEMM path at 1..1,024 rows per expert, uniform and skewed
+#   moe       moe_bench: every expert GEMM path at 1..1,024 rows per expert, uniform and skewed (MOE_ARGS: more flags)
 #   breakdown step_breakdown (BREAKDOWN_ARGS): GPU time by kernel class beside each class's floor
 #   throughput benchmarks/cuda/throughput.sh (its RUNS / ROUTERS / ENGINE variables): moeserve bench Offline
 #   server    benchmarks/cuda/server_search.sh: the highest VALID Server target_qps at the MLPerf shape
@@ -48,7 +48,7 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
             --verify-tokens 2,4,8 --spec-batches 1,8,32 --spec-engine-batches 1,8,32 --spec-k 1,3,7 \
             --spec-acceptance 0.5,0.7,0.9 --json "$OUT/bench-spec.json" > "$OUT/bench-spec.log" 2>&1 ;;
     attention) timeout ${T_BENCH:-600} $BIN/attention_bench --json "$OUT/attention.json" > "$OUT/attention.log" 2>&1 ;;
-    moe) timeout ${T_BENCH:-600} $BIN/moe_bench --json "$OUT/moe.json" > "$OUT/moe.log" 2>&1 ;;
+    moe) timeout ${T_BENCH:-600} $BIN/moe_bench --json "$OUT/moe.json" ${MOE_ARGS:-} > "$OUT/moe.log" 2>&1 ;;
     breakdown) timeout ${T_BENCH:-600} $BIN/step_breakdown ${BREAKDOWN_ARGS:---decode 1@2048,256@2048,1024@1500} \
                  --json "$OUT/breakdown.json" > "$OUT/breakdown.log" 2>&1 ;;
     throughput) OUT=$OUT/throughput BIN=$BIN benchmarks/cuda/throughput.sh > "$OUT/throughput.log" 2>&1 ;;

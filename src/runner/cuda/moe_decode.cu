@@ -74,14 +74,15 @@ __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p
   };
 
   float acc[kTiles][4] = {};
+  const Mxfp4Bf16Constants constants = mxfp4_bf16_constants();  // in registers (moe_layout.h)
   // k step s takes bytes 2s, 2s + 1 of both rows' blocks: word s / 2 of each, converted four bf16x2 at a time.
   auto compute = [&](const Chunk<kTiles>& ch) {
     const uint32_t f_a = mxfp4_scale_bf16x2(ch.s_a), f_b = mxfp4_scale_bf16x2(ch.s_b);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       uint32_t v_a[4], v_b[4];
-      mxfp4_word_to_bf16(word_of(ch.w_a, q), f_a, v_a);
-      mxfp4_word_to_bf16(word_of(ch.w_b, q), f_b, v_b);
+      mxfp4_word_to_bf16(word_of(ch.w_a, q), f_a, constants, v_a);
+      mxfp4_word_to_bf16(word_of(ch.w_b, q), f_b, constants, v_b);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int s = 2 * q + h;

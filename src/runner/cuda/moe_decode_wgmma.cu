@@ -247,6 +247,7 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
   const int c = f.lane % 4;
   float acc[kBlocks][kN / 2];
   uint32_t frag[2][kBlocks][4];  // slab k16's A fragments in frag[k16 % 2]
+  const Mxfp4Bf16Constants constants = mxfp4_bf16_constants();  // in registers (moe_layout.h)
   for (int step = 0; step < ksteps; ++step, ++g) {
     const int stage = g % L::kStages;
     mbarrier_wait(&s.full[stage], (g / L::kStages) & 1);  // no watchdog here: moe_wgmma.cuh says why
@@ -276,8 +277,8 @@ __device__ int consume_item(const MoeGemmParams& p, const Shared<kN>& s, const I
         if (k16 == 0 && step > 0) mbarrier_arrive(&s.empty[(g - 1) % L::kStages]);
 #pragma unroll
         for (int j = 0; j < kBlocks; ++j) {
-          mxfp4_word_half_to_bf16(words[j][0], factors[j][0], half, a[j][0], a[j][2]);
-          mxfp4_word_half_to_bf16(words[j][1], factors[j][1], half, a[j][1], a[j][3]);
+          mxfp4_word_half_to_bf16(words[j][0], factors[j][0], half, constants, a[j][0], a[j][2]);
+          mxfp4_word_half_to_bf16(words[j][1], factors[j][1], half, constants, a[j][1], a[j][3]);
         }
         wgmma_fence();
         const uint64_t b =

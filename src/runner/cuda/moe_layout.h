@@ -107,16 +107,46 @@ MOESERVE_HD uint32_t mxfp4_scale_bf16x2(uint32_t scale) { return scale * 0x00800
 // Four bf16x2 words from the 8 values of one packed 32-bit word of an MXFP4 block: out[i] holds the values of the
 // checkpoint word's byte i (value 2i in the low half). `half` 0 gives out[0..1] (bytes 0, 1), `half` 1 gives
 // out[2..3] (bytes 2, 3).
-MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t packed, uint32_t factor, int half, uint32_t& lo_byte_pair,
-                                        uint32_t& hi_byte_pair) {
-  const uint32_t selectors = ((packed >> (2 * half)) & 0x33333333u) | kMxfp4SelectorHigh;
-  lo_byte_pair = bf16x2_multiply(byte_permute(kMxfp4LowBytes, kMxfp4HighBytes, selectors), factor);
-  hi_byte_pair = bf16x2_multiply(byte_permute(kMxfp4LowBytes, kMxfp4HighBytes, selectors >> 16), factor);
+//   The conversion takes two of its constants (the prmt table's low bytes and the selectors' high bit) as values a
+// thread holds in registers, made once by mxfp4_bf16_constants() before its loop: written as literals, ptxas (CUDA
+// 13.0, sm_90a) moved the table from a uniform register into a register before every prmt (an IMAD.U32, 4 a word)
+// and, LOP3 taking one immediate, split each mask-and-or into two LOP3s: decode_mma's SASS ran ~19 instructions a
+// packed word where 13 were meant. On the device the values are loaded from global memory, which ptxas cannot
+// fold (it saw through a shuffle of them: the SASS had neither the SHFL nor fewer instructions).
+struct Mxfp4Bf16Constants {
+  uint32_t low_bytes = kMxfp4LowBytes;
+  uint32_t selector_high = kMxfp4SelectorHigh;
+};
+#if defined(__CUDACC__)
+static __device__ __align__(8) uint32_t mxfp4_bf16_constant_words[2] = {kMxfp4LowBytes, kMxfp4SelectorHigh};
+#endif
+MOESERVE_HD Mxfp4Bf16Constants mxfp4_bf16_constants() {
+#if defined(__CUDA_ARCH__)
+  const uint2 words = __ldg(reinterpret_cast<const uint2*>(mxfp4_bf16_constant_words));
+  return {words.x, words.y};
+#else
+  return {};
+#endif
 }
 
+MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t packed, uint32_t factor, int half, const Mxfp4Bf16Constants& k,
+                                        uint32_t& lo_byte_pair, uint32_t& hi_byte_pair) {
+  const uint32_t selectors = ((packed >> (2 * half)) & 0x33333333u) | k.selector_high;
+  lo_byte_pair = bf16x2_multiply(byte_permute(k.low_bytes, kMxfp4HighBytes, selectors), factor);
+  hi_byte_pair = bf16x2_multiply(byte_permute(k.low_bytes, kMxfp4HighBytes, selectors >> 16), factor);
+}
+MOESERVE_HD void mxfp4_word_half_to_bf16(uint32_t packed, uint32_t factor, int half, uint32_t& lo_byte_pair,
+                                        uint32_t& hi_byte_pair) {
+  mxfp4_word_half_to_bf16(packed, factor, half, Mxfp4Bf16Constants{}, lo_byte_pair, hi_byte_pair);
+}
+
+MOESERVE_HD void mxfp4_word_to_bf16(uint32_t packed, uint32_t factor, const Mxfp4Bf16Constants& k,
+                                   uint32_t (&out)[4]) {
+  mxfp4_word_half_to_bf16(packed, factor, 0, k, out[0], out[1]);
+  mxfp4_word_half_to_bf16(packed, factor, 1, k, out[2], out[3]);
+}
 MOESERVE_HD void mxfp4_word_to_bf16(uint32_t packed, uint32_t factor, uint32_t (&out)[4]) {
-  mxfp4_word_half_to_bf16(packed, factor, 0, out[0], out[1]);
-  mxfp4_word_half_to_bf16(packed, factor, 1, out[2], out[3]);
+  mxfp4_word_to_bf16(packed, factor, Mxfp4Bf16Constants{}, out);
 }
 
 // FP8 activations (decode_mma's e4m3 path): an e2m1 value s e1 e0 m placed in an e4m3 byte as s 0 0 e1 e0 m 0 0

@@ -73,13 +73,14 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
     block = ok ? load_weights_16(b_blocks + kb * 16) : make_uint4(0, 0, 0, 0);
     scale = ok ? b_scales[kb] : 0u;
   };
+  const Mxfp4Bf16Constants constants = mxfp4_bf16_constants();  // in registers (moe_layout.h)
   auto store_b = [&](int stage, const uint4& block, uint32_t scale) {
     const uint32_t factor = mxfp4_scale_bf16x2(scale);
     uint4* dst = reinterpret_cast<uint4*>(&b_tile(stage)[b_row][b_half * 32]);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t w[4];
-      mxfp4_word_to_bf16(word_of(block, i), factor, w);
+      mxfp4_word_to_bf16(word_of(block, i), factor, constants, w);
       dst[i] = make_uint4(w[0], w[1], w[2], w[3]);
     }
   };

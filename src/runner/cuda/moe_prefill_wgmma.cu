@@ -138,6 +138,7 @@ struct Producer {
   const uint8_t* meta_src = nullptr;  // FP8: the word for row t / B (+ 4 step for b < 2); bf16: the scale byte
   int meta_shift = 0;                 // FP8: b 0: the first scale byte's index in its word, b 2: s_max's
   bool near_end = false;              // a word of the thread's rows may reach past its array's end
+  Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
@@ -269,7 +270,7 @@ struct Producer {
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           uint32_t v[4];
-          mxfp4_word_to_bf16(word_of(block, w), factor, v);
+          mxfp4_word_to_bf16(word_of(block, w), factor, constants, v);
           *reinterpret_cast<uint4*>(row + (((4 * b + w) ^ swizzle) << 4)) = make_uint4(v[0], v[1], v[2], v[3]);
         }
       } else {
@@ -291,6 +292,7 @@ struct Producer {
   }
 
   __device__ void run(int total) {
+    if constexpr (!kFp8) constants = mxfp4_bf16_constants();
     const int mine = total > group ? (total - group + 1) / 2 : 0;  // own steps
     auto global = [&](int own) { return group + 2 * own; };
     Cursor a = cursor_of(group), r = cursor_of(group);
