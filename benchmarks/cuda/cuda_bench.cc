@@ -43,7 +43,6 @@
 #include "runner/cuda/blas.h"
 #include "runner/cuda/cuda_drafter_factory.h"
 #include "runner/cuda/cuda_runner.h"
-#include "runner/cuda/decode_mma_ring.h"
 #include "runner/cuda/programmatic_launch.h"
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
 #include "util/error.h"
@@ -433,8 +432,6 @@ int run(int argc, char** argv) {
   fmt::print("{}: {} SMs; measured copy {:.2f} TB/s (read + write), bf16 matmul {:.0f} TFLOP/s\n", prop.name,
              prop.multiProcessorCount, ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
   fmt::print("programmatic dependent launch {}\n", programmatic_launch ? "on" : "off");
-  const std::string decode_mma_rings = cuda::decode_mma_rings_name(cuda::decode_mma_rings());
-  fmt::print("decode_mma rings {} (MOESERVE_DECODE_MMA_RING)\n", decode_mma_rings);
   auto made = Clock::now();
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
@@ -576,7 +573,6 @@ int run(int argc, char** argv) {
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},
-                         {"decode_mma_rings", decode_mma_rings},
                          {"rows", nlohmann::json::array()}};
   fmt::print("\n| {} | tokens/s | roofline tokens/s | of roofline | ms/step | kernels |\n|---|---|---|---|---|---|\n", shape);
   for (const Row& r : rows) {

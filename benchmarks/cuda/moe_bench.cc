@@ -17,7 +17,7 @@
 //   figures: GB/s = bytes of the touched experts' weights (MXFP4 blocks, scales, bias) + the activations read and
 //     written once, over the time of both projections; TFLOP/s = 2 x rows x (N K) summed over both.
 // Usage: moe_bench [--shape gpt-oss-120b] [--rows 1,2,...,1024] [--routing uniform,zipf] [--paths ...]
-//                  [--min-ms 30] [--decode-mma-rings 'n8:4x2,n16:4x2;n8:3x3,n16:3x3'] [--json FILE]
+//                  [--min-ms 30] [--json FILE]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -30,7 +30,6 @@
 #include "bench_common.h"
 #include "model/gpt_oss/make_tiny.h"
 #include "model/mxfp4.h"
-#include "runner/cuda/decode_mma_ring.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/kernels.h"
 #include "runner/cuda/moe_buffers.h"
@@ -286,52 +285,30 @@ int run(int argc, char** argv) {
                  "decode-mma-mixed's N8:N16 bounds to run it with (each its own row, named decode-mma-mixed-N8-N16; "
                  "default: the built-in bounds)")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON to this file");
-  std::vector<std::string> ring_texts;
-  app.add_option("--decode-mma-rings", ring_texts,
-                 "decode_mma rings to run the decode-mma-n8, -n16 and -mixed paths with, ';'-separated (each its own row, "
-                 "named PATH@RINGS; runner/cuda/decode_mma_ring.h; default: MOESERVE_DECODE_MMA_RING's or the built-in)")
-      ->delimiter(';');
   std::string activation_dtype = "bf16";
   app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths and prefill_wgmma)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const bool fp8 = activation_dtype == "fp8";
-  // Each run of a path: the path, its mixed bounds (decode-mma-mixed only), its row's name and the decode_mma rings
-  // it runs with.
+  // Each run of a path: the path, its mixed bounds (decode-mma-mixed only) and its row's name.
   struct Run {
     MoePath path;
     cuda::MoeMixedBounds mixed;
     std::string name;
-    cuda::DecodeMmaRings rings;
   };
-  std::vector<cuda::DecodeMmaRings> rings;
-  for (const std::string& text : ring_texts) rings.push_back(cuda::parse_decode_mma_rings(text.c_str(), "--decode-mma-rings"));
-  const cuda::DecodeMmaRings process_rings = cuda::decode_mma_rings();
-  MOESERVE_CHECK(!fp8 || ring_texts.empty(), "--decode-mma-rings: the FP8 kernels take the default ring only");
   std::vector<Run> paths;
   for (const std::string& name : path_names) {
     const MoePath path = cuda::parse_moe_path(name);
     MOESERVE_CHECK(!fp8 || cuda::moe_path_takes_fp8(path), "--activation-dtype fp8: {} takes bf16 only (the "
                    "decode-mma paths and prefill-wgmma take fp8)", name);
-    std::vector<Run> runs;
     if (path != MoePath::decode_mma_mixed || mixed_texts.empty()) {
-      runs.push_back({path, {}, name, process_rings});
-    } else {
-      for (const std::string& text : mixed_texts) {
-        const cuda::MoeMixedBounds b = cuda::parse_moe_mixed_bounds(text);
-        runs.push_back({path, b, fmt::format("{}-{}-{}", name, b.n8_max, b.n16_max), process_rings});
-      }
+      paths.push_back({path, {}, name});
+      continue;
     }
-    const bool takes_rings = path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 ||
-                             path == MoePath::decode_mma_mixed;
-    for (const Run& run : runs) {
-      if (!takes_rings || ring_texts.empty()) {
-        paths.push_back(run);
-        continue;
-      }
-      for (const cuda::DecodeMmaRings& r : rings)
-        paths.push_back({run.path, run.mixed, run.name + "@" + cuda::decode_mma_rings_name(r), r});
+    for (const std::string& text : mixed_texts) {
+      const cuda::MoeMixedBounds b = cuda::parse_moe_mixed_bounds(text);
+      paths.push_back({path, b, fmt::format("{}-{}-{}", name, b.n8_max, b.n16_max)});
     }
   }
   for (int r : rows_per_expert) MOESERVE_CHECK(r > 0 && r <= 4096, "--rows {} (1 to 4096)", r);
@@ -367,7 +344,6 @@ int run(int argc, char** argv) {
       const double flops = 2.0 * rows * (2.0 * I * H + static_cast<double>(H) * I);
       for (const Run& run : paths) {
         const MoePath path = run.path;
-        cuda::set_decode_mma_rings(run.rings);
         Result res;
         res.path = run.name;
         res.routing = routing;

@@ -7,7 +7,7 @@
 // its warps mostly load activations (33-40% of the copy bandwidth); the wgmma decode kernel (moe_decode_wgmma.cu)
 // reads each expert once but its tensor rate scales with its narrow N (121 TFLOP/s at n32). Here a CTA of 8 warps
 // owns 256 weight rows (2 m16 slabs a warp) of one expert for one tile of up to 8 kNTiles of its rows, and walks K in
-// 128-k chunks through a cp.async ring (4 stages by default, decode_mma_ring.h) holding, per chunk, the CTA's raw MXFP4 blocks (16 KB), the aligned
+// 128-k chunks through a 4-stage cp.async ring holding, per chunk, the CTA's raw MXFP4 blocks (16 KB), the aligned
 // words holding their scale bytes (2 KB) and the tile's activations (256 bytes a row). Each warp converts its rows'
 // blocks once per chunk and uses them for every n-tile, so a weight value costs its conversion once however many
 // tokens the tile holds, and an activation value is read from shared memory once per warp (32 weight rows).
@@ -30,8 +30,9 @@
 // free of bank conflicts. Counted per 8 weight values: 6 integer instructions and half an mma, against 9 integer
 // instructions, 4 bf16 multiplies and an mma for bf16 activations; plus 4 FMAs and ~2.5 integer instructions of
 // block scale per 32 values.
+// Tried and removed (docs/PERF.md): shallower rings for more CTAs an SM (3 stages x 3 CTAs, 2 x 4 for the 8-row tiles,
+// 3 x 3 for 16) ran 4-30% slower on an H100 at 4-32 rows per expert, the extra warps issuing less, not more.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu); with FP8 on the activations quantised as the device does.
-#include "runner/cuda/decode_mma_ring.h"
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
 #include "runner/cuda/moe_layout.h"
@@ -45,16 +46,12 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMSlabs = 2;                          // m16 slabs per warp
 constexpr int kWeightRows = kWarps * kMSlabs * 16;  // 256 weight rows per CTA
+constexpr int kStages = 4;
 constexpr int kChunkBlocks = 4;  // MXFP4 blocks (32 k) per row per chunk: 128 k
 static_assert(kWeightRows == kMoeDecodeMmaWeightRows);
 
-// kRing: the cp.async ring's stages and the CTAs an SM (decode_mma_ring.h; the FP8 kernels and the 32- and 64-row
-// ones take only the default, 4 stages with 2 CTAs an SM, 1 for 64 rows).
-template <int kNTiles, bool kFp8, DecodeMmaRing kRing>
+template <int kNTiles, bool kFp8>
 struct Layout {
-  static constexpr int kStages = kRing == DecodeMmaRing::r3x3 ? 3 : kRing == DecodeMmaRing::r2x4 ? 2 : 4;
-  static constexpr int kMinBlocks =
-      kNTiles >= 8 ? 1 : kRing == DecodeMmaRing::r3x3 ? 3 : kRing == DecodeMmaRing::r2x4 ? 4 : 2;
   static constexpr int kTileRows = 8 * kNTiles;
   static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB
   static constexpr int kScaleBytes = kWeightRows * 8;                   // two aligned words a row
@@ -64,12 +61,10 @@ struct Layout {
   static constexpr int kSharedBytes = kStages * kStageBytes;
 };
 
-template <bool kSwiglu, int kNTiles, bool kFp8, DecodeMmaRing kRing>
-__global__ void __launch_bounds__(kThreads, Layout<kNTiles, kFp8, kRing>::kMinBlocks)
-    moe_decode_mma_kernel(MoeGemmParams p) {
+template <bool kSwiglu, int kNTiles, bool kFp8>
+__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
   pdl_prologue();
-  using L = Layout<kNTiles, kFp8, kRing>;
-  constexpr int kStages = L::kStages;
+  using L = Layout<kNTiles, kFp8>;
   constexpr int kRowPieces = L::kRowPieces;
   MoeTile t;
   if (!moe_tile(p.routing, blockIdx.y, t)) return;
@@ -322,44 +317,29 @@ __global__ void __launch_bounds__(kThreads, Layout<kNTiles, kFp8, kRing>::kMinBl
 }
 
 // max_tiles: the grid's tile count (-1: the grouping's bound for tiles of this kernel's rows).
-template <bool kSwiglu, int kNTiles, bool kFp8, DecodeMmaRing kRing>
+template <bool kSwiglu, int kNTiles, bool kFp8>
 void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
-  constexpr auto kernel = moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8, kRing>;
-  constexpr int bytes = Layout<kNTiles, kFp8, kRing>::kSharedBytes;
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes);
+  constexpr int bytes = Layout<kNTiles, kFp8>::kSharedBytes;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>), bytes);
   // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past the step's count return at once).
   MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
   if (max_tiles >= 0) grid.blocks = max_tiles;
   if (grid.blocks == 0) return;
-  MOESERVE_CUDA_CHECK(cuda_launch(kernel, dim3(grid.weight_tiles, grid.blocks), kThreads, bytes, stream, p));
-}
-
-// The bf16 kernel of the ring chosen for this width (decode_mma_rings()); rings other than 4x2 are built for the
-// 8-row (3x3, 2x4) and 16-row (3x3) tiles only.
-template <bool kSwiglu, int kNTiles>
-void launch_bf16(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
-  constexpr DecodeMmaRing r4x2 = DecodeMmaRing::r4x2, r3x3 = DecodeMmaRing::r3x3, r2x4 = DecodeMmaRing::r2x4;
-  if constexpr (kNTiles == 1 || kNTiles == 2) {
-    const DecodeMmaRings rings = decode_mma_rings();
-    const DecodeMmaRing ring = kNTiles == 1 ? rings.n8 : rings.n16;
-    if (ring == r3x3) return launch_kernel<kSwiglu, kNTiles, false, r3x3>(stream, p, max_tiles);
-    if constexpr (kNTiles == 1)
-      if (ring == r2x4) return launch_kernel<kSwiglu, kNTiles, false, r2x4>(stream, p, max_tiles);
-  }
-  launch_kernel<kSwiglu, kNTiles, false, r4x2>(stream, p, max_tiles);
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>, dim3(grid.weight_tiles, grid.blocks),
+                                  kThreads, bytes, stream, p));
 }
 
 template <int kNTiles>
 void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles = -1) {
   const bool fp8 = p.x_fp8 != nullptr;
   if (p.swiglu && fp8)
-    launch_kernel<true, kNTiles, true, DecodeMmaRing::r4x2>(stream, p, max_tiles);
+    launch_kernel<true, kNTiles, true>(stream, p, max_tiles);
   else if (p.swiglu)
-    launch_bf16<true, kNTiles>(stream, p, max_tiles);
+    launch_kernel<true, kNTiles, false>(stream, p, max_tiles);
   else if (fp8)
-    launch_kernel<false, kNTiles, true, DecodeMmaRing::r4x2>(stream, p, max_tiles);
+    launch_kernel<false, kNTiles, true>(stream, p, max_tiles);
   else
-    launch_bf16<false, kNTiles>(stream, p, max_tiles);
+    launch_kernel<false, kNTiles, false>(stream, p, max_tiles);
 }
 
 // decode_mma_mixed: the grouping's 32-, 16- and 8-row classes, each by the kernel of its width (widest first), so

@@ -23,7 +23,6 @@
 
 #include "cuda_test_util.h"
 #include "runner/cpu/ops.h"
-#include "runner/cuda/decode_mma_ring.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/moe_layout.h"
 #include "util/error.h"
@@ -390,25 +389,6 @@ TEST_F(CudaMoe, MixedTilesMatchCpuAtEveryBound) {
                              std::to_string(bounds.n16_max) + " edge counts";
     testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
     testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
-  }
-}
-
-// decode_mma's other rings (decode_mma_ring.h: fewer cp.async stages, more CTAs an SM) compute the same function:
-// the 8- and 16-row kernels and mixed's classes at tile edges, on skewed routing, and at K = 2,880 (23 chunks, so
-// the ring wraps many times), each ring set for the process and put back after.
-TEST_F(CudaMoe, EveryDecodeMmaRingMatchesCpu) {
-  using cuda::DecodeMmaRing;
-  const std::vector<MoePath> paths = {MoePath::decode_mma_n8, MoePath::decode_mma_n16, MoePath::decode_mma_mixed};
-  struct Restore {
-    ~Restore() { cuda::set_decode_mma_rings(cuda::kDecodeMmaRingsDefault); }
-  } restore;
-  for (const cuda::DecodeMmaRings rings : {cuda::DecodeMmaRings{DecodeMmaRing::r3x3, DecodeMmaRing::r3x3},
-                                           cuda::DecodeMmaRings{DecodeMmaRing::r2x4, DecodeMmaRing::r4x2}}) {
-    cuda::set_decode_mma_rings(rings);
-    SCOPED_TRACE(cuda::decode_mma_rings_name(rings));
-    check(Precision::bf16, paths, kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), "edge counts");
-    check_skewed(Precision::bf16, paths, kMedium, 70, 4);
-    check_skewed(Precision::bf16, paths, k20b, 64, 4);
   }
 }
 
