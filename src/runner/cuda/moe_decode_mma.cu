@@ -31,7 +31,7 @@
 // instructions, 4 bf16 multiplies and an mma for bf16 activations; plus 4 FMAs and ~2.5 integer instructions of
 // block scale per 32 values.
 // Tried and removed (docs/PERF.md): shallower rings for more CTAs an SM (3 stages x 3 CTAs, 2 x 4 for the 8-row tiles,
-// 3 x 3 for 16) ran 4-30% slower on an H100 at 4-32 rows per expert, the extra warps issuing less, not more.
+// 3 x 3 for 16) ran 7-30% slower on an H100 where the runner uses these tiles, the extra warps issuing less, not more.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu); with FP8 on the activations quantised as the device does.
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
