@@ -109,10 +109,10 @@ MOESERVE_HD uint32_t mxfp4_scale_bf16x2(uint32_t scale) { return scale * 0x00800
 // out[2..3] (bytes 2, 3).
 //   The conversion takes two of its constants (the prmt table's low bytes and the selectors' high bit) as values a
 // thread holds in registers, made once by mxfp4_bf16_constants() before its loop: written as literals, ptxas (CUDA
-// 13.0, sm_90a) moved the table from a uniform register into a register before every prmt (an IMAD.U32, up to 4 a word)
-// and, LOP3 taking one immediate, split each mask-and-or into two LOP3s: decode_mma's SASS ran ~19 instructions a
-// packed word where 13 were meant. On the device the values are loaded from global memory, which ptxas cannot
-// fold (it saw through a shuffle of them: the SASS had neither the SHFL nor fewer instructions).
+// 13.0, sm_90a) moved the table from a uniform register into a register before nearly every prmt (an IMAD.U32) and,
+// LOP3 taking one immediate, split each mask-and-or into two LOP3s: decode_mma's 8-row loop ran 413 instructions a
+// chunk of 16 packed words, 337 with the constants held (13 a word were meant). On the device the values are loaded
+// from global memory, which ptxas cannot fold (it saw through a shuffle of them: the SASS was unchanged).
 struct Mxfp4Bf16Constants {
   uint32_t low_bytes = kMxfp4LowBytes;
   uint32_t selector_high = kMxfp4SelectorHigh;
