@@ -3,7 +3,11 @@
 // warp-specialised producer and consumers over an mbarrier pipeline, wgmma with K and V in shared memory, the
 // online softmax of one key tile overlapped with the tensor cores' P V product of the previous one.
 // Version 2. Version 1 (mma.sync, one query head per 64-row block, single-buffered tiles) is
-// benchmarks/cuda/attention_prefill_v1.cu, timed beside this one by attention_bench.
+// benchmarks/cuda/attention_prefill_v1.cu, timed beside this one by attention_bench. Since 2026-12-06 the two
+// consumer warpgroups take turns at the tensor cores (FA3's ping-pong, named barriers 1 and 2), both run the
+// block's whole tile range, the row maxima and sums keep four partials, and the producer finds a row's address from
+// one table entry when blocks hold 16 keys: the producer's ~690 instructions a tile had been what the consumers
+// waited for (ncu: 20% of warp samples at the full barrier); 256 -> 403-421 TFLOP/s on an H100 (docs/PERF.md).
 //
 // Work: a block takes up to kCtaTokens consecutive query tokens of one sequence (its share of a 64-token query
 // tile, step.q_tile_*) for one KV head. GQA packs (token, query head) pairs into wgmma's M: a consumer
@@ -128,11 +132,44 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
   auto acquire = [&](int t) {
     if (t >= kStages) sm90::mbarrier_wait(&empty[t % kStages], (t / kStages + 1) & 1);
   };
+  // Blocks of 16 keys (the engine's): a thread's rows, kStep keys apart, sit at the same row of every (kStep / 16)-th
+  // block, so a row's address is one table entry times the block's bytes plus a base fixed for the whole block
+  // (~10 instructions a row; the general walk below costs ~40, and the producer's instructions were what the
+  // consumers waited for).
+  static_assert(kStep % 16 == 0);
+  const int first_key = b.key_lo + row0;
+  const int64_t block_bytes = kv_block_offset(p.kv, 1, 0, 0, 0, 0) * static_cast<int64_t>(sizeof(KvElem));
+  const bool block16 = p.kv.block_size == 16 && block_bytes <= 0xffffffffll;
+  const uint8_t* row_base =
+      cache + kv_block_offset(p.kv, 0, p.slot, 0, b.kv_head, first_key % 16) * static_cast<int64_t>(sizeof(KvElem)) +
+      16 * piece;
   auto issue = [&](int t) {
-    int64_t offset[kRows];
-    row_offsets<kRows, kStep>(p, b, table, t, row0, offset);
     uint8_t* k_dst = kFp8 ? staging + (t % 2) * kStagingBytes : tiles + (t % kStages) * kStageBytes;
     uint8_t* v_dst = k_dst + (kFp8 ? kStagingBytes / 2 : kTileBytes);
+    if (block16) {
+      int32_t block[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int key = first_key + t * kTileKeys + kStep * i;
+        block[i] = key <= b.key_hi ? table[key / 16] : -1;
+      }
+      if (!kFp8) acquire(t);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int row = row0 + kStep * i;
+        const bool ok = block[i] >= 0;
+        const uint8_t* k = ok ? row_base + static_cast<uint64_t>(static_cast<uint32_t>(block[i])) *
+                                               static_cast<uint32_t>(block_bytes)
+                              : cache;
+        const uint32_t at = kFp8 ? row * (kHeadDim * sizeof(KvElem)) + 16 * piece : swizzled(row, piece);
+        cp_async_16(k_dst + at, k, ok);
+        cp_async_16(v_dst + at, ok ? k + v_minus_k : cache, ok);
+      }
+      cp_async_commit();
+      return;
+    }
+    int64_t offset[kRows];
+    row_offsets<kRows, kStep>(p, b, table, t, row0, offset);
     if (!kFp8) acquire(t);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
@@ -203,15 +240,21 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], bool masked, int 
         s[4 * j + e] = seen ? s[4 * j + e] : -INFINITY;
       }
   }
-  float tile_max[2] = {-INFINITY, -INFINITY};
+  // Row maxima and sums in four independent partials a row (a chain of 32 dependent operations otherwise).
+  float part_max[2][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) part_max[i][k] = -INFINITY;
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[4 * j + e]);
-  float m_scaled[2], sum[2] = {0.0f, 0.0f};
+    for (int i = 0; i < 2; ++i) part_max[i][j % 4] = fmaxf(part_max[i][j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+  float m_scaled[2], sum[2][4] = {};
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float m_new = fmaxf(m[i], quad_max(tile_max[i]) * qk_scale);  // the sink keeps it finite
+    const float tile_max = fmaxf(fmaxf(part_max[i][0], part_max[i][1]), fmaxf(part_max[i][2], part_max[i][3]));
+    const float m_new = fmaxf(m[i], quad_max(tile_max) * qk_scale);  // the sink keeps it finite
     alpha[i] = ex2(m[i] - m_new);
     m[i] = m_new;
     m_scaled[i] = -m_new;
@@ -221,10 +264,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], bool masked, int 
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[4 * j + e] = ex2(fmaf(s[4 * j + e], qk_scale, m_scaled[e / 2]));
-      sum[e / 2] += s[4 * j + e];
+      sum[e / 2][(j % 2) * 2 + e % 2] += s[4 * j + e];
     }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + sum[i];
+  for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + ((sum[i][0] + sum[i][1]) + (sum[i][2] + sum[i][3]));
 }
 
 // P (bf16 A fragments of 16 keys each) from the exponentiated S accumulators: n-blocks 2kk and 2kk + 1.
@@ -251,16 +293,11 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(&empty[t % kStages]);
   };
-  if (w1 <= w0) {  // no rows (the block's last tokens went to the other warpgroup): pass every tile through
-    for (int t = 0; t < b.tiles; ++t) {
-      wait_full(t);
-      release(t);
-    }
-    return;
-  }
+  // A warpgroup without tokens (the block's last tokens all went to the other one) computes on its rows' stand-in
+  // token like any row past the tokens, so both warpgroups run the same tiles and take turns at the tensor cores.
 
-  // This thread's rows 16 warp + g and + 8: (token, head); rows past the warpgroup's tokens repeat its last token
-  // (computed, never written).
+  // This thread's rows 16 warp + g and + 8: (token, head); rows past the warpgroup's tokens repeat the block's last
+  // token before them (computed, never written).
   const bool sliding = p.window > 0;
   int token[2], head[2];
   RowKeys rows[2];
@@ -274,16 +311,28 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     rows[i].lo = window_start(p.window, kTree ? step.positions[b.q_start + t] : rows[i].last);
     rows[i].mask = kTree ? tree_mask(step, b.q_start + t, sliding) : ~0ull;
   }
-  // The warpgroup's tiles: those holding a key some row sees. Rows' windows start between lo_min and lo_max (a
-  // position is at most its slot), their last keys between first_slot and last_slot.
-  const int first_slot = b.start + w0, last_slot = b.start + w1 - 1;
-  const int lo_min = window_start(p.window, kTree ? lowest_position(p, step, b, w0, w1) : first_slot);
+  // The block's tiles: those holding a key some row of either warpgroup sees. Rows' windows start between lo_min
+  // and lo_max (a position is at most its slot), their last keys between first_slot and last_slot; a tile wholly
+  // outside one warpgroup's rows is masked for it element by element.
+  const int first_slot = b.start + b.t0, last_slot = b.start + b.t1 - 1;
+  const int lo_min = window_start(p.window, kTree ? lowest_position(p, step, b, b.t0, b.t1) : first_slot);
   const int lo_max = window_start(p.window, last_slot);
   const int t_begin = (lo_min - b.key_lo) / kTileKeys, t_end = (last_slot - b.key_lo) / kTileKeys + 1;
   auto masked = [&](int key0) {
     if (key0 < lo_max) return true;
     return kTree ? key0 + kTileKeys - 1 >= b.start : key0 + kTileKeys - 1 > first_slot;
   };
+  // Turns at the tensor cores (FlashAttention-3's ping-pong): a warpgroup issues its products only between the
+  // other's, so one's softmax runs while the other's products do. Warpgroup c waits at barrier 1 + c and lets the
+  // other go at barrier 2 - c; warpgroup 1 lets warpgroup 0 go first and skips its last turn's release, so every
+  // barrier phase gets its 256 threads.
+  auto turn_begin = [&] {
+    sm90::named_barrier_sync(1 + consumer, 256);
+  };
+  auto turn_end = [&](bool last) {
+    if (!(last && consumer == 1)) sm90::named_barrier_arrive(2 - consumer, 256);
+  };
+  if (consumer == 1) sm90::named_barrier_arrive(1, 256);
 
   // Q as A fragments of the four 16-dim k steps (rows past the tokens: zeros).
   const bf16* q = static_cast<const bf16*>(p.q);
@@ -327,8 +376,10 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     release(t);
   }
   wait_full(t_begin);
+  turn_begin();
   sm90::wgmma_fence();
   issue_s(t_begin);
+  turn_end(false);
   sm90::wgmma_wait<0>();
   sm90::fence_registers(s);
   online_softmax<kTree>(s, masked(key0_of(t_begin)), key0_of(t_begin), c, b.start, rows, qk_scale, m, l, alpha);
@@ -336,9 +387,11 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
   for (int t = t_begin + 1; t < t_end; ++t) {
     wait_full(t);
     sm90::fence_registers(o);
+    turn_begin();
     sm90::wgmma_fence();
     issue_s(t);
     issue_pv(t - 1);
+    turn_end(false);
     sm90::wgmma_wait<1>();  // S of tile t
     sm90::fence_registers(s);
     online_softmax<kTree>(s, masked(key0_of(t)), key0_of(t), c, b.start, rows, qk_scale, m, l, alpha);
@@ -354,8 +407,10 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     pack_p(s, p_frag);
   }
   sm90::fence_registers(o);
+  turn_begin();
   sm90::wgmma_fence();
   issue_pv(t_end - 1);
+  turn_end(true);
   sm90::wgmma_wait<0>();
   sm90::fence_registers(o);
   release(t_end - 1);

@@ -39,6 +39,16 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity
 // through; the writing thread runs it after its writes have landed and before it signals the consumers.
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// ---- named barriers (bar 0 is __syncthreads') ------------------------------------------------------------------
+// bar.sync waits until `threads` threads (a multiple of 32) have reached barrier `id` by bar.sync or bar.arrive;
+// bar.arrive counts the caller without waiting. Two warpgroups take turns with them (one syncs, the other arrives).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- registers per thread for the warpgroup that runs it (all its warps run the same one) ----------------------
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
