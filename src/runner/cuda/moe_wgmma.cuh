@@ -29,7 +29,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
 __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* barrier, uint32_t parity) {
   uint32_t done = 0;
   asm volatile(
-      "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+      "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2, 10000000;\n"
       " selp.u32 %0, 1, 0, complete;\n}"
       : "=r"(done)
       : "r"(shared_address(barrier)), "r"(parity)

@@ -29,7 +29,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
 __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 10000000;\n"
       "@!done bra wait;\n}\n" ::"r"(shared_address(barrier)),
       "r"(parity)
       : "memory");
