@@ -7,7 +7,7 @@
 // consumer warpgroups take turns at the tensor cores (FA3's ping-pong, named barriers 1 and 2), both run the
 // block's whole tile range, the row maxima and sums keep four partials, and the producer finds a row's address from
 // one table entry when blocks hold 16 keys: the producer's ~690 instructions a tile had been what the consumers
-// waited for (ncu: 20% of warp samples at the full barrier); 256 -> 403-421 TFLOP/s on an H100 (docs/PERF.md).
+// waited for (ncu: 20% of warp samples at the full barrier); 261 -> 419 TFLOP/s on an H100 (docs/PERF.md).
 //
 // Work: a block takes up to kCtaTokens consecutive query tokens of one sequence (its share of a 64-token query
 // tile, step.q_tile_*) for one KV head. GQA packs (token, query head) pairs into wgmma's M: a consumer

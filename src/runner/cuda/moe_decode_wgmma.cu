@@ -120,12 +120,12 @@ struct Producer {
   // item's (named barrier 1: the producer warpgroup only).
   __device__ void start_item(int local) {
     const Item it = item_at<kN>(p, blockIdx.x + local * gridDim.x, n_blocks);
-    named_barrier_sync(1, kProducerThreads);
+    sm90::named_barrier_sync(1, kProducerThreads);
     if (t < kN)
       s.row_offsets()[t] =
           t < it.rows ? static_cast<int64_t>(p.x_row != nullptr ? p.x_row[it.row0 + t] : it.row0 + t) * p.w.in_features
                       : -1;
-    named_barrier_sync(1, kProducerThreads);
+    sm90::named_barrier_sync(1, kProducerThreads);
     expert = it.expert;
     copy_row[0] = it.n0 + position_row(t / 4, kSwiglu);
     copy_row[1] = it.n0 + position_row(t / 4 + 32, kSwiglu);

@@ -10,6 +10,7 @@
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
+#include "runner/cuda/sm90.cuh"  // named barriers
 
 namespace moeserve::cuda {
 
@@ -56,11 +57,6 @@ __device__ __forceinline__ void mbarrier_wait_or_trap(uint64_t* barrier, uint32_
 // before later async-proxy accesses such as wgmma's operand reads (PTX ISA 9.7.15.4).
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// bar.sync on a named barrier that only `threads` threads (whole warps) use, e.g. one warpgroup.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- the stage ring ------------------------------------------------------------------------------------------------
