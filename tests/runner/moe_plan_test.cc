@@ -61,7 +61,6 @@ TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
     }
   }
   EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma), kMoePrefillTileRows);
-  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_m256), kMoePrefillWideTileRows);
   EXPECT_EQ(moe_rows_per_tile(MoePath::decode_x2), 16);
   EXPECT_EQ(moe_rows_per_tile(MoePath::decode_mma_n16), 16);
 }
@@ -203,11 +202,6 @@ TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   const MoeGrid prefill = moe_prefill_wgmma_grid(32768, 5760, 2880, 128, 132);
   EXPECT_EQ(prefill.weight_tiles, 30);
   EXPECT_EQ(prefill.blocks, 132);
-  // 256-row tiles (prefill_wgmma_m256) take 128 weight rows: 45 and 22.5 of them; other tile sizes are refused.
-  EXPECT_EQ(moe_prefill_wgmma_grid(32768, 5760, 2880, 128, 132, 256).weight_tiles, 45);
-  EXPECT_EQ(moe_prefill_wgmma_grid(32768, 2880, 2880, 128, 132, 256).weight_tiles, 23);
-  EXPECT_EQ(moe_prefill_wgmma_grid(300, 2880, 2880, 128, 132, 256).blocks, 132);
-  expect_error([] { moe_prefill_wgmma_grid(64, 2880, 2880, 128, 132, 64); }, "tiles of 64 rows");
   // Decode at batch 1,024: 4,096 rows; second projection 2,880 wide: 6 slices of 512.
   const MoeGrid decode = moe_decode_wgmma_grid(4096, 32, 2880, 2880, 128, 132);
   EXPECT_EQ(decode.weight_tiles, 6);

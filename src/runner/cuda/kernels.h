@@ -302,9 +302,8 @@ void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, i
 void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
 // Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows, mma.sync.
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
-// The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a), over tiles of tile_rows =
-// kMoePrefillTileRows (prefill_wgmma) or kMoePrefillWideTileRows (prefill_wgmma_m256, bf16 activations only).
-void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
+// The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a).
+void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
 // The launcher of `path` (moe_dispatch.cc); `type` matters to the reference only.

@@ -28,7 +28,6 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_mma_mixed: return "decode-mma-mixed";
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
-    case MoePath::prefill_wgmma_m256: return "prefill-wgmma-m256";
   }
   return "";
 }
@@ -59,7 +58,6 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_mma_mixed: return kMoeMixedTileRows;
     case MoePath::prefill_mma:
     case MoePath::prefill_wgmma: return kMoePrefillTileRows;
-    case MoePath::prefill_wgmma_m256: return kMoePrefillWideTileRows;
   }
   return 8;
 }
@@ -192,12 +190,9 @@ MoeGrid persistent_grid(const char* kernel, int64_t rows, int rows_per_tile, int
 }  // namespace
 
 MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
-                               int multiprocessors, int tile_rows) {
-  MOESERVE_CHECK(tile_rows == kMoePrefillTileRows || tile_rows == kMoePrefillWideTileRows,
-                 "moe_prefill_wgmma: tiles of {} rows ({} or {})", tile_rows, kMoePrefillTileRows,
-                 kMoePrefillWideTileRows);
-  return persistent_grid("moe_prefill_wgmma", rows, tile_rows, out_features, in_features,
-                         moe_prefill_wgmma_weight_rows(tile_rows), num_experts, multiprocessors);
+                               int multiprocessors) {
+  return persistent_grid("moe_prefill_wgmma", rows, kMoePrefillTileRows, out_features, in_features,
+                         kMoePrefillWgmmaTileN, num_experts, multiprocessors);
 }
 
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,

@@ -25,9 +25,6 @@ namespace moeserve::cuda {
 //   and the cold ones narrow tiles in the same step, where the other paths pick one width by the mean.
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
-// prefill_wgmma_m256: the same kernel over 256-row tiles x 128 weight rows (each consumer warpgroup two m64 halves),
-//   so that a converted weight value serves 256 rows, twice as many: the producers' conversion bounds the 128-row
-//   version. bf16 activations only (the FP8 stages do not fit shared memory at this tile).
 enum class MoePath {
   reference,
   decode_x1,
@@ -42,14 +39,13 @@ enum class MoePath {
   decode_mma_n64,
   decode_mma_mixed,
   prefill_mma,
-  prefill_wgmma,
-  prefill_wgmma_m256
+  prefill_wgmma
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
-    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256};
+    MoePath::prefill_mma,    MoePath::prefill_wgmma};
 const char* moe_path_name(MoePath path);
 // The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
 // block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into
@@ -64,12 +60,6 @@ MoePath parse_moe_path(std::string_view name);
 inline constexpr int kMoePrefillTileRows = 128;        // both prefill paths
 inline constexpr int kMoePrefillWgmmaTileN = 192;      // weight rows of a prefill_wgmma item (wgmma n192; divides
                                                        // gpt-oss's 5,760 and 2,880, where 256 would waste 2% / 6%)
-inline constexpr int kMoePrefillWideTileRows = 256;    // prefill_wgmma_m256's tiles
-inline constexpr int kMoePrefillWideTileN = 128;       // and its weight rows an item (wgmma n128: 2 x 64 accumulators)
-// The weight rows of one prefill_wgmma item for tiles of `tile_rows` (128 or 256).
-MOESERVE_HD constexpr int moe_prefill_wgmma_weight_rows(int tile_rows) {
-  return tile_rows == kMoePrefillWideTileRows ? kMoePrefillWideTileN : kMoePrefillWgmmaTileN;
-}
 inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decode_wgmma item (16-64-row tiles)
 inline constexpr int kMoeWgmmaRsWeightRows = 256;      // weight rows of a wgmma_rs_n128 item (128-row tiles)
 // The weight rows of one item of moe_decode_wgmma.cu's kernel for tiles of `tile_rows` (16, 32, 64 or 128).
@@ -134,9 +124,8 @@ struct MoeGrid {
   int weight_tiles = 0;
 };
 // Throws when a CTA's count of 64-k steps (its items x in_features / 64) would not fit an int.
-// prefill_wgmma's grid for tiles of `tile_rows` (kMoePrefillTileRows or kMoePrefillWideTileRows).
 MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
-                               int multiprocessors, int tile_rows = kMoePrefillTileRows);
+                               int multiprocessors);
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
                               int num_experts, int multiprocessors);
 

@@ -1,8 +1,5 @@
 // Expert projections for large batches (prefill) on Hopper's wgmma: a persistent, warp-specialised grouped GEMM
-// over items of (128 grouped rows of one expert, from the device-built tile list) x (192 weight rows); or, for
-// prefill_wgmma_m256, (256 grouped rows) x (128 weight rows): each consumer warpgroup then runs two m64n128 halves,
-// and each weight value the producers convert serves 256 rows instead of 128 (the conversion bounds the 128-row
-// version). A half whose rows all lie past its tile's rows skips its wgmmas.
+// over items of (128 grouped rows of one expert, from the device-built tile list) x (192 weight rows).
 //   Two producer warpgroups take alternate 64-k steps (version 3; version 2 had one, which bounded it: ncu on an
 //   H200 showed its consumers waiting for "full" ~73% of their cycles). Per step a group copies the item's
 //   activation rows (gathered through row_token for the first projection; cp.async, one own step ahead) into a
@@ -37,9 +34,8 @@
 namespace moeserve::cuda {
 namespace {
 
-// kM: the grouped rows of a tile, 128 (prefill_wgmma: each consumer warpgroup one m64 half, 192 weight rows an
-// item) or 256 (prefill_wgmma_m256: two m64 halves each, 128 weight rows, so a converted weight value serves twice
-// the rows for the same accumulator registers).
+constexpr int kTileM = kMoePrefillTileRows;  // grouped rows: two consumer warpgroups of m64
+constexpr int kTileN = kMoePrefillWgmmaTileN;
 // Two producer warpgroups take alternate steps (group g % 2 owns A/B stages g % 2 and g % 2 + 2): dequantising a
 // step's 192 x 64 weights takes one warpgroup longer than the consumers' wgmmas over it (ncu, H200: the single
 // producer of version 2 issued ~24% of its cycles and waited on its scale loads for ~15%; the consumers waited
@@ -50,24 +46,14 @@ constexpr int kThreads = kProducerGroups * kProducerThreads + 32 * kConsumerWarp
 // setmaxnreg: the CTA's pool is 128 x 512 (launch bounds); 2 x producer + 2 x consumer must not exceed 512. The
 // producers bound the kernel; measured on an H200 (moe_bench, 256 / 1,024 rows per expert): 104 / 152 runs FP8 4%
 // faster than 88 / 168 (more blocks' conversions in flight), bf16 the same; 112 and 120 gain nothing more.
-// 256-row tiles: the consumers hold 2 x 64 accumulators of n128 (as many as one m64n192 has 96, plus 32), the
-// producers give up 16.
-template <int kM>
-constexpr int kProducerRegisters = kM == 256 ? 88 : 104;
-template <int kM>
-constexpr int kConsumerRegisters = kM == 256 ? 168 : 152;
-static_assert(kProducerGroups * kProducerRegisters<128> + 2 * kConsumerRegisters<128> <= 512);
-static_assert(kProducerGroups * kProducerRegisters<256> + 2 * kConsumerRegisters<256> <= 512);
+constexpr int kProducerRegisters = 104, kConsumerRegisters = 152;
+static_assert(kProducerGroups * kProducerRegisters + 2 * kConsumerRegisters <= 512);
 
 // The layout of one element type: k per step (one 128-byte swizzle row), MXFP4 blocks a weight row has per step, and
 // the shared-memory map. bf16: per block the aligned word holding its scale byte and the byte's bit offset; e4m3:
 // per weight row the two aligned words holding its four scale bytes, the word holding its s_max byte, two offsets.
-template <bool kFp8, int kM>
+template <bool kFp8>
 struct Layout {
-  static constexpr int kTileM = kM;
-  static constexpr int kTileN = moe_prefill_wgmma_weight_rows(kM);
-  static constexpr int kHalves = kM / 128;  // m64 halves a consumer warpgroup
-  static_assert(kM == kMoePrefillTileRows || kM == kMoePrefillWideTileRows);
   static constexpr int kElementBytes = kFp8 ? 1 : 2;
   static constexpr int kTileK = kSwizzleRowBytes / kElementBytes;
   static constexpr int kBlocksPerStep = kTileK / 32;
@@ -88,15 +74,14 @@ struct Layout {
 };
 
 using Item = MoeItem;
-template <int kM>
 __device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles) {
-  return moe_item_at(p, item, n_tiles, kM, moe_prefill_wgmma_weight_rows(kM));
+  return moe_item_at(p, item, n_tiles, kTileM, kTileN);
 }
 
 // Shared memory: A stages, B stages, each producer group's raw stages, then the barriers (full, empty).
-template <bool kFp8, int kM>
+template <bool kFp8>
 struct Shared {
-  using L = Layout<kFp8, kM>;
+  using L = Layout<kFp8>;
   unsigned char* base;
   uint64_t* full;
   uint64_t* empty;
@@ -118,13 +103,13 @@ struct Shared {
 // samples waiting on "full"; the FP8 producers issued ~1,400 instructions an own step, ~1,170 since), so the index
 // work is kept out of the steps: each copy walks a cursor (item, step) instead of dividing by the step count, the
 // item's pointers are set once per item, and a thread's rows are a constant stride apart.
-template <bool kFp8, int kM>
+template <bool kFp8>
 struct Producer {
-  using L = Layout<kFp8, kM>;
+  using L = Layout<kFp8>;
   static constexpr int kB = L::kBlocksPerStep;
   static constexpr int kRowStride = kProducerThreads / kB;  // weight rows between a thread's blocks
   const MoeGemmParams& p;
-  Shared<kFp8, kM> s;
+  Shared<kFp8> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
   const uint8_t* scales_end;   // one past the layer's scale bytes: a word reaching past it is read byte-wise
@@ -156,7 +141,7 @@ struct Producer {
   Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
-    const Item it = item_at<kM>(p, item_of_local(local), n_tiles);
+    const Item it = item_at(p, item_of_local(local), n_tiles);
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i) {
       const int r = t / 8 + 16 * i;
@@ -166,7 +151,7 @@ struct Producer {
   }
 
   __device__ void start_raw_item(int local) {
-    const Item it = item_at<kM>(p, item_of_local(local), n_tiles);
+    const Item it = item_at(p, item_of_local(local), n_tiles);
     const int b = t % kB;
     const int64_t n = it.n0 + t / kB;
     const int64_t row = it.expert * p.w.out_features + n;
@@ -240,10 +225,10 @@ struct Producer {
         unsigned char* slot = meta + q * 4;
         if (!near_end || !ok || word + 4 <= scales_end) {
           cp_async_4(slot, ok ? word : p.w.scales, ok);
-          meta[L::kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (address & 3));
+          meta[kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (address & 3));
         } else {
           *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
-          meta[L::kTileN * kB * 4 + q] = 0;
+          meta[kTileN * kB * 4 + q] = 0;
         }
       } else {
         // Per weight row (16 bytes): the words holding scale bytes 4 step .. 4 step + 3 (from lanes b = 0, 1), the
@@ -280,7 +265,7 @@ struct Producer {
       unsigned char* row = tile + i * kRowStride * kSwizzleRowBytes;
       if constexpr (!kFp8) {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(meta + q * 4);
-        const uint32_t scale = (word >> meta[L::kTileN * kB * 4 + q]) & 0xffu;
+        const uint32_t scale = (word >> meta[kTileN * kB * 4 + q]) & 0xffu;
         const uint32_t factor = mxfp4_scale_bf16x2(scale);
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -337,95 +322,74 @@ struct Producer {
 
 // ---- consumers --------------------------------------------------------------------------------------------------------
 // FP8: output (row r, column n) is acc x_scale[x row of r] 2^(s_max(n) - 133), before the bias.
-// Warpgroup `group`'s rows: group * kM / 2 + 64 hf + (the m64 fragment's rows) for its halves hf.
-template <bool kFp8, bool kSwiglu, int kM>
-__device__ void store_tile(const MoeGemmParams& p, const Item& it,
-                           const float (&acc)[Layout<kFp8, kM>::kHalves][Layout<kFp8, kM>::kTileN / 2], int group,
-                           int warp, int lane) {
-  using L = Layout<kFp8, kM>;
+template <bool kFp8, bool kSwiglu>
+__device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (&acc)[96], int group, int warp,
+                           int lane) {
   const int64_t N = p.w.out_features;
   const float* bias = p.w.bias + it.expert * N;
   const int g = lane / 4, c = lane % 4;
+  float row_scale[2] = {1.0f, 1.0f};
+  if constexpr (kFp8) {
 #pragma unroll
-  for (int hf = 0; hf < L::kHalves; ++hf) {
-    const int half_row0 = group * (kM / 2) + 64 * hf;
-    if (half_row0 >= it.rows) continue;  // the half had no rows (its wgmmas were skipped)
-    const int first = half_row0 + warp * 16 + g;
-    float row_scale[2] = {1.0f, 1.0f};
+    for (int h = 0; h < 2; ++h) {
+      const int r = group * 64 + warp * 16 + g + 8 * h;
+      if (r < it.rows) row_scale[h] = p.x_scale[p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j) {
+    const int64_t col = it.n0 + 8 * j + 2 * c;  // even, and N is even: col + 1 < N too
+    if (col >= N) continue;
+    const float2 b = *reinterpret_cast<const float2*>(bias + col);
+    float2 column = make_float2(1.0f, 1.0f);
     if constexpr (kFp8) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = first + 8 * h;
-        if (r < it.rows) row_scale[h] = p.x_scale[p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r];
-      }
+      const uint8_t* largest = p.w.row_scale_max + it.expert * N + col;
+      column = make_float2(ldexpf(1.0f, largest[0] - kMxfp4E4m3RowExponentBias),
+                           ldexpf(1.0f, largest[1] - kMxfp4E4m3RowExponentBias));
     }
 #pragma unroll
-    for (int j = 0; j < L::kTileN / 8; ++j) {
-      const int64_t col = it.n0 + 8 * j + 2 * c;  // even, and N is even: col + 1 < N too
-      if (col >= N) continue;
-      const float2 b = *reinterpret_cast<const float2*>(bias + col);
-      float2 column = make_float2(1.0f, 1.0f);
-      if constexpr (kFp8) {
-        const uint8_t* largest = p.w.row_scale_max + it.expert * N + col;
-        column = make_float2(ldexpf(1.0f, largest[0] - kMxfp4E4m3RowExponentBias),
-                             ldexpf(1.0f, largest[1] - kMxfp4E4m3RowExponentBias));
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = first + 8 * h;
-        if (r < it.rows) {
-          const int64_t row = it.row0 + r;
-          float v0 = acc[hf][4 * j + 2 * h], v1 = acc[hf][4 * j + 2 * h + 1];
-          if constexpr (kFp8) v0 = v0 * row_scale[h] * column.x, v1 = v1 * row_scale[h] * column.y;
-          v0 += b.x, v1 += b.y;
-          if constexpr (kSwiglu) {
-            static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
-                __float2bfloat16_rn(swiglu(v0, v1, p.swiglu_alpha, p.swiglu_limit));
-          } else {
-            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * N + col) = make_float2(v0, v1);
-          }
+    for (int h = 0; h < 2; ++h) {
+      const int r = group * 64 + warp * 16 + g + 8 * h;
+      if (r < it.rows) {
+        const int64_t row = it.row0 + r;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (kFp8) v0 = v0 * row_scale[h] * column.x, v1 = v1 * row_scale[h] * column.y;
+        v0 += b.x, v1 += b.y;
+        if constexpr (kSwiglu) {
+          static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
+              __float2bfloat16_rn(swiglu(v0, v1, p.swiglu_alpha, p.swiglu_limit));
+        } else {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * N + col) = make_float2(v0, v1);
         }
       }
     }
   }
 }
 
-template <bool kFp8, bool kSwiglu, int kM>
-__device__ void consume(const MoeGemmParams& p, const Shared<kFp8, kM>& s, int n_tiles, int items, int ksteps) {
-  using L = Layout<kFp8, kM>;
+template <bool kFp8, bool kSwiglu>
+__device__ void consume(const MoeGemmParams& p, const Shared<kFp8>& s, int n_tiles, int items, int ksteps) {
+  using L = Layout<kFp8>;
   const int group = threadIdx.x / 128 - kProducerGroups, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t base = shared_address(s.base);
-  float acc[L::kHalves][L::kTileN / 2];
+  float acc[96];
   int g = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const Item it = item_at<kM>(p, item, n_tiles);
-    // A half whose 64 rows all lie past the tile's rows skips its wgmmas (the same for the whole warpgroup).
-    bool active[L::kHalves];
-#pragma unroll
-    for (int hf = 0; hf < L::kHalves; ++hf) active[hf] = group * (kM / 2) + 64 * hf < it.rows;
     for (int step = 0; step < ksteps; ++step, ++g) {
       const int stage = g % kStages;
       mbarrier_wait_or_trap(&s.full[stage], (g / kStages) & 1);
       fence_proxy_async_shared();  // the stage's generic-proxy writes, now observed, before wgmma reads them
-      const uint32_t a = base + stage * L::kABytes + group * (kM / 2) * kSwizzleRowBytes;
+      const uint32_t a = base + stage * L::kABytes + group * 64 * kSwizzleRowBytes;
       const uint32_t b = base + L::kBOffset + stage * L::kBBytes;
       wgmma_fence_registers(acc);
       wgmma_fence();
-      // Four instructions of 32 bytes of k each (k16 of bf16 or k32 of e4m3) for each half.
+      // Four instructions of 32 bytes of k each: k16 of bf16 or k32 of e4m3.
 #pragma unroll
       for (int slab = 0; slab < 4; ++slab) {
-        const uint64_t db = sw128_descriptor(b + 32 * slab);
-#pragma unroll
-        for (int hf = 0; hf < L::kHalves; ++hf) {
-          if (!active[hf]) continue;
-          const uint64_t da = sw128_descriptor(a + hf * 64 * kSwizzleRowBytes + 32 * slab);
-          if constexpr (kFp8)
-            wgmma_m64n192k32_e4m3_ss(acc[hf], da, db, step > 0 || slab > 0);
-          else if constexpr (L::kTileN == 192)
-            wgmma_m64n192k16_ss(acc[hf], da, db, step > 0 || slab > 0);
-          else
-            wgmma_m64n128k16_ss(acc[hf], da, db, step > 0 || slab > 0);
-        }
+        const uint64_t da = sw128_descriptor(a + 32 * slab), db = sw128_descriptor(b + 32 * slab);
+        if constexpr (kFp8)
+          wgmma_m64n192k32_e4m3_ss(acc, da, db, step > 0 || slab > 0);
+        else
+          wgmma_m64n192k16_ss(acc, da, db, step > 0 || slab > 0);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's batch is done: its stage can be refilled
@@ -435,17 +399,17 @@ __device__ void consume(const MoeGemmParams& p, const Shared<kFp8, kM>& s, int n
     wgmma_wait<0>();
     wgmma_fence_registers(acc);
     if (lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
-    store_tile<kFp8, kSwiglu, kM>(p, it, acc, group, warp, lane);
+    store_tile<kFp8, kSwiglu>(p, item_at(p, item, n_tiles), acc, group, warp, lane);
   }
 }
 
-template <bool kFp8, bool kSwiglu, int kM>
+template <bool kFp8, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                          int n_tiles) {
-  using L = Layout<kFp8, kM>;
+  using L = Layout<kFp8>;
   pdl_prologue();
   extern __shared__ unsigned char shared_bytes[];
-  Shared<kFp8, kM> s;
+  Shared<kFp8> s;
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + kStages;
@@ -453,10 +417,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
   const int items = *p.routing.num_tiles * n_tiles;
   const int ksteps = static_cast<int>((p.w.in_features + L::kTileK - 1) / L::kTileK);
   if (threadIdx.x < kProducerGroups * kProducerThreads) {
-    warpgroup_registers_release<kProducerRegisters<kM>>();
+    warpgroup_registers_release<kProducerRegisters>();
     const int blocks_per_row = static_cast<int>(p.w.in_features / 32);
     const int64_t weight_rows = static_cast<int64_t>(p.routing.num_experts) * p.w.out_features;
-    Producer<kFp8, kM> producer{p,
+    Producer<kFp8> producer{p,
                             s,
                             n_tiles,
                             ksteps,
@@ -467,38 +431,31 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
                             kFp8 ? p.w.row_scale_max + weight_rows : nullptr};
     producer.run(cta_item_count(items) * ksteps);
   } else {
-    warpgroup_registers_claim<kConsumerRegisters<kM>>();
-    consume<kFp8, kSwiglu, kM>(p, s, n_tiles, items, ksteps);
+    warpgroup_registers_claim<kConsumerRegisters>();
+    consume<kFp8, kSwiglu>(p, s, n_tiles, items, ksteps);
   }
 }
 
-template <bool kFp8, bool kSwiglu, int kM>
+template <bool kFp8, bool kSwiglu>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu, kM>;
-  constexpr int kBytes = Layout<kFp8, kM>::kSharedBytes;
-  allow_dynamic_shared_memory<kernel>(kBytes);
+  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu>;
+  allow_dynamic_shared_memory<kernel>(Layout<kFp8>::kSharedBytes);
   const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts,
-                                              device_multiprocessors(), kM);
-  MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid.blocks, kThreads, kBytes, stream, p, grid.weight_tiles));
+                                              device_multiprocessors());
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(kernel, grid.blocks, kThreads, Layout<kFp8>::kSharedBytes, stream, p, grid.weight_tiles));
 }
 
 }  // namespace
 
-void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
-  if (tile_rows != kMoePrefillTileRows && tile_rows != kMoePrefillWideTileRows)
-    fail_cuda("moe_prefill_wgmma", "tiles of 128 or 256 rows", __FILE__, __LINE__);
+void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params) {
   if (params.x_fp8 != nullptr && (params.x_scale == nullptr || params.w.row_scale_max == nullptr))
     fail_cuda("moe_prefill_wgmma", "FP8 activations need x_scale and the weights' row_scale_max", __FILE__, __LINE__);
-  if (params.x_fp8 != nullptr && tile_rows != kMoePrefillTileRows)
-    fail_cuda("moe_prefill_wgmma", "FP8 activations take the 128-row tiles (prefill_wgmma)", __FILE__, __LINE__);
   launch_checked("moe_prefill_wgmma", params, [&](auto swiglu) {
-    constexpr bool kSwiglu = decltype(swiglu)::value;
     if (params.x_fp8 != nullptr)
-      launch_typed<true, kSwiglu, kMoePrefillTileRows>(stream, params);
-    else if (tile_rows == kMoePrefillTileRows)
-      launch_typed<false, kSwiglu, kMoePrefillTileRows>(stream, params);
+      launch_typed<true, decltype(swiglu)::value>(stream, params);
     else
-      launch_typed<false, kSwiglu, kMoePrefillWideTileRows>(stream, params);
+      launch_typed<false, decltype(swiglu)::value>(stream, params);
   });
 }
 

@@ -171,8 +171,6 @@ __device__ __forceinline__ void wgmma_fence_registers(float (&registers)[kArrays
 // accumulate = false overwrites d. Fragment of d: register 4j + 2h + i holds row g + 8h of the warp's 16 rows,
 // column 8j + 2c + i (g = lane / 4, c = lane % 4; CuTe's CLayout_64xN).
 __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate);
-// The same for m64 n128 (bf16).
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate);
 // The same for m64 n192 k32 with e4m3 operands (FP8 has no transposed forms: both K-major, as here).
 __device__ __forceinline__ void wgmma_m64n192k32_e4m3_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate);
 
