@@ -23,8 +23,11 @@
 // cp.async whose completion the issuing thread waits for one tile later (two tiles in flight), then fences to the
 // async proxy (wgmma reads through it) before its warp announces the tile.
 //   bf16 KV: copied straight into the stage.
-//   fp8 KV:  copied into a staging buffer as stored, then converted by the same thread to bf16 (exact:
-//            kv_dtype.cuh) into the stage; the layer's k_scale joins the score scale and v_scale the output.
+//   fp8 KV:  copied into a staging buffer as stored, then converted by the same thread to fp16 (exact, one
+//            instruction a pair: kv_dtype.cuh; bf16 took four) into the stage, and the products run in fp16: Q
+//            rounded to fp16 once (exact for magnitudes in [2^-14, 65504], finer than bf16 inside it; saturated
+//            beyond), P in fp16
+//            (values in [0, 1]). The layer's k_scale joins the score scale and v_scale the output.
 // Consumer warpgroup, for each tile t of its own range (the others are waited for and released untouched):
 //   S = Q K_t^T     4 x wgmma m64n128k16, Q as register A fragments, K K-major (row = key);
 //   O += P V_{t-1}  8 x wgmma m64n64k16, P as register A fragments, V MN-major (the descriptor transposes it),
@@ -195,11 +198,11 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
         const uint4 v = *reinterpret_cast<const uint4*>(k_src + which * (kStagingBytes / 2) + row * kHeadDim + 16 * piece);
         uint8_t* tile = stage + which * kTileBytes;
         *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * piece)) =
-            make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16), e4m3x2_to_bf16x2(v.y),
-                       e4m3x2_to_bf16x2(v.y >> 16));
+            make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16), e4m3x2_to_f16x2(v.y),
+                       e4m3x2_to_f16x2(v.y >> 16));
         *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * piece + 1)) =
-            make_uint4(e4m3x2_to_bf16x2(v.z), e4m3x2_to_bf16x2(v.z >> 16), e4m3x2_to_bf16x2(v.w),
-                       e4m3x2_to_bf16x2(v.w >> 16));
+            make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w),
+                       e4m3x2_to_f16x2(v.w >> 16));
       }
     }
     sm90::fence_proxy_async_shared();
@@ -269,15 +272,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], bool masked, int 
   for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + ((sum[i][0] + sum[i][1]) + (sum[i][2] + sum[i][3]));
 }
 
-// P (bf16 A fragments of 16 keys each) from the exponentiated S accumulators: n-blocks 2kk and 2kk + 1.
+// P (bf16, kF16: fp16 A fragments of 16 keys each) from the exponentiated S accumulators: n-blocks 2kk and 2kk + 1.
+template <bool kF16>
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    p[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-    p[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-    p[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-    p[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-  }
+  for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      p[kk][e] = kF16 ? pack_f16x2(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1])
+                      : pack_bf16x2(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
 }
 
 // Consumer warpgroup `consumer` (0 or 1): tokens [t0 + consumer * 64 / G, + 64 / G) of the block.
@@ -336,10 +339,12 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
 
   // Q as A fragments of the four 16-dim k steps (rows past the tokens: zeros).
   const bf16* q = static_cast<const bf16*>(p.q);
+  // (fp8 KV: as fp16 pairs.)
   auto q_word = [&](int i, int col) -> uint32_t {
     if (token[i] >= w1) return 0u;
-    return *reinterpret_cast<const uint32_t*>(q + (static_cast<int64_t>(b.q_start + token[i]) * p.heads + head[i]) *
-                                                      kHeadDim + col);
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(
+        q + (static_cast<int64_t>(b.q_start + token[i]) * p.heads + head[i]) * kHeadDim + col);
+    return kFp8 ? bf16x2_to_f16x2(word) : word;
   };
   uint32_t q_frag[4][4];
 #pragma unroll
@@ -359,14 +364,14 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     const uint32_t k_tile = tiles + (t % kStages) * kStageBytes;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)  // 16 dims = 32 bytes along each swizzled row
-      sm90::wgmma_m64n128k16_bf16(s, q_frag[ks], sm90::sw128_descriptor(k_tile + 32 * ks, 1024), ks > 0 ? 1u : 0u);
+      sm90::wgmma_m64n128k16<kFp8>(s, q_frag[ks], sm90::sw128_descriptor(k_tile + 32 * ks, 1024), ks > 0 ? 1u : 0u);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int t) {
     const uint32_t v_tile = tiles + (t % kStages) * kStageBytes + kTileBytes;
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk)  // 16 keys = two 1024-byte groups of 8 rows
-      sm90::wgmma_m64n64k16_bf16_mn_major_b(o, p_frag[kk], sm90::sw128_descriptor(v_tile + 2048 * kk, 1024));
+      sm90::wgmma_m64n64k16_mn_major_b<kFp8>(o, p_frag[kk], sm90::sw128_descriptor(v_tile + 2048 * kk, 1024));
     sm90::wgmma_commit();
   };
   auto key0_of = [&](int t) { return b.key_lo + t * kTileKeys; };
@@ -383,7 +388,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
   sm90::wgmma_wait<0>();
   sm90::fence_registers(s);
   online_softmax<kTree>(s, masked(key0_of(t_begin)), key0_of(t_begin), c, b.start, rows, qk_scale, m, l, alpha);
-  pack_p(s, p_frag);
+  pack_p<kFp8>(s, p_frag);
   for (int t = t_begin + 1; t < t_end; ++t) {
     wait_full(t);
     sm90::fence_registers(o);
@@ -404,7 +409,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e / 2];
-    pack_p(s, p_frag);
+    pack_p<kFp8>(s, p_frag);
   }
   sm90::fence_registers(o);
   turn_begin();

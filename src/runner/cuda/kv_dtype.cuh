@@ -32,9 +32,13 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_bytes) {
   return pack_bf16x2(f.x, f.y);
 }
 
-// A bf16 pair as an fp16 pair (exact for magnitudes in [2^-14, 65504]: fp16 has more mantissa bits).
+// A bf16 pair as an fp16 pair: exact for magnitudes in [2^-14, 65504] (fp16 has more mantissa bits), saturated
+// to +-65504 beyond (an infinity would turn a whole score row into NaN), NaN kept.
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t word) {
-  const __half2 h = __floats2half2_rn(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  constexpr float kMax = 65504.0f;
+  const float lo = __uint_as_float(word << 16), hi = __uint_as_float(word & 0xffff0000u);
+  const __half2 h = __floats2half2_rn(lo != lo ? lo : fminf(fmaxf(lo, -kMax), kMax),
+                                      hi != hi ? hi : fminf(fmaxf(hi, -kMax), kMax));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 

@@ -100,47 +100,71 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// d (64 x 128, fp32) = a (64 x 16, bf16, registers) * b (16 x 128) [+ d]: b K-major (row n holds its 16 k values)
-// behind descriptor `b`. Fragments: warp w of the warpgroup holds rows 16w..16w+15; lane (g = lane / 4, c = lane %
-// 4) holds d[4j + e] = row g + 8 (e / 2), column 8j + 2c + e % 2, and a = {row g, k 2c..2c+1; row g + 8, k 2c..;
-// row g, k 8 + 2c..; row g + 8, k 8 + 2c..} as bf16 pairs (the m16n8k16 fragments of mma.sync, per warp).
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], const uint32_t (&a)[4], uint64_t b,
-                                                      uint32_t accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+// The 16-bit input type of a wgmma: bf16, or fp16 (the prefill attention over an fp8 cache: e4m3 values are exact
+// in fp16 and convert to it in one instruction).
+#define MOESERVE_WGMMA_M64N128K16(TYPE)                                                                               \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                                        \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                  \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                  \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                                    \
+  "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+#define MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B(TYPE)                                                                     \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                                        \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                    \
+  "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+
+#define MOESERVE_WGMMA_D64                                                                                            \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                     \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),               \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),             \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),             \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),             \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),             \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),             \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define MOESERVE_WGMMA_D32                                                                                            \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                     \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),               \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),             \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+// d (64 x 128, fp32) = a (64 x 16, registers) * b (16 x 128) [+ d], a and b bf16 (kF16: fp16): b K-major (row n
+// holds its 16 k values) behind descriptor `b`. Fragments: warp w of the warpgroup holds rows 16w..16w+15; lane
+// (g = lane / 4, c = lane % 4) holds d[4j + e] = row g + 8 (e / 2), column 8j + 2c + e % 2, and a = {row g, k
+// 2c..2c+1; row g + 8, k 2c..; row g, k 8 + 2c..; row g + 8, k 8 + 2c..} as 16-bit pairs (the m16n8k16 fragments of
+// mma.sync, per warp).
+template <bool kF16 = false>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t b,
+                                                 uint32_t accumulate) {
+  if constexpr (kF16)
+    asm volatile(MOESERVE_WGMMA_M64N128K16("f16")
+                 : MOESERVE_WGMMA_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  else
+    asm volatile(MOESERVE_WGMMA_M64N128K16("bf16")
+                 : MOESERVE_WGMMA_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
-// d (64 x 64, fp32) += a (64 x 16, bf16, registers) * b (16 x 64): b MN-major (row k holds its 64 n values, the
-// transposed operand) behind descriptor `b`. Fragments as above with 8 column blocks.
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_mn_major_b(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u));
+// d (64 x 64, fp32) += a (64 x 16, registers) * b (16 x 64), bf16 (kF16: fp16): b MN-major (row k holds its 64 n
+// values, the transposed operand) behind descriptor `b`. Fragments as above with 8 column blocks.
+template <bool kF16 = false>
+__device__ __forceinline__ void wgmma_m64n64k16_mn_major_b(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (kF16)
+    asm volatile(MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B("f16")
+                 : MOESERVE_WGMMA_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u));
+  else
+    asm volatile(MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B("bf16")
+                 : MOESERVE_WGMMA_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u));
 }
+#undef MOESERVE_WGMMA_M64N128K16
+#undef MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B
+#undef MOESERVE_WGMMA_D64
+#undef MOESERVE_WGMMA_D32
 
 }  // namespace moeserve::cuda::sm90
