@@ -26,8 +26,8 @@
 //   fp8 KV:  copied into a staging buffer as stored, then converted by the same thread to fp16 (exact, one
 //            instruction a pair: kv_dtype.cuh; bf16 took four) into the stage, and the products run in fp16: Q
 //            rounded to fp16 once (exact for magnitudes in [2^-14, 65504], finer than bf16 inside it; saturated
-//            beyond), P in fp16
-//            (values in [0, 1]). The layer's k_scale joins the score scale and v_scale the output.
+//            beyond), P in fp16 (values in [0, 1]). The layer's k_scale joins the score scale and v_scale the
+//            output.
 // Consumer warpgroup, for each tile t of its own range (the others are waited for and released untouched):
 //   S = Q K_t^T     4 x wgmma m64n128k16, Q as register A fragments, K K-major (row = key);
 //   O += P V_{t-1}  8 x wgmma m64n64k16, P as register A fragments, V MN-major (the descriptor transposes it),
