@@ -78,7 +78,7 @@ void build_step(Step& step, const ModelConfig& c, const std::vector<int>& length
     seq.block_tables.assign(groups.num_groups(), tables[s]);  // the timed layer reads its group's only
     batch.sequences.push_back(seq);
   }
-  step.meta.build(batch, c, groups, {kBlockSize, pool_blocks}, 0, 0, prefill_min_rows);
+  step.meta.build(batch, c, groups, {kBlockSize, pool_blocks}, 0, 0, 0, prefill_min_rows);
   step.device = cuda::to_device(step.meta.host());
   step.view = step.meta.view(step.device.as<int32_t>());
 }

@@ -14,6 +14,8 @@ namespace moeserve::cuda {
 namespace {
 
 constexpr int kLargestGraphBatch = 1024;
+// Verify steps are graphed up to this many tokens a sequence (EAGLE-3's chains: k + 1 tokens, k up to 7).
+constexpr int kLargestGraphQueryLen = 8;
 
 int graph_bucket(int sequences) {
   int bucket = 1;
@@ -95,7 +97,7 @@ void check_allowed_tokens(const SequenceStep& step, int vocab) {
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   StepMetadata scratch;
-  scratch.build(batch, config_, groups_, layout_, 0, padding_block_,
+  scratch.build(batch, config_, groups_, layout_, 0, 0, padding_block_,
                 precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
   for (const SequenceStep& step : batch.sequences)
     if (!step.allowed_tokens.empty()) check_allowed_tokens(step, config_.vocab_size);
@@ -121,7 +123,7 @@ CudaRunner::~CudaRunner() {
 }
 
 void CudaRunner::clear_graphs() {
-  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
 }
 
@@ -174,7 +176,7 @@ CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
   return plan;
 }
 
-void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
+void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, size_t capture_layers) {
   const ModelConfig& c = config_;
   const size_t T = plan.tokens, A = element_bytes(precision_), H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(),
                E = c.num_experts, K = c.experts_per_token, I = c.intermediate_size, R = meta.rows().size();
@@ -210,6 +212,7 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan) {
   grow(vocab_best_, vocab_split() ? R * sizeof(VocabBest) : 0);
   grow(vocab_bests_, vocab_split() ? R * sizeof(VocabBest) * communicator_->size() : 0);
   grow(sampled_, R * 4);
+  grow(captured_, capture_layers * T * H * 4);
   grow(meta_device_, meta.host().size() * 4);
   if (moved) clear_graphs();
 }
@@ -234,8 +237,7 @@ void CudaRunner::project(const void* x, int rows, const void* weight, int64_t ou
     blas_.linear(stream_, precision_, x, rows, weight, out_features, in_features, bias, y);
 }
 
-void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
-                         std::vector<std::vector<float>>* captured) {
+void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers) {
   const ModelConfig& c = config_;
   const StepView step = meta.view(meta_device_.as<int32_t>());
   const int T = plan.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), E = c.num_experts,
@@ -245,11 +247,9 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
 
   auto capture = [&](int layer) {
     for (size_t j = 0; j < capture_layers.size(); ++j)
-      if (capture_layers[j] == layer) {
-        (*captured)[j].resize(static_cast<size_t>(T) * H);
-        MOESERVE_CUDA_CHECK(
-            cudaMemcpyAsync((*captured)[j].data(), x, (*captured)[j].size() * 4, cudaMemcpyDeviceToHost, stream_));
-      }
+      if (capture_layers[j] == layer)
+        MOESERVE_CUDA_CHECK(cudaMemcpyAsync(captured_.as<float>() + j * T * H, x, static_cast<size_t>(T) * H * 4,
+                                            cudaMemcpyDeviceToDevice, stream_));
   };
 
   const KvView kv{kv_.get(), layout_.block_size, max_layers_per_group_, c.num_kv_heads, c.head_dim, kv_dtype_};
@@ -310,10 +310,16 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
     timer_.mark(stream_, KernelClass::router);
     project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
-    launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
-                       expert_weights_.as<float>(), routing.expert_counts);
-    timer_.mark(stream_, KernelClass::grouping);
-    launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
+    if (route_group_fused_fits(T, k, E)) {  // decode-sized: top-k and grouping in one kernel, timed as grouping
+      timer_.mark(stream_, KernelClass::grouping);
+      launch_route_top_k_and_group(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
+                                   expert_weights_.as<float>(), rows_per_tile, routing);
+    } else {
+      launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
+                         expert_weights_.as<float>(), routing.expert_counts);
+      timer_.mark(stream_, KernelClass::grouping);
+      launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
+    }
 
     MoeGemmParams mlp1;
     mlp1.w = w.mlp1;
@@ -406,25 +412,42 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   const int S = static_cast<int>(batch.sequences.size());
   const auto started = std::chrono::steady_clock::now();
-  bool decode = S > 0 && S <= kLargestGraphBatch && batch.capture_layers.empty() && !timer_.enabled();
+  // Graphed: decode steps and chain verify steps, every sequence with the same q_len tokens and as many logits rows.
+  const int q_len = S > 0 ? static_cast<int>(batch.sequences[0].tokens.size()) : 0;
+  bool uniform = S > 0 && q_len <= kLargestGraphQueryLen && graph_bucket(S) * q_len <= kLargestGraphBatch &&
+                 !timer_.enabled();
   for (const SequenceStep& step : batch.sequences)
-    decode = decode && step.tokens.size() == 1 && step.num_logits == 1 && step.tree_parent.empty();
-  const int bucket = options_.cuda_graphs && decode ? graph_bucket(S) : 0;
+    uniform = uniform && static_cast<int>(step.tokens.size()) == q_len && step.num_logits == q_len &&
+              step.tree_parent.empty();
+  const int bucket = options_.cuda_graphs && uniform ? graph_bucket(S) : 0;
 
-  meta_.build(batch, config_, groups_, layout_, bucket, padding_block_,
+  meta_.build(batch, config_, groups_, layout_, bucket, q_len, padding_block_,
               precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
   const Plan plan = plan_for(meta_);
-  ensure_capacity(meta_, plan);
+  ensure_capacity(meta_, plan, batch.capture_layers.size());
   upload(meta_);
-  output.captured.assign(batch.capture_layers.size(), {});
   if (bucket == 0) {
-    enqueue(meta_, plan, batch.capture_layers, &output.captured);
-  } else if (auto it = graphs_.find(bucket); it != graphs_.end()) {
-    MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    enqueue(meta_, plan, batch.capture_layers);
   } else {
-    // First step of this bucket: run it directly (which also makes every cuBLASLt plan), then capture.
-    enqueue(meta_, plan, {}, nullptr);
-    graphs_[bucket] = capture_graph(stream_, [&] { enqueue(meta_, plan, {}, nullptr); });
+    GraphKey key{bucket, q_len, batch.capture_layers};
+    if (auto it = graphs_.find(key); it != graphs_.end()) {
+      MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    } else {
+      // First step of this shape: run it directly (which also makes every cuBLASLt plan), then capture.
+      enqueue(meta_, plan, batch.capture_layers);
+      const cudaGraphExec_t exec = capture_graph(stream_, [&] { enqueue(meta_, plan, batch.capture_layers); });
+      graphs_.emplace(std::move(key), exec);
+    }
+  }
+  // The captured layers' rows of the real tokens (graph padding's follow them).
+  int64_t real_tokens = 0;
+  for (const SequenceStep& step : batch.sequences) real_tokens += static_cast<int64_t>(step.tokens.size());
+  output.captured.assign(batch.capture_layers.size(), {});
+  for (size_t j = 0; j < output.captured.size(); ++j) {
+    const int64_t H = config_.hidden_size;
+    output.captured[j].resize(real_tokens * H);
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(output.captured[j].data(), captured_.as<float>() + j * plan.tokens * H,
+                                        real_tokens * H * 4, cudaMemcpyDeviceToHost, stream_));
   }
 
   // Real rows come first; graph padding rows follow and are dropped. Every row has its argmax (in the step, so in

@@ -79,11 +79,11 @@ class CudaRunner : public ModelRunner {
     MoePath moe = MoePath::reference;
   };
   Plan plan_for(const StepMetadata& meta) const;
-  void ensure_capacity(const StepMetadata& meta, const Plan& plan);
+  void ensure_capacity(const StepMetadata& meta, const Plan& plan, size_t capture_layers);
   void upload(const StepMetadata& meta);
-  // Enqueues every kernel of a step; copies the residual stream after `capture_layers` into `captured`.
-  void enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers,
-               std::vector<std::vector<float>>* captured);
+  // Enqueues every kernel of a step; copies the residual stream after `capture_layers` into captured_ (on the
+  // device, so that a graph can hold the copies): [capture_layers.size()][tokens, hidden].
+  void enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers);
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
@@ -135,7 +135,7 @@ class CudaRunner : public ModelRunner {
 
   // Activations of the step in flight (capacity grows; a reallocation drops the captured graphs).
   DeviceBuffer x_, normed_, qkv_, q_, attn_, proj_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_,
-      partial_, logits_in_, logits_, sampled_;
+      partial_, logits_in_, logits_, sampled_, captured_;
   // Vocab split: this rank's [R, slice] logits, its bests per row, every rank's bests [ranks][R], and the padded
   // pieces gather_whole_logits exchanges ([R, longest slice] a rank).
   DeviceBuffer logits_local_, vocab_best_, vocab_bests_, vocab_piece_, vocab_pieces_;
@@ -151,7 +151,14 @@ class CudaRunner : public ModelRunner {
   DeviceBuffer edit_rows_, edits_, edit_originals_, masks_, logprob_rows_, logprob_results_;
 
   KernelTimer timer_;
-  std::map<int, cudaGraphExec_t> graphs_;  // decode batch bucket -> replayable step
+  // A replayable step per uniform batch shape: decode steps and chain verify steps (every sequence the same number
+  // of tokens, a logits row each, no tree), by batch-size bucket, tokens a sequence and the layers captured.
+  struct GraphKey {
+    int bucket = 0, q_len = 0;
+    std::vector<int> capture_layers;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
   Communicator* communicator_ = nullptr;   // the rank's group, or null alone
 };
 

@@ -23,7 +23,7 @@ struct CudaRunnerOptions {
   // expert projections, the decode_mma paths, take their inputs as e4m3 with a dynamic scale per row and run e4m3
   // tensor cores; AMD's MLPerf recipe of MXFP4 weights with FP8 activations; other paths stay bf16). Needs bf16.
   std::string activation_dtype = "auto";
-  bool cuda_graphs = true;  // capture decode steps per batch-size bucket
+  bool cuda_graphs = true;  // capture decode and chain verify steps per (batch-size bucket, tokens a sequence)
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).
   std::string synthetic_router = "uniform";

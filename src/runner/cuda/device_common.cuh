@@ -69,6 +69,49 @@ __device__ __forceinline__ int warp_take_max(float (&values)[kPerLane], int E, f
   return best_id;
 }
 
+// Token t's router top-k over logits [T, E] and the softmax over the k winners (ties to the lower id: the CPU
+// reference cpu::route_top_k), by one warp: k rounds of warp_take_max, then on lane 0 put(j, expert, weight) for
+// slots j = 0 .. k - 1. router.cu's kernel and the fused route-and-group kernel (moe_grouping.cu) both run this, so
+// their weights are the same bits.
+template <typename Put>
+__device__ __forceinline__ void warp_route_top_k(const float* logits, int t, int E, int k, Put&& put) {
+  constexpr int kPerLane = kMaxExperts / 32;
+  const int lane = threadIdx.x % 32;
+  float values[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    values[i] = e < E ? logits[static_cast<int64_t>(t) * E + e] : -INFINITY;
+  }
+  float top_value[kMaxTopK];
+  int top_id[kMaxTopK];
+  for (int j = 0; j < k; ++j) {
+    float best = 0.0f;
+    const int best_id = warp_take_max(values, E, &best);
+    // Registers indexed by the loop counter: k is small and the loop is unrolled up to kMaxTopK.
+#pragma unroll
+    for (int slot = 0; slot < kMaxTopK; ++slot)
+      if (slot == j) {
+        top_value[slot] = best;
+        top_id[slot] = best_id;
+      }
+  }
+  if (lane != 0) return;
+  float sum = 0.0f;
+  float w[kMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) {
+    if (j >= k) break;
+    w[j] = expf(top_value[j] - top_value[0]);
+    sum += w[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) {
+    if (j >= k) break;
+    put(j, top_id[j], w[j] / sum);
+  }
+}
+
 // Max and sum over the four lanes of a quad (lanes 4g .. 4g + 3: the threads holding one row of an mma.sync
 // accumulator tile).
 __device__ __forceinline__ float quad_max(float v) {

@@ -196,6 +196,39 @@ MlaDecodeVersion mla_decode_version();
 void launch_mla_decode(cudaStream_t stream, const MlaDecodeParams& params, const StepView& step,
                        const MlaDecodeScratch& scratch, MlaDecodeVersion version = mla_decode_version());
 
+// ---- mla_absorb.cu: the projections around absorbed MLA, q~ from q and the heads' outputs from o~ ------------------
+// kv_b_proj on the device, [heads * (nope_dim + v_dim), kv_lora_rank] (deepseek_v3::Attention::kv_b): per head its
+// nope_dim W_UK rows, then its v_dim W_UV rows; fp32, bf16, or the checkpoint's e4m3 with one fp32 scale per
+// 128 x 128 block in Fp8DeviceWeight's layout (fp8_gemm.h: the block (row / 128, col / 128)'s scale at
+// (row / 128) * fp8_weight_scale_ld(kv_lora_rank) + col / 128).
+enum class MlaWeightType { f32, bf16, fp8_block };
+struct MlaKvbView {
+  const void* values = nullptr;
+  const float* scales = nullptr;  // fp8_block only
+  MlaWeightType type = MlaWeightType::bf16;
+  int heads = 0, nope_dim = 0, v_dim = 0, kv_lora_rank = 0;
+};
+struct MlaAbsorbParams {
+  const float* q = nullptr;         // [T, heads, nope_dim + rope_dim]: q_b_proj's output, each head nope then rope
+  int rope_dim = 0;
+  const float* inv_freq = nullptr;  // [rope_dim / 2], as MlaCacheWriteParams'
+  float rope_factor = 1.0f;
+  MlaKvbView kv_b;
+  float* q_latent = nullptr;        // [T, heads, kv_lora_rank]: MlaDecodeParams::q_latent
+  float* q_rope = nullptr;          // [T, heads, rope_dim]: MlaDecodeParams::q_rope
+};
+// Per token and head q~ = W_UK^T q_nope (fp32 sums over nope_dim in cpu::add_scaled_row's order), and q_pe rotated
+// by rope_adjacent_pairs at the token's position (step.positions). CPU reference: cpu::MlaAttention's absorbed
+// form, forward's RoPE on q and attend_absorbed's q~.
+void launch_mla_absorb(cudaStream_t stream, const MlaAbsorbParams& params, const StepView& step);
+struct MlaUnabsorbParams {
+  const float* latent_out = nullptr;  // [T, heads, kv_lora_rank]: MlaDecodeParams::out, o~
+  MlaKvbView kv_b;
+  void* out = nullptr;                // [T, heads * v_dim] of out_type: o_proj's input
+};
+// Per token and head o = W_UV o~, fp32 sums over kv_lora_rank. CPU reference: attend_absorbed's last step.
+void launch_mla_unabsorb(cudaStream_t stream, Precision out_type, const MlaUnabsorbParams& params, int T);
+
 // ---- kv_move.cu: KV slots copied within one sequence (tree verification commits its accepted path) ---------------
 struct KvMoveParams {
   KvView kv;
@@ -260,6 +293,19 @@ struct MoeRouting {
 // num_tiles[1 + class]; at most moe_max_tiles(rows, 8, E) tiles.
 void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
                             const MoeRouting& routing);
+// launch_route_top_k then launch_group_by_expert as one kernel of one block, for decode-sized steps (E = the router's
+// experts, routing.router_experts or num_experts): the same experts, weights (bit for bit), offsets and tiles, and
+// rows inside an expert in (token, slot) order, one order of the many the two launches' atomics may give.
+// expert_counts are neither read nor written (zero before and after, as the two launches leave them).
+// kRouteGroupMaxTokens: a warp of the block's 32 routes one token after another, so the fused top-k takes up to
+// two tokens' time where the router's own launch (a warp per token over many blocks) takes one; beyond, the
+// launch saved no longer pays for it (up to 512 pairs at top-8, 256 at gpt-oss's top-4; not yet measured).
+inline constexpr int kRouteGroupMaxTokens = 64;
+inline bool route_group_fused_fits(int T, int k, int E) {
+  return T <= kRouteGroupMaxTokens && k >= 1 && k <= kMaxTopK && k <= E && E <= kMaxExperts;
+}
+void launch_route_top_k_and_group(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
+                                  float* weights, int rows_per_tile, const MoeRouting& routing);
 
 // ---- moe_*.cu: expert projections over grouped rows, MXFP4 weights dequantised on the fly -------------------------------
 struct ExpertWeightsView {

@@ -4,8 +4,11 @@
 // every pair takes a row of its expert by an atomic (one launch for both when the step is decode-sized). The order of rows inside an expert varies between runs,
 // but every row is computed on its own and the combine reads rows by (token, slot), so results do not. Rows of two
 // groupings (two tensor-parallel ranks) do not match by index, though: each rank combines its own (cuda_runner.cc).
+// Decode steps of up to kRouteGroupMaxTokens tokens run the router's top-k and the whole grouping in one block
+// instead (route_group_kernel): counts in shared memory, the same scan, and rows placed in (token, slot) order.
 // CPU reference: the grouping in CpuRunner::moe_layer.
 #include <algorithm>
+#include <cmath>
 
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
@@ -30,10 +33,11 @@ struct Tiling {
 // One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles per class, and warp
 // exclusive scans over the lanes give every expert its first row and tile. (Version 1 walked the experts in one
 // thread: ~10 us per layer under ncu at 128 experts.)
-// Also zeroes the counts it read, so the next layer's router starts from zero without a memset.
-__device__ void scan_experts(const Tiling tiling, const MoeRouting& r) {
+// expert_counts [router_experts]: the router's r.expert_counts, or route_group_kernel's own in shared memory. Also
+// zeroes the counts it read, so the next layer's router starts from zero without a memset.
+__device__ void scan_experts(const Tiling tiling, const MoeRouting& r, int32_t* expert_counts) {
   const int E = r.num_experts, lane = threadIdx.x;
-  int32_t* const counts_of = r.expert_counts + r.first_expert;  // this rank's experts' counts
+  int32_t* const counts_of = expert_counts + r.first_expert;  // this rank's experts' counts
   const int per_lane = (E + 31) / 32, first = lane * per_lane;
   int counts[kExpertsPerLane];
   int rows = 0, tiles[kMixedClasses] = {};
@@ -72,7 +76,7 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r) {
   // Other ranks' experts (expert parallelism): their counts are zeroed too, for the next layer's router.
   const int router_experts = r.router_experts > 0 ? r.router_experts : E;
   for (int e = lane; e < router_experts; e += 32)
-    if (e < r.first_expert || e >= r.first_expert + E) r.expert_counts[e] = 0;
+    if (e < r.first_expert || e >= r.first_expert + E) expert_counts[e] = 0;
   if (lane == 31) {
     r.expert_offsets[E] = row_offset;
     r.num_tiles[0] = class_base;
@@ -106,7 +110,7 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r) {
 
 __global__ void moe_scan_kernel(const Tiling tiling, MoeRouting r) {
   pdl_prologue();
-  scan_experts(tiling, r);
+  scan_experts(tiling, r, r.expert_counts);
 }
 
 __device__ void place_pair(const int32_t* experts, int i, int k, const MoeRouting& r) {
@@ -133,15 +137,72 @@ constexpr int kFusedPairs = 256;
 __global__ void __launch_bounds__(kFusedPairs)
     moe_group_small_kernel(const int32_t* experts, int pairs, int k, const Tiling tiling, MoeRouting r) {
   pdl_prologue();
-  if (threadIdx.x < 32) scan_experts(tiling, r);
+  if (threadIdx.x < 32) scan_experts(tiling, r, r.expert_counts);
   __syncthreads();  // offsets and zeroed fill counts are visible to the block
   if (static_cast<int>(threadIdx.x) < pairs) place_pair(experts, threadIdx.x, k, r);
 }
 
-}  // namespace
+// ---- router top-k and grouping in one block (launch_route_top_k_and_group) ------------------------------------------
+constexpr int kRouteGroupMaxPairs = kRouteGroupMaxTokens * kMaxTopK;
+constexpr int kRouteGroupChunks = kRouteGroupMaxPairs / 32;  // chunks of 32 consecutive pairs, one warp's placement
 
-void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
-                            const MoeRouting& routing) {
+// One block, a warp per token (two at most each): top-k, then counts per chunk of 32 pairs (__match_any_sync) and
+// their exclusive scan over the chunks per expert, the grouping's scan on the totals, and each pair's row: its
+// expert's offset + its expert's pairs in earlier chunks + those at lower lanes of its own chunk, so rows inside an
+// expert are in pair (token, slot) order. The global expert_counts are neither read nor written.
+__global__ void __launch_bounds__(32 * 32)
+    route_group_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights, const Tiling tiling,
+                       MoeRouting r) {
+  pdl_prologue();
+  __shared__ int32_t pair_expert[kRouteGroupMaxPairs];
+  __shared__ int16_t before[kRouteGroupChunks][kMaxExperts];  // a chunk's pairs per expert, then those before it
+  __shared__ int32_t counts[kMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int pairs = T * k, chunks = (pairs + 31) / 32;
+  for (int i = threadIdx.x; i < chunks * E; i += blockDim.x) before[i / E][i % E] = 0;
+  for (int t = warp; t < T; t += warps)
+    warp_route_top_k(logits, t, E, k, [&](int j, int expert, float weight) {  // router.cu's very computation
+      experts[t * k + j] = expert;
+      weights[t * k + j] = weight;
+      pair_expert[t * k + j] = expert;
+    });
+  __syncthreads();
+  for (int c = warp; c < chunks; c += warps) {
+    const int i = c * 32 + lane, e = i < pairs ? pair_expert[i] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && lane == __ffs(same) - 1) before[c][e] = static_cast<int16_t>(__popc(same));
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int sum = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const int n = before[c][e];
+      before[c][e] = static_cast<int16_t>(sum);
+      sum += n;
+    }
+    counts[e] = sum;
+  }
+  __syncthreads();
+  if (warp == 0) scan_experts(tiling, r, counts);
+  __syncthreads();  // offsets are visible to the block
+  for (int c = warp; c < chunks; c += warps) {
+    const int i = c * 32 + lane, e = i < pairs ? pair_expert[i] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (e < 0) continue;
+    const int local = e - r.first_expert;
+    if (local < 0 || local >= r.num_experts) {  // another rank's expert
+      r.slot_row[i] = -1;
+      continue;
+    }
+    const int row = r.expert_offsets[local] + before[c][e] + __popc(same & ((1u << lane) - 1u));
+    r.row_token[row] = i / k;
+    r.row_expert[row] = local;
+    r.slot_row[i] = row;
+  }
+}
+
+// The tiling of rows_per_tile for `routing`, with the checks both launchers share.
+Tiling grouping_tiling(int rows_per_tile, const MoeRouting& routing) {
   if (routing.num_experts > kMaxExperts || routing.router_experts > kMaxExperts)
     fail_cuda("group_by_expert", "more than 256 experts", __FILE__, __LINE__);
   if (routing.first_expert < 0 ||
@@ -154,6 +215,14 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
   if (!tiling.mixed && rows_per_tile < 1) fail_cuda("group_by_expert", "rows_per_tile below 1", __FILE__, __LINE__);
   if (tiling.mixed && (tiling.bounds.n8_max < 1 || tiling.bounds.n16_max < tiling.bounds.n8_max))
     fail_cuda("group_by_expert", "mixed tiles need bounds 1 <= n8_max <= n16_max", __FILE__, __LINE__);
+  return tiling;
+}
+
+}  // namespace
+
+void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, int k, int rows_per_tile,
+                            const MoeRouting& routing) {
+  const Tiling tiling = grouping_tiling(rows_per_tile, routing);
   const int pairs = T * k;
   if (pairs <= kFusedPairs) {
     MOESERVE_CUDA_CHECK(cuda_launch(moe_group_small_kernel, 1, std::max(32, (pairs + 31) / 32 * 32), 0, stream, experts,
@@ -162,6 +231,18 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
   }
   MOESERVE_CUDA_CHECK(cuda_launch(moe_scan_kernel, 1, 32, 0, stream, tiling, routing));
   MOESERVE_CUDA_CHECK(cuda_launch(moe_place_kernel, (pairs + 255) / 256, 256, 0, stream, experts, pairs, k, routing));
+}
+
+void launch_route_top_k_and_group(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
+                                  float* weights, int rows_per_tile, const MoeRouting& routing) {
+  if (T < 0 || !route_group_fused_fits(T, k, E))
+    fail_cuda("route_top_k_and_group", "more tokens, experts or top-k than route_group_fused_fits allows", __FILE__,
+              __LINE__);
+  if ((routing.router_experts > 0 ? routing.router_experts : routing.num_experts) != E)
+    fail_cuda("route_top_k_and_group", "the routing's router_experts differ from the logits' E", __FILE__, __LINE__);
+  const Tiling tiling = grouping_tiling(rows_per_tile, routing);
+  MOESERVE_CUDA_CHECK(cuda_launch(route_group_kernel, 1, 32 * std::clamp(T, 1, 32), 0, stream, logits, T, E, k,
+                                  experts, weights, tiling, routing));
 }
 
 }  // namespace moeserve::cuda

@@ -11,49 +11,16 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kPerLane = kMaxExperts / 32;
-
 __global__ void route_top_k_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights,
                                    int32_t* expert_counts) {
   pdl_prologue();
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   if (t >= T) return;
-  float values[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    values[i] = e < E ? logits[static_cast<int64_t>(t) * E + e] : -INFINITY;
-  }
-  float top_value[kMaxTopK];
-  int top_id[kMaxTopK];
-  for (int j = 0; j < k; ++j) {
-    float best = 0.0f;
-    const int best_id = warp_take_max(values, E, &best);
-    // Registers indexed by the loop counter: k is small and the loop is unrolled up to kMaxTopK.
-#pragma unroll
-    for (int slot = 0; slot < kMaxTopK; ++slot)
-      if (slot == j) {
-        top_value[slot] = best;
-        top_id[slot] = best_id;
-      }
-  }
-  if (lane != 0) return;
-  float sum = 0.0f;
-  float w[kMaxTopK];
-#pragma unroll
-  for (int j = 0; j < kMaxTopK; ++j) {
-    if (j >= k) break;
-    w[j] = expf(top_value[j] - top_value[0]);
-    sum += w[j];
-  }
-#pragma unroll
-  for (int j = 0; j < kMaxTopK; ++j) {
-    if (j >= k) break;
-    experts[static_cast<int64_t>(t) * k + j] = top_id[j];
-    weights[static_cast<int64_t>(t) * k + j] = w[j] / sum;
-    atomicAdd(&expert_counts[top_id[j]], 1);
-  }
+  warp_route_top_k(logits, t, E, k, [&](int j, int expert, float weight) {
+    experts[static_cast<int64_t>(t) * k + j] = expert;
+    weights[static_cast<int64_t>(t) * k + j] = weight;
+    atomicAdd(&expert_counts[expert], 1);
+  });
 }
 
 }  // namespace

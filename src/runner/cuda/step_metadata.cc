@@ -47,7 +47,8 @@ void StepMetadata::write_tree(std::span<const int32_t> parent, int32_t start, in
 }
 
 void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const KvGroups& groups,
-                         const KvCacheLayout& kv, int pad_to, int32_t padding_block, int prefill_min_rows) {
+                         const KvCacheLayout& kv, int pad_to, int pad_len, int32_t padding_block,
+                         int prefill_min_rows) {
   const int real_seqs = static_cast<int>(batch.sequences.size());
   seqs_ = std::max(real_seqs, pad_to);
   groups_ = groups.num_groups();
@@ -92,8 +93,15 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
     tokens_ += static_cast<int>(n);
     max_q_len_ = std::max<int>(max_q_len_, static_cast<int>(n));
   }
-  MOESERVE_CHECK(pad_to == 0 || (max_q_len_ == 1 && !has_tree_), "graph padding is for causal decode batches only");
-  const int T = tokens_ + (seqs_ - real_seqs);
+  if (pad_to > 0) {
+    MOESERVE_CHECK(pad_len >= 1 && !has_tree_, "graph padding is for causal batches only");
+    for (const SequenceStep& step : batch.sequences)
+      MOESERVE_CHECK(static_cast<int>(step.tokens.size()) == pad_len && step.num_logits == pad_len,
+                     "graph padding to {}-token sequences: a sequence has {} tokens and {} logits rows", pad_len,
+                     step.tokens.size(), step.num_logits);
+  }
+  const int padding_len = pad_to > 0 ? pad_len : 1;
+  const int T = tokens_ + (seqs_ - real_seqs) * padding_len;
 
   rows_.clear();
   int32_t first = 0;
@@ -103,7 +111,8 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
       rows_.push_back({first + j, &step, row_sample_index(step, j - (n - step.num_logits))});
     first += n;
   }
-  for (int s = real_seqs; s < seqs_; ++s) rows_.push_back({first++, nullptr, 0});
+  for (int s = real_seqs; s < seqs_; ++s)
+    for (int j = 0; j < padding_len; ++j) rows_.push_back({first++, nullptr, 0});
   const int R = static_cast<int>(rows_.size());
 
   // Query tiles for the long sequences, decode groups (first tokens) for the rest, graph padding included.
@@ -111,7 +120,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   std::vector<int32_t> decode_token0;
   const int group_tokens = decode_group_tokens(c.heads_per_kv());
   for (int s = 0, token = 0; s < seqs_; ++s) {
-    const int32_t n = s < real_seqs ? static_cast<int32_t>(batch.sequences[s].tokens.size()) : 1;
+    const int32_t n = s < real_seqs ? static_cast<int32_t>(batch.sequences[s].tokens.size()) : padding_len;
     if (prefill_min_rows > 0 && n >= prefill_min_rows)
       for (int32_t r = 0; r < n; r += kPrefillTileRows) tiles.emplace_back(s, r);
     else
@@ -146,7 +155,7 @@ void StepMetadata::build(const ForwardBatch& batch, const ModelConfig& c, const 
   for (int s = 0; s < seqs_; ++s) {
     const bool real = s < real_seqs;
     const SequenceStep* step = real ? &batch.sequences[s] : nullptr;
-    const int32_t n = real ? static_cast<int32_t>(step->tokens.size()) : 1;
+    const int32_t n = real ? static_cast<int32_t>(step->tokens.size()) : padding_len;
     const int32_t start = real ? step->start_position : 0;
     data_[q_start_at_ + s] = token;
     data_[q_len_at_ + s] = n;

@@ -4,8 +4,8 @@
 // `prefill_min_rows` tokens through the prefill kernel's 64-row query tiles, the others (decode tokens, verify
 // runs, short chunks) through the decode kernel's query groups. The arrays sit at offsets that depend only on
 // (tokens, sequences, rows, query tiles, decode groups, whether a tree is in the step), with the block tables last
-// and their stride stored on the device, so a graph captured for a decode batch size replays with any tables
-// (decode graphs never hold a tree step).
+// and their stride stored on the device, so a graph captured for a (batch size, tokens a sequence) bucket replays
+// with any tables (graphs never hold a tree step).
 #pragma once
 
 #include <cstdint>
@@ -29,11 +29,12 @@ struct StepRow {
 
 class StepMetadata {
  public:
-  // pad_to > 0: decode batches only, padded with one-token sequences at position 0 whose block tables point at
-  // padding_block, up to pad_to sequences. prefill_min_rows > 0: sequences of at least that many tokens get
-  // prefill query tiles; the others (all, with kNoPrefillTiles) decode query groups.
+  // pad_to > 0: uniform causal batches only (decode, and chain verify steps): every sequence has pad_len tokens
+  // and pad_len logits rows, no tree; padded up to pad_to sequences with pad_len-token sequences at positions 0 ..
+  // pad_len - 1 whose block tables point at padding_block. prefill_min_rows > 0: sequences of at least that many
+  // tokens get prefill query tiles; the others (all, with kNoPrefillTiles) decode query groups.
   void build(const ForwardBatch& batch, const ModelConfig& config, const KvGroups& groups, const KvCacheLayout& kv,
-             int pad_to, int32_t padding_block, int prefill_min_rows);
+             int pad_to, int pad_len, int32_t padding_block, int prefill_min_rows);
 
   // The arrays, as pointers into a device copy of host().
   StepView view(const int32_t* device) const;

@@ -217,7 +217,7 @@ TEST(CudaStepMetadata, TokensSplitBetweenPrefillTilesAndDecodeGroups) {
   }
   cuda::StepMetadata meta;
   for (int prefill_min_rows : {cuda::kPrefillAttentionRows, cuda::kNoPrefillTiles}) {
-    meta.build(batch, config, groups, kv, 0, 0, prefill_min_rows);
+    meta.build(batch, config, groups, kv, 0, 0, 0, prefill_min_rows);
     const cuda::StepView view = meta.view(meta.host().data());  // host pointers: the layout is the same
     std::vector<int> covered(view.num_tokens, 0);
     for (int i = 0; i < view.num_q_tiles; ++i) {
@@ -238,10 +238,10 @@ TEST(CudaStepMetadata, TokensSplitBetweenPrefillTilesAndDecodeGroups) {
     EXPECT_EQ(covered, std::vector<int>(view.num_tokens, 1)) << "prefill_min_rows " << prefill_min_rows;
   }
   // 16 and 70 tokens get tiles (1 + 2), the others 1 + 3 + 4 decode groups of 4; without tiles 1 + 18 + 3 + 4 + 4.
-  meta.build(batch, config, groups, kv, 0, 0, cuda::kPrefillAttentionRows);
+  meta.build(batch, config, groups, kv, 0, 0, 0, cuda::kPrefillAttentionRows);
   EXPECT_EQ(meta.num_q_tiles(), 3);
   EXPECT_EQ(meta.num_decode_groups(), 8);
-  meta.build(batch, config, groups, kv, 0, 0, cuda::kNoPrefillTiles);
+  meta.build(batch, config, groups, kv, 0, 0, 0, cuda::kNoPrefillTiles);
   EXPECT_EQ(meta.num_q_tiles(), 0);
   EXPECT_EQ(meta.num_decode_groups(), 30);
 }

@@ -3,8 +3,9 @@
 // 64 tokens, CUDA-graph decode against the same steps run directly, a two-layer model of gpt-oss-20b's full
 // width, and tree verification: tree steps (beside a causal chunk, through both attention kernels, with a window
 // shorter than the trees' depth too), the decode step after move_kv_slots commits a path, and greedy engine output
-// with tree speculation against plain decoding; programmatic dependent launch against ordinary launches (bit for
-// bit). The step metadata's tree layout is checked without a device.
+// with tree speculation against plain decoding; graphed chain verify steps (with captured layers) against the same
+// steps run directly; programmatic dependent launch against ordinary launches (bit for bit). The step metadata's
+// tree layout and verify-step graph padding are checked without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -129,6 +130,59 @@ TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
     }
   }
   EXPECT_EQ(logits[0], logits[1]);
+}
+
+// Chain verify steps (every sequence k + 1 tokens, a logits row each) are graphed per (bucket, tokens a sequence,
+// captured layers) like decode steps: three sequences (bucket 4, one padding sequence of as many tokens) through
+// steps of 4, 1, 3 and 4 tokens again, each shape replayed, with the residual stream of both layers captured (what
+// EAGLE-3's verify steps ask for). Logits and captured rows must equal those of the same steps run directly.
+TEST_P(CudaRunnerTest, GraphVerifyStepsMatchDirectSteps) {
+  auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
+  auto with_graphs = cuda_runner(checkpoint, true), direct = cuda_runner(checkpoint, false);
+  const int vocab = checkpoint->config().vocab_size, hidden = checkpoint->config().hidden_size;
+  for (auto* runner : {with_graphs.get(), direct.get()}) runner->allocate_kv_cache({16, 64});
+  std::vector<std::vector<std::vector<int32_t>>> tables(3, std::vector<std::vector<int32_t>>(2));
+  for (int s = 0; s < 3; ++s)
+    for (int g = 0; g < 2; ++g)
+      for (int b = 0; b < 4; ++b) tables[s][g].push_back(s * 8 + g * 4 + b);
+  const std::vector<int> lengths = {4, 4, 1, 1, 3, 3, 4, 4, 4, 1, 3, 4};  // 36 positions: past the window of 32
+  std::vector<float> logits[2], captured[2];
+  for (int r = 0; r < 2; ++r) {
+    ModelRunner& runner = r == 0 ? *with_graphs : *direct;
+    std::vector<std::vector<int32_t>> tokens(3);
+    for (int s = 0; s < 3; ++s) tokens[s] = {11 + s, 5, 7, 9};
+    int position = 0;
+    for (int n : lengths) {
+      ForwardBatch batch;
+      batch.capture_layers = {0, 1};
+      for (int s = 0; s < 3; ++s) {
+        SequenceStep step;
+        step.tokens = std::span(tokens[s]).first(n);
+        step.num_logits = n;
+        step.start_position = position;
+        step.block_tables = {tables[s][0], tables[s][1]};
+        batch.sequences.push_back(step);
+      }
+      ForwardOutput out;
+      runner.forward(batch, out);
+      ASSERT_EQ(out.logits.size(), static_cast<size_t>(3 * n * vocab));
+      ASSERT_EQ(out.captured.size(), 2u);
+      for (const auto& layer : out.captured) {
+        ASSERT_EQ(layer.size(), static_cast<size_t>(3 * n * hidden));
+        captured[r].insert(captured[r].end(), layer.begin(), layer.end());
+      }
+      logits[r].insert(logits[r].end(), out.logits.begin(), out.logits.end());
+      // The next step's tokens: each row's argmax (as if every draft were accepted).
+      for (int s = 0; s < 3; ++s)
+        for (int j = 0; j < 4; ++j) {
+          const auto row = out.logits.begin() + (s * n + std::min(j, n - 1)) * vocab;
+          tokens[s][j] = static_cast<int32_t>((std::max_element(row, row + vocab) - row + j) % vocab);
+        }
+      position += n;
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(captured[0], captured[1]);
 }
 
 TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
@@ -418,7 +472,7 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
   batch.sequences = {step_of(tree_tokens, 10), step_of(chunk, 4)};
   batch.sequences[0].tree_parent = parent;
   cuda::StepMetadata meta;
-  meta.build(batch, config, groups, kv, 0, 0, cuda::kNoPrefillTiles);
+  meta.build(batch, config, groups, kv, 0, 0, 0, cuda::kNoPrefillTiles);
   const cuda::StepView view = meta.view(meta.host().data());  // host pointers: the layout is the same
   ASSERT_TRUE(meta.has_tree());
   ASSERT_NE(view.tree_masks, nullptr);
@@ -436,7 +490,7 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
     for (int w = 0; w < 4; ++w) EXPECT_EQ(view.tree_masks[t * 4 + w], -1) << "causal token " << t;
 
   batch.sequences[0].tree_parent = {};
-  meta.build(batch, config, groups, kv, 0, 0, cuda::kNoPrefillTiles);
+  meta.build(batch, config, groups, kv, 0, 0, 0, cuda::kNoPrefillTiles);
   EXPECT_EQ(meta.view(meta.host().data()).tree_masks, nullptr);
 
   std::vector<int32_t> big(65, 1), big_parent(65);
@@ -444,7 +498,52 @@ TEST(CudaStepMetadata, TreePositionsAndMasks) {
   ForwardBatch too_big;
   too_big.sequences = {step_of(big, 0)};
   too_big.sequences[0].tree_parent = big_parent;
-  EXPECT_THROW(meta.build(too_big, config, groups, kv, 0, 0, cuda::kNoPrefillTiles), std::exception);
+  EXPECT_THROW(meta.build(too_big, config, groups, kv, 0, 0, 0, cuda::kNoPrefillTiles), std::exception);
+}
+
+// Graph padding of a verify-shaped step on the host: padding sequences of the real ones' length at positions 0 ..
+// n - 1 over the padding block, with a (null) logits row per token after the real rows; a step whose sequences differ
+// in length, or have fewer logits rows than tokens, is refused.
+TEST(CudaStepMetadata, VerifyStepGraphPadding) {
+  const ModelConfig config = tiny_model_config({});
+  const KvGroups groups = kv_groups_of(config);
+  const KvCacheLayout kv{8, 64};
+  const std::vector<int32_t> table{3, 1, 2, 0}, a{5, 6, 7}, b{8, 9, 10}, short_one{1, 2};
+  auto step_of = [&](std::span<const int32_t> tokens, int32_t start) {
+    SequenceStep step;
+    step.tokens = tokens;
+    step.num_logits = static_cast<int>(tokens.size());
+    step.start_position = start;
+    step.block_tables.assign(groups.num_groups(), table);
+    return step;
+  };
+  ForwardBatch batch;
+  batch.sequences = {step_of(a, 10), step_of(b, 4), step_of(a, 20)};
+  cuda::StepMetadata meta;
+  const int32_t padding_block = 7;
+  meta.build(batch, config, groups, kv, 4, 3, padding_block, cuda::kNoPrefillTiles);
+  const cuda::StepView view = meta.view(meta.host().data());
+  EXPECT_EQ(meta.num_tokens(), 12);
+  EXPECT_EQ(meta.num_seqs(), 4);
+  ASSERT_EQ(meta.rows().size(), 12u);
+  for (int r = 0; r < 12; ++r) {
+    EXPECT_EQ(meta.rows()[r].token, r);
+    EXPECT_EQ(meta.rows()[r].step == nullptr, r >= 9) << "row " << r;
+  }
+  const std::vector<int32_t> positions(view.positions, view.positions + 12);
+  EXPECT_EQ(positions, (std::vector<int32_t>{10, 11, 12, 4, 5, 6, 20, 21, 22, 0, 1, 2}));
+  EXPECT_EQ(view.seq_q_len[3], 3);
+  EXPECT_EQ(view.seq_context[3], 3);
+  EXPECT_EQ(view.token_seq[11], 3);
+  const int stride = view.table_stride[0];
+  for (int g = 0; g < groups.num_groups(); ++g)
+    for (int i = 0; i < stride; ++i) EXPECT_EQ(view.block_tables[(3 * groups.num_groups() + g) * stride + i], padding_block);
+
+  batch.sequences[1] = step_of(short_one, 4);
+  EXPECT_THROW(meta.build(batch, config, groups, kv, 4, 3, padding_block, cuda::kNoPrefillTiles), std::exception);
+  batch.sequences[1] = step_of(b, 4);
+  batch.sequences[1].num_logits = 1;
+  EXPECT_THROW(meta.build(batch, config, groups, kv, 4, 3, padding_block, cuda::kNoPrefillTiles), std::exception);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaRunnerTest, ::testing::Values("bf16", "f32"),

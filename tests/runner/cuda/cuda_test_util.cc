@@ -103,7 +103,7 @@ std::vector<std::vector<int32_t>> scattered_tables(std::mt19937& rng, const std:
 
 DeviceStep::DeviceStep(const ForwardBatch& batch, const ModelConfig& config, const KvCacheLayout& kv,
                        int prefill_min_rows) {
-  meta.build(batch, config, kv_groups_of(config), kv, 0, 0, prefill_min_rows);
+  meta.build(batch, config, kv_groups_of(config), kv, 0, 0, 0, prefill_min_rows);
   buffer = cuda::to_device(meta.host());
   view = meta.view(buffer.as<int32_t>());
 }

@@ -4,7 +4,8 @@
 // reference's activations, row by row through the grouping's slot_row map. Routings: skewed random (some experts
 // span several tiles, others get none), and chosen expert row counts that hit each path's tile edges (0, 1,
 // tile - 1, tile, tile + 1, ... for tiles of 8 to 128), at odd widths and (CudaFullWidthMoe) at the gpt-oss-20b and
-// -120b expert shapes.
+// -120b expert shapes. The fused router + grouping of decode steps (launch_route_top_k_and_group) against the two
+// launches it replaces, field by field.
 // Bounds on ||out - ref|| / ||ref||: the first projection's output is rounded to bf16 (2^-9 at most per value,
 // ~1.1e-3 rms), bound 4e-3; the second reads the same bf16 inputs as the reference and exact weights, so only
 // fp32 summation order differs, bound 1e-4; fp32 precision (reference path) 1e-5.
@@ -534,6 +535,149 @@ TEST_F(CudaMoe, MixedGroupingCoversEachExpertWithItsWidth) {
           << label << " expert " << e;
     }
   }
+}
+
+// One grouping's outputs on the host, from the two launches (launch_route_top_k, launch_group_by_expert) or the
+// fused one (launch_route_top_k_and_group).
+struct Grouped {
+  std::vector<int32_t> experts;
+  std::vector<uint32_t> weight_bits;
+  std::vector<int32_t> offsets, row_token, row_expert, slot_row, num_tiles, tile_expert, tile_row0, counts;
+};
+
+struct RouteCase {
+  int T, E, k;
+  int local, first;  // this rank's experts (all, from 0, unless expert parallel)
+  int rows_per_tile;
+  cuda::MoeMixedBounds mixed;
+  std::string label() const {
+    return "T" + std::to_string(T) + " E" + std::to_string(E) + " k" + std::to_string(k) + " experts " +
+           std::to_string(first) + "+" + std::to_string(local) + " tile rows " + std::to_string(rows_per_tile) +
+           (rows_per_tile == cuda::kMoeMixedTileRows
+                ? " mixed " + std::to_string(mixed.n8_max) + ":" + std::to_string(mixed.n16_max)
+                : "");
+  }
+};
+
+Grouped route_and_group(const RouteCase& c, const DeviceBuffer& logits_d, bool fused) {
+  cuda::MoeBuffers buffers;
+  buffers.grow(c.T, c.k, c.local, c.first, c.E);
+  cuda::MoeRouting routing = buffers.routing();
+  routing.mixed = c.mixed;
+  const int pairs = c.T * c.k;
+  DeviceBuffer experts_d(std::max(pairs, 1) * 4), weights_d(std::max(pairs, 1) * 4);
+  if (fused) {
+    cuda::launch_route_top_k_and_group(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts_d.as<int32_t>(),
+                                       weights_d.as<float>(), c.rows_per_tile, routing);
+  } else {
+    cuda::launch_route_top_k(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts_d.as<int32_t>(),
+                             weights_d.as<float>(), routing.expert_counts);
+    cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), c.T, c.k, c.rows_per_tile, routing);
+  }
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  Grouped g;
+  g.experts = cuda::to_host<int32_t>(experts_d.get(), pairs);
+  g.weight_bits = cuda::to_host<uint32_t>(weights_d.get(), pairs);
+  g.offsets = cuda::to_host<int32_t>(routing.expert_offsets, c.local + 1);
+  const int rows = g.offsets[c.local];
+  g.row_token = cuda::to_host<int32_t>(routing.row_token, rows);
+  g.row_expert = cuda::to_host<int32_t>(routing.row_expert, rows);
+  g.slot_row = cuda::to_host<int32_t>(routing.slot_row, pairs);
+  // Fixed tiling writes the total only; mixed tiling each class's count too.
+  g.num_tiles = cuda::to_host<int32_t>(routing.num_tiles, c.rows_per_tile == cuda::kMoeMixedTileRows ? 4 : 1);
+  g.tile_expert = cuda::to_host<int32_t>(routing.tile_expert, g.num_tiles[0]);
+  g.tile_row0 = cuda::to_host<int32_t>(routing.tile_row0, g.num_tiles[0]);
+  g.counts = cuda::to_host<int32_t>(routing.expert_counts, c.E);
+  return g;
+}
+
+// Every pair's row inside its expert's range, holding its token and expert, no row taken twice; another rank's
+// pairs without a row. (With equal experts and offsets, two groupings that pass this hold the same pairs per expert.)
+void expect_rows_consistent(const Grouped& g, const RouteCase& c, const std::string& what) {
+  std::vector<bool> taken(g.row_token.size(), false);
+  for (int i = 0; i < c.T * c.k; ++i) {
+    const int e = g.experts[i] - c.first, row = g.slot_row[i];
+    if (e < 0 || e >= c.local) {
+      ASSERT_EQ(row, -1) << what << " pair " << i;
+      continue;
+    }
+    ASSERT_TRUE(row >= g.offsets[e] && row < g.offsets[e + 1]) << what << " pair " << i << " row " << row;
+    ASSERT_FALSE(taken[row]) << what << " row " << row << " twice";
+    taken[row] = true;
+    EXPECT_EQ(g.row_token[row], i / c.k) << what << " row " << row;
+    EXPECT_EQ(g.row_expert[row], e) << what << " row " << row;
+  }
+}
+
+// Router logits with many ties (quarter steps; token 1 all equal) and skewed popularity (expert e's logits lowered
+// by log(1 + e) / 2), so that some experts get several tokens and the mixed tiling's classes all occur.
+std::vector<float> tied_skewed_logits(std::mt19937& rng, int T, int E) {
+  std::vector<float> logits = testing::random_floats(rng, static_cast<size_t>(T) * E);
+  for (int t = 0; t < T; ++t)
+    for (int e = 0; e < E; ++e) {
+      float& v = logits[static_cast<size_t>(t) * E + e];
+      v = t == 1 ? 1.0f : std::round(4.0f * (v - 0.5f * std::log1p(static_cast<float>(e)))) / 4.0f;
+    }
+  return logits;
+}
+
+// The fused router + grouping against the two launches it replaces, field by field: experts equal (and equal to
+// cpu::route_top_k's: ties to the lower expert id), weights bit for bit, offsets, tile counts and tile lists equal,
+// both groupings' rows consistent with their pairs, the fused one's rows in (token, slot) order inside each expert
+// (the two launches' order varies with their atomics), and expert_counts zero after both. At every tile size the
+// paths use (the mixed tiling at two bounds: 1:2 puts one-, two- and more-row experts in each class), at T up to
+// the largest that fits, at top-8's 512 pairs, and for an expert-parallel rank (experts 64..95 of 128).
+TEST_F(CudaMoe, FusedRouteAndGroupMatchTheTwoLaunches) {
+  std::vector<RouteCase> cases;
+  std::vector<int> tile_rows;
+  for (MoePath path : cuda::kMoePaths)
+    if (std::find(tile_rows.begin(), tile_rows.end(), cuda::moe_rows_per_tile(path)) == tile_rows.end())
+      tile_rows.push_back(cuda::moe_rows_per_tile(path));
+  for (int E : {128, 32}) {
+    int max_T = 0;
+    while (cuda::route_group_fused_fits(max_T + 1, 4, E)) ++max_T;
+    ASSERT_EQ(max_T, cuda::kRouteGroupMaxTokens);
+    for (int T : {1, 2, 7, 16, 64, max_T})
+      for (int rows_per_tile : tile_rows) {
+        cases.push_back({T, E, 4, E, 0, rows_per_tile, {}});
+        if (rows_per_tile == cuda::kMoeMixedTileRows) cases.push_back({T, E, 4, E, 0, rows_per_tile, {1, 2}});
+      }
+    cases.push_back({max_T, E, 8, E, 0, 8, {}});
+    cases.push_back({max_T, E, 8, E, 0, cuda::kMoeMixedTileRows, {1, 2}});
+  }
+  for (int T : {16, 64}) {
+    cases.push_back({T, 128, 4, 32, 64, 8, {}});
+    cases.push_back({T, 128, 4, 32, 64, cuda::kMoeMixedTileRows, {1, 2}});
+  }
+  for (const RouteCase& c : cases) {
+    const std::string what = "route+group " + c.label();
+    const std::vector<float> logits = tied_skewed_logits(rng_, c.T, c.E);
+    const DeviceBuffer logits_d = cuda::to_device(logits);
+    const Grouped two = route_and_group(c, logits_d, false), fused = route_and_group(c, logits_d, true);
+    std::vector<int32_t> cpu_experts(c.T * c.k);
+    std::vector<float> cpu_weights(c.T * c.k);
+    cpu::route_top_k(logits.data(), c.T, c.E, c.k, cpu_experts.data(), cpu_weights.data());
+    ASSERT_EQ(fused.experts, cpu_experts) << what;
+    ASSERT_EQ(fused.experts, two.experts) << what;
+    EXPECT_EQ(fused.weight_bits, two.weight_bits) << what;
+    ASSERT_EQ(fused.offsets, two.offsets) << what;
+    ASSERT_EQ(fused.num_tiles, two.num_tiles) << what;
+    EXPECT_EQ(fused.tile_expert, two.tile_expert) << what;
+    EXPECT_EQ(fused.tile_row0, two.tile_row0) << what;
+    EXPECT_EQ(fused.counts, std::vector<int32_t>(c.E, 0)) << what;
+    EXPECT_EQ(two.counts, std::vector<int32_t>(c.E, 0)) << what;
+    expect_rows_consistent(two, c, what + " (two launches)");
+    expect_rows_consistent(fused, c, what + " (fused)");
+    for (size_t row = 1; row < fused.row_token.size(); ++row) {
+      if (fused.row_expert[row] == fused.row_expert[row - 1]) {
+        EXPECT_LT(fused.row_token[row - 1], fused.row_token[row]) << what << " row " << row;
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::route_group_fused_fits(cuda::kRouteGroupMaxTokens + 1, 4, 128));
+  EXPECT_THROW(cuda::launch_route_top_k_and_group(nullptr, nullptr, cuda::kRouteGroupMaxTokens + 1, 128, 4, nullptr,
+                                                  nullptr, 8, cuda::MoeBuffers().routing()),
+               Error);
 }
 
 // The same edges at the real expert shapes (1.6 GB of 120b experts): a fixture of its own, outside the "CudaMoe*"
