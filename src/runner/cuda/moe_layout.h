@@ -117,12 +117,24 @@ struct Mxfp4Bf16Constants {
   uint32_t low_bytes = kMxfp4LowBytes;
   uint32_t selector_high = kMxfp4SelectorHigh;
 };
+// One copy a lane, each lane loading its own: with one copy the load's address is uniform, and in the grouped GEMM's
+// producers (104 registers) ptxas kept the table in a uniform register and moved it into a register before every
+// prmt again (ncu source counters, H100, 2026-12-06: ~48 MOV / IMAD.U32 from UR17 an own step beside 48 PRMT).
 #if defined(__CUDACC__)
-static __device__ __align__(8) uint32_t mxfp4_bf16_constant_words[2] = {kMxfp4LowBytes, kMxfp4SelectorHigh};
+static __device__ __align__(8) uint32_t mxfp4_bf16_constant_words[32][2] = {
+#define MOESERVE_MXFP4_WORDS {kMxfp4LowBytes, kMxfp4SelectorHigh}
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS,
+    MOESERVE_MXFP4_WORDS, MOESERVE_MXFP4_WORDS};
+#undef MOESERVE_MXFP4_WORDS
 #endif
 MOESERVE_HD Mxfp4Bf16Constants mxfp4_bf16_constants() {
 #if defined(__CUDA_ARCH__)
-  const uint2 words = __ldg(reinterpret_cast<const uint2*>(mxfp4_bf16_constant_words));
+  const uint2 words = __ldg(reinterpret_cast<const uint2*>(mxfp4_bf16_constant_words[threadIdx.x % 32]));
   return {words.x, words.y};
 #else
   return {};
