@@ -310,7 +310,8 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
     timer_.mark(stream_, KernelClass::router);
     project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
-    if (route_group_fused_fits(T, k, E)) {  // decode-sized: top-k and grouping in one kernel, timed as grouping
+    // Decode-sized: top-k and grouping in one kernel, timed as grouping.
+    if (T <= kRouteGroupRunnerTokens && route_group_fused_fits(T, k, E)) {
       timer_.mark(stream_, KernelClass::grouping);
       launch_route_top_k_and_group(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
                                    expert_weights_.as<float>(), rows_per_tile, routing);

@@ -21,7 +21,7 @@ enum class KernelClass {
   attention_prefill,
   attention_decode,  // split-key kernel and its combine
   output_projection,
-  router,            // router projection and top-k (steps of up to kRouteGroupMaxTokens: the projection only)
+  router,            // router projection and top-k (steps of up to kRouteGroupRunnerTokens: the projection only)
   grouping,          // (token, expert) pairs grouped by expert (and the fused top-k of small steps)
   expert_mlp1,       // first expert projection with SwiGLU
   expert_mlp2,

@@ -297,10 +297,12 @@ void launch_group_by_expert(cudaStream_t stream, const int32_t* experts, int T, 
 // experts, routing.router_experts or num_experts): the same experts, weights (bit for bit), offsets and tiles, and
 // rows inside an expert in (token, slot) order, one order of the many the two launches' atomics may give.
 // expert_counts are neither read nor written (zero before and after, as the two launches leave them).
-// kRouteGroupMaxTokens: a warp of the block's 32 routes one token after another, so the fused top-k takes up to
-// two tokens' time where the router's own launch (a warp per token over many blocks) takes one; beyond, the
-// launch saved no longer pays for it (up to 512 pairs at top-8, 256 at gpt-oss's top-4; not yet measured).
+// kRouteGroupMaxTokens: what the kernel takes (a warp of the block's 32 routes one token after another: up to two
+// tokens at 64). kRouteGroupRunnerTokens: what the runner gives it, one token a warp. Measured on an H100
+// (cuda_bench, gpt-oss-120b, 2026-12-06): fused at every step up to 64 tokens, batch 1 3.90 -> 3.87 ms, batch 8
+// 9.87 -> 9.83 ms, but batch 64 22.98 -> 23.20 ms (two tokens a warp cost more than the launch saved).
 inline constexpr int kRouteGroupMaxTokens = 64;
+inline constexpr int kRouteGroupRunnerTokens = 32;
 inline bool route_group_fused_fits(int T, int k, int E) {
   return T <= kRouteGroupMaxTokens && k >= 1 && k <= kMaxTopK && k <= E && E <= kMaxExperts;
 }

@@ -4,15 +4,18 @@
 //   H200 showed its consumers waiting for "full" ~73% of their cycles). Per step a group copies the item's
 //   activation rows (gathered through row_token for the first projection; cp.async, one own step ahead) into a
 //   128-byte-swizzled bf16 tile of its A stage, and the raw MXFP4 blocks with their scale words (two own steps
-//   ahead) into its raw ring of 2; once a step's copies have landed it dequantises its blocks (two prmt look-ups
-//   and a bf16 multiply per four values, moe_layout.h) into the swizzled bf16 B tile of the stage and arrives on
-//   the stage's "full" barrier. Stages 0 and 2 belong to group 0, 1 and 3 to group 1.
+//   ahead) into its raw ring of 2; once a step's raw copies have landed it dequantises its blocks (two prmt
+//   look-ups and a bf16 multiply per four values, moe_layout.h) into the swizzled bf16 B tile of the stage and
+//   arrives on the stage's "full" barrier, which also waits for the activation copies (cp.async.mbarrier.arrive:
+//   version 4; version 3's producers waited for them before converting). Stages 0 and 2 belong to group 0, 1 and 3
+//   to group 1.
 //   Two consumer warpgroups (64 rows each): wait "full", fence the async proxy, wgmma m64n192k16 over both shared
 //   tiles into fp32 accumulators, give the stage back on its "empty" barrier once the wgmmas reading it completed
 //   (one batch kept in flight); then the epilogue: bias, SwiGLU for the first projection (a gate/up pair is one
 //   thread's columns 2c, 2c + 1), bf16 or fp32 out.
-// Each thread converts exactly the blocks it copied, so its own cp.async.wait_group orders them; the barrier's
-// release / acquire carries both tiles (cp.async and st.shared writes, generic proxy) to the consumers, whose
+// Each thread converts exactly the blocks it copied, so its own cp.async.wait_group orders them; the "full"
+// barrier carries both tiles to the consumers (B's st.shared writes by the producers' release arrive, A's cp.async
+// writes by the asynchronous arrive that fires once they landed; generic proxy), whose
 // fence.proxy.async after the acquire orders them before wgmma's async-proxy reads: a proxy fence anywhere on the
 // causality path from the write to the read serves (PTX ISA 8.9.5), and in the consumer it cannot wait on the
 // producer's copies still in flight for later steps.
@@ -189,6 +192,8 @@ struct Producer {
       const bool ok = a_row[i] >= 0 && k_ok;
       cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk), ok ? at + a_row[i] * row_bytes : x, ok);
     }
+    // The stage's "full" completes only once these rows landed: the producer never waits for them itself.
+    cp_async_mbarrier_arrive(&s.full[g % kStages]);
   }
 
   // One meta word the careful way: byte-wise for the bytes before `end` when the word reaches past it.
@@ -296,7 +301,11 @@ struct Producer {
     const int mine = total > group ? (total - group + 1) / 2 : 0;  // own steps
     auto global = [&](int own) { return group + 2 * own; };
     Cursor a = cursor_of(group), r = cursor_of(group);
-    // Groups, in order: raw(0), A(0), raw(1), then per own step i: A(i + 1), raw(i + 2) (empty ones past the end).
+    // Groups, in order: raw(0), A(0), raw(1), then per own step i: raw(i + 2), A(i + 1) (empty ones past the end).
+    // A stage's activation rows are waited for by its "full" barrier (copy_a), not here: converting step i waits
+    // only for raw(i), and raw(i + 2) is issued before A(i + 1), which may wait for the consumers to free its stage.
+    // (Version 3 waited for A(i) too, issued just one step before: ncu, H100, 256 rows per expert, showed the
+    // consumers waiting on "full" ~40% of their samples and the producers on "empty" ~20% of theirs.)
     if (mine > 0) copy_raw(r, global(0)), advance(r);
     cp_async_commit();
     if (mine > 0) copy_a(a, global(0)), advance(a);
@@ -304,19 +313,20 @@ struct Producer {
     if (mine > 1) copy_raw(r, global(1)), advance(r);
     cp_async_commit();
     for (int i = 0; i < mine; ++i) {
-      cp_async_wait_pending<1>();  // all but raw(i + 1): A(i) and raw(i) landed
+      cp_async_wait_pending<2>();  // all but the newest two, A(i) and raw(i + 1) in either order: raw(i) landed
       // FP8: a weight row's scale words were copied by lanes beside this one (the row's four blocks are four
       // consecutive lanes): the warp barrier orders their landed copies before these reads, and these reads before
       // the same lanes overwrite the stage two own steps on.
       if constexpr (kFp8) __syncwarp();
       convert_step(global(i));
       mbarrier_arrive(&s.full[global(i) % kStages]);
-      if (i + 1 < mine) copy_a(a, global(i + 1)), advance(a);
-      cp_async_commit();
       if constexpr (kFp8) __syncwarp();
       if (i + 2 < mine) copy_raw(r, global(i + 2)), advance(r);
       cp_async_commit();
+      if (i + 1 < mine) copy_a(a, global(i + 1)), advance(a);
+      cp_async_commit();
     }
+    cp_async_wait_all();  // no copy outlives its thread
   }
 };
 

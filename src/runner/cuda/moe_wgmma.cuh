@@ -27,6 +27,12 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(shared_address(barrier))
                : "memory");
 }
+// The barrier's current phase also waits for every cp.async this thread issued so far: its pending count is raised by
+// one now and lowered when those copies have landed (cp.async.mbarrier.arrive without .noinc: no net arrival), and
+// the copies' data is visible to the threads that then see the phase complete (PTX ISA 9.7.9.25.3.2).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
 __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* barrier, uint32_t parity) {
   uint32_t done = 0;
   asm volatile(

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -133,56 +134,69 @@ TEST_P(CudaRunnerTest, GraphDecodeMatchesDirectDecode) {
 }
 
 // Chain verify steps (every sequence k + 1 tokens, a logits row each) are graphed per (bucket, tokens a sequence,
-// captured layers) like decode steps: three sequences (bucket 4, one padding sequence of as many tokens) through
-// steps of 4, 1, 3 and 4 tokens again, each shape replayed, with the residual stream of both layers captured (what
-// EAGLE-3's verify steps ask for). Logits and captured rows must equal those of the same steps run directly.
+// captured layers) like decode steps: four sequences (bucket 4), then three (bucket 4 with one padding sequence of
+// as many tokens), through steps of 4, 1, 3 and 4 tokens again, each shape replayed, with the residual stream of
+// both layers captured (what EAGLE-3's verify steps ask for). Logits and captured rows must equal those of the same
+// steps run directly, bit for bit, except f32 with padding: the f32 decode attention splits its keys by the step's
+// token count (attention_decode_f32_splits), padding included, so there the sums run in another order (1e-5).
 TEST_P(CudaRunnerTest, GraphVerifyStepsMatchDirectSteps) {
   auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model()));
-  auto with_graphs = cuda_runner(checkpoint, true), direct = cuda_runner(checkpoint, false);
   const int vocab = checkpoint->config().vocab_size, hidden = checkpoint->config().hidden_size;
-  for (auto* runner : {with_graphs.get(), direct.get()}) runner->allocate_kv_cache({16, 64});
-  std::vector<std::vector<std::vector<int32_t>>> tables(3, std::vector<std::vector<int32_t>>(2));
-  for (int s = 0; s < 3; ++s)
-    for (int g = 0; g < 2; ++g)
-      for (int b = 0; b < 4; ++b) tables[s][g].push_back(s * 8 + g * 4 + b);
   const std::vector<int> lengths = {4, 4, 1, 1, 3, 3, 4, 4, 4, 1, 3, 4};  // 36 positions: past the window of 32
-  std::vector<float> logits[2], captured[2];
-  for (int r = 0; r < 2; ++r) {
-    ModelRunner& runner = r == 0 ? *with_graphs : *direct;
-    std::vector<std::vector<int32_t>> tokens(3);
-    for (int s = 0; s < 3; ++s) tokens[s] = {11 + s, 5, 7, 9};
-    int position = 0;
-    for (int n : lengths) {
-      ForwardBatch batch;
-      batch.capture_layers = {0, 1};
-      for (int s = 0; s < 3; ++s) {
-        SequenceStep step;
-        step.tokens = std::span(tokens[s]).first(n);
-        step.num_logits = n;
-        step.start_position = position;
-        step.block_tables = {tables[s][0], tables[s][1]};
-        batch.sequences.push_back(step);
-      }
-      ForwardOutput out;
-      runner.forward(batch, out);
-      ASSERT_EQ(out.logits.size(), static_cast<size_t>(3 * n * vocab));
-      ASSERT_EQ(out.captured.size(), 2u);
-      for (const auto& layer : out.captured) {
-        ASSERT_EQ(layer.size(), static_cast<size_t>(3 * n * hidden));
-        captured[r].insert(captured[r].end(), layer.begin(), layer.end());
-      }
-      logits[r].insert(logits[r].end(), out.logits.begin(), out.logits.end());
-      // The next step's tokens: each row's argmax (as if every draft were accepted).
-      for (int s = 0; s < 3; ++s)
-        for (int j = 0; j < 4; ++j) {
-          const auto row = out.logits.begin() + (s * n + std::min(j, n - 1)) * vocab;
-          tokens[s][j] = static_cast<int32_t>((std::max_element(row, row + vocab) - row + j) % vocab);
+  for (int S : {4, 3}) {
+    auto with_graphs = cuda_runner(checkpoint, true), direct = cuda_runner(checkpoint, false);
+    for (auto* runner : {with_graphs.get(), direct.get()}) runner->allocate_kv_cache({16, 64});
+    std::vector<std::vector<std::vector<int32_t>>> tables(S, std::vector<std::vector<int32_t>>(2));
+    for (int s = 0; s < S; ++s)
+      for (int g = 0; g < 2; ++g)
+        for (int b = 0; b < 4; ++b) tables[s][g].push_back(s * 8 + g * 4 + b);
+    std::vector<float> logits[2], captured[2];
+    for (int r = 0; r < 2; ++r) {
+      ModelRunner& runner = r == 0 ? *with_graphs : *direct;
+      std::vector<std::vector<int32_t>> tokens(S);
+      for (int s = 0; s < S; ++s) tokens[s] = {11 + s, 5, 7, 9};
+      int position = 0;
+      for (int n : lengths) {
+        ForwardBatch batch;
+        batch.capture_layers = {0, 1};
+        for (int s = 0; s < S; ++s) {
+          SequenceStep step;
+          step.tokens = std::span(tokens[s]).first(n);
+          step.num_logits = n;
+          step.start_position = position;
+          step.block_tables = {tables[s][0], tables[s][1]};
+          batch.sequences.push_back(step);
         }
-      position += n;
+        ForwardOutput out;
+        runner.forward(batch, out);
+        ASSERT_EQ(out.logits.size(), static_cast<size_t>(S * n * vocab));
+        ASSERT_EQ(out.captured.size(), 2u);
+        for (const auto& layer : out.captured) {
+          ASSERT_EQ(layer.size(), static_cast<size_t>(S * n * hidden));
+          captured[r].insert(captured[r].end(), layer.begin(), layer.end());
+        }
+        logits[r].insert(logits[r].end(), out.logits.begin(), out.logits.end());
+        // The next step's tokens: each row's argmax (as if every draft were accepted), the same for both runners.
+        for (int s = 0; s < S; ++s)
+          for (int j = 0; j < 4; ++j) {
+            const auto row = out.logits.begin() + (s * n + std::min(j, n - 1)) * vocab;
+            tokens[s][j] = static_cast<int32_t>((std::max_element(row, row + vocab) - row + j) % vocab);
+          }
+        position += n;
+      }
+    }
+    if (GetParam() == "bf16" || S == 4) {
+      EXPECT_EQ(logits[0], logits[1]) << S << " sequences";
+      EXPECT_EQ(captured[0], captured[1]) << S << " sequences";
+    } else {
+      ASSERT_EQ(logits[0].size(), logits[1].size());
+      ASSERT_EQ(captured[0].size(), captured[1].size());
+      for (size_t i = 0; i < logits[0].size(); ++i)
+        ASSERT_NEAR(logits[0][i], logits[1][i], 1e-5f * (1.0f + std::abs(logits[1][i]))) << "logit " << i;
+      for (size_t i = 0; i < captured[0].size(); ++i)
+        ASSERT_NEAR(captured[0][i], captured[1][i], 1e-5f * (1.0f + std::abs(captured[1][i]))) << "captured " << i;
     }
   }
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(captured[0], captured[1]);
 }
 
 TEST_P(CudaRunnerTest, TwoLayerFullWidthModelMatchesCpuRunner) {
