@@ -1,6 +1,6 @@
 // libFuzzer target: the CUDA runner's step metadata (StepMetadata::build, host code) on arbitrary batches:
 // sequences of any length, start position, tree parents, block tables (ids missing, negative or past the pool),
-// graph padding and prefill cut-off. A bad batch must end in an Error naming what was wrong; a good one must give
+// graph padding (to uniform causal steps of any length) and prefill cut-off. A bad batch must end in an Error naming what was wrong; a good one must give
 // the attention kernels a layout they can trust: every token in exactly one prefill tile or decode group, tiles
 // only for long sequences, groups of consecutive tokens of one sequence, positions and tree masks as the rules
 // of runner.h say, every block of the window in the pool.
@@ -46,6 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const KvGroups groups = kv_groups_of(config);
   const KvCacheLayout kv{1 + in.next() % 16, 1 + in.next16() % 512};
   const int pad_to = in.next() % 4 == 0 ? in.next() % 9 : 0;
+  const int pad_len = pad_to > 0 ? in.next() % 10 : 0;  // graph padding's tokens a sequence (0: refused)
   const int prefill_min_rows = std::vector<int>{moeserve::cuda::kNoPrefillTiles, 1, 16, 64}[in.next() % 4];
 
   const int seqs = 1 + in.next() % 6;
@@ -74,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   moeserve::cuda::StepMetadata meta;
   try {
-    meta.build(batch, config, groups, kv, pad_to, 0, prefill_min_rows);
+    meta.build(batch, config, groups, kv, pad_to, pad_len, 0, prefill_min_rows);
   } catch (const Error&) {
     return 0;  // refused, with a message
   }
@@ -101,6 +102,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int t = 0; t < view.num_tokens; ++t) check(covered[t] == 1, "a token in no attention launch or in two");
 
+  // Graph padding: sequences of pad_len tokens at positions 0 .. pad_len - 1 after the real ones.
+  check(view.num_seqs == std::max(seqs, pad_to), "sequence count with padding");
+  for (int s = seqs; s < view.num_seqs; ++s) {
+    check(view.seq_q_len[s] == pad_len && view.seq_context[s] == pad_len, "padding sequence length");
+    for (int i = 0; i < pad_len; ++i) check(view.positions[view.seq_q_start[s] + i] == i, "padding position");
+  }
   const int stride = *view.table_stride;
   for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
     const SequenceStep& step = batch.sequences[s];
