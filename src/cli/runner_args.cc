@@ -30,7 +30,11 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
   command->add_option("model", args.model, "model directory: config.json, the *.safetensors files, tokenizer.json")
       ->excludes(model);
   command->add_option("--synthetic", args.synthetic, "random weights of a real shape, made on the GPU (--device cuda)")
-      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
+      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b", "deepseek-r1"}));
+  command->add_option("--synthetic-layers", args.synthetic_layers,
+                      "--synthetic deepseek-r1: layers of the random model, the first three dense as in R1 (13 fits "
+                      "one H200 with room for KV)")
+      ->check(CLI::Range(1, 61));
   command->add_option("--device", args.device, "runner")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   command
       ->add_option_function<std::string>(
@@ -99,6 +103,13 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   cuda.expert_parallel = parallel.expert_parallel;
   OpenedRunner opened;
   opened.threads = args.threads;
+  const bool deepseek_synthetic = args.synthetic == "deepseek-r1";
+  MOESERVE_CHECK(deepseek_synthetic || args.synthetic_layers == 0, "--synthetic-layers needs --synthetic deepseek-r1");
+  if (deepseek_synthetic) {
+    MOESERVE_CHECK(args.device == "cuda", "--synthetic needs --device cuda");
+    opened.runner = make_synthetic_deepseek_cuda_runner(args.synthetic, args.synthetic_layers, 0, cuda);
+    return opened;
+  }
   if (!args.synthetic.empty()) {
     MOESERVE_CHECK(args.device == "cuda", "--synthetic needs --device cuda");
     TinyModelOptions shape;
@@ -109,10 +120,9 @@ OpenedRunner open_runner(const RunnerArgs& args) {
   }
   check_model_directory(args.model);
   if (model_family_of(args.model) == ModelFamily::deepseek_v3) {
-    MOESERVE_CHECK(args.device == "cpu", "{} is a DeepSeek-V3 checkpoint, which only the CPU runner runs so far "
-                   "(--device cpu)", args.model);
     opened.deepseek = std::shared_ptr<const deepseek_v3::Checkpoint>(deepseek_v3::Checkpoint::open(args.model));
-    opened.runner = make_deepseek_cpu_runner(opened.deepseek, parallel, args.threads);
+    opened.runner = args.device == "cuda" ? make_deepseek_cuda_runner(opened.deepseek, cuda)
+                                          : make_deepseek_cpu_runner(opened.deepseek, parallel, args.threads);
     return opened;
   }
   opened.checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(args.model));

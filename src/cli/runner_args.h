@@ -17,7 +17,8 @@ namespace moeserve::cli {
 
 struct RunnerArgs {
   std::string model;
-  std::string synthetic;  // gpt-oss-20b or gpt-oss-120b: random weights made on the GPU
+  std::string synthetic;  // gpt-oss-20b, gpt-oss-120b or deepseek-r1: random weights made on the GPU
+  int synthetic_layers = 0;  // deepseek-r1: the synthetic model's depth (required; 13 fits one H200)
   std::string device = "cpu";
   std::string precision = "bf16";
   std::string kv_cache_dtype = "auto";  // vLLM's flag: auto, bf16 (bfloat16), fp8_e4m3 (fp8)
@@ -33,8 +34,8 @@ void add_runner_options(CLI::App* command, RunnerArgs& args);
 // A --model that exists must be a directory: an Error saying so (a user who names config.json or a shard).
 void check_model_directory(const std::string& model);
 
-// --model opens the checkpoint of its family (config.json's model_type): GPT-OSS on the CPU or CUDA runner, the
-// DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on the CPU runner.
+// --model opens the checkpoint of its family (config.json's model_type): GPT-OSS and the DeepSeek-V3 family
+// (DeepSeek-V3, DeepSeek-R1) on the CPU or CUDA runner.
 struct OpenedRunner {
   std::shared_ptr<const Checkpoint> checkpoint;  // GPT-OSS; null for a synthetic model or another family
   std::shared_ptr<const deepseek_v3::Checkpoint> deepseek;  // the DeepSeek-V3 family

@@ -11,6 +11,10 @@
 
 namespace moeserve {
 
+namespace deepseek_v3 {
+class Checkpoint;
+}
+
 struct CudaRunnerOptions {
   int device = 0;
   // "bf16" (the fast path: bf16 activations, KV cache and dense weights) or "f32" (the plain kernels, fp32
@@ -50,5 +54,12 @@ std::unique_ptr<ModelRunner> make_cuda_runner(std::shared_ptr<const Checkpoint> 
 // Random weights of a real shape ("gpt-oss-20b" or "gpt-oss-120b"), made on the GPU.
 std::unique_ptr<ModelRunner> make_synthetic_cuda_runner(const std::string& shape, uint64_t seed,
                                                         const CudaRunnerOptions& options = {});
+
+// The DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on one GPU (runner/cuda/deepseek_cuda_runner.h).
+std::unique_ptr<ModelRunner> make_deepseek_cuda_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
+                                                       const CudaRunnerOptions& options = {});
+// Random FP8 weights of a DeepSeek-V3 family shape ("deepseek-r1") at `layers` layers, made on the GPU.
+std::unique_ptr<ModelRunner> make_synthetic_deepseek_cuda_runner(const std::string& shape, int layers, uint64_t seed,
+                                                                 const CudaRunnerOptions& options = {});
 
 }  // namespace moeserve

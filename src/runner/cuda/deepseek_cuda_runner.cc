@@ -1,0 +1,409 @@
+#include "runner/cuda/deepseek_cuda_runner.h"
+
+#include <algorithm>
+
+#include "model/deepseek_v3/make_tiny.h"
+#include "runner/cuda/cuda_check.h"
+#include "runner/cuda/fp8_gemm.h"
+#include "util/error.h"
+
+namespace moeserve::cuda {
+namespace {
+
+// q_a_layernorm and kv_a_layernorm keep RMSNorm's default epsilon in both references (cpu::MlaAttention's
+// kLatentNormEps, runner/cpu/mla.cc).
+constexpr float kLatentNormEps = 1e-6f;
+// The absorbed attention's per-step scratch (q~, q_pe, o~ and launch_mla_decode's partials): a step whose tokens
+// need more runs its attention in chunks of tokens. R1 at 4k context takes ~17 MB a token (128 heads x 64 splits
+// of 514 partial floats), so 1 GiB is ~60 prefill tokens a chunk; decode batches of 64 at 2k fit in one.
+constexpr size_t kAttentionScratchBytes = size_t{1} << 30;
+// cuBLASLt's FP8 activation scales are token-contiguous columns, 16-byte aligned only for a multiple of 4 tokens
+// (fp8_block_layout.h, fp8_gemm_cublaslt_refusal): the FP8 projections' inputs are padded to it.
+constexpr int kFp8RowMultiple = 4;
+
+// StepMetadata's attention work lists are GPT-OSS's (prefill tiles, decode groups sized by query heads per KV
+// head, 16 / 128 = 0 tokens for R1's MQA over one latent); the MLA kernels read neither, so every sequence goes to
+// the tile list, whose size does not depend on the heads.
+constexpr int kEverySequenceInTiles = 1;
+
+int padded(int tokens) { return (tokens + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
+
+Precision precision_named(const std::string& name) {
+  MOESERVE_CHECK(name == "bf16" || name == "f32", "CUDA runner precision \"{}\" (bf16 or f32)", name);
+  return name == "bf16" ? Precision::bf16 : Precision::f32;
+}
+
+// vLLM's --kv-cache-dtype for the latent cache: the precision's type (auto), bf16, or fp8 e4m3 with scale 1 (a
+// DeepSeek checkpoint carries no KV scales; the latents are RMS-normed, k_pe of the order of the activations).
+KvDtype latent_dtype_named(const std::string& name, Precision precision) {
+  if (name == "auto") return precision == Precision::f32 ? KvDtype::f32 : KvDtype::bf16;
+  const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
+  MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
+  MOESERVE_CHECK(precision == Precision::bf16,
+                 "--kv-cache-dtype {} needs --dtype bfloat16: float32 keeps an f32 latent cache (use auto)", name);
+  return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
+}
+
+// What the factories check before any device is touched: the options this runner takes.
+void check_options(const CudaRunnerOptions& options) {
+  MOESERVE_CHECK(options.tensor_parallel_size == 1 && !options.expert_parallel,
+                 "DeepSeek-V3 on the CUDA runner runs on one GPU so far (no --tensor-parallel-size or "
+                 "--enable-expert-parallel)");
+  MOESERVE_CHECK(options.activation_dtype == "auto" || options.activation_dtype == "bf16",
+                 "--activation-dtype {}: the DeepSeek CUDA runner's FP8 projections quantise their inputs already "
+                 "(DeepSeek's act_quant); use auto",
+                 options.activation_dtype);
+  latent_dtype_named(options.kv_cache_dtype, precision_named(options.precision));
+}
+
+MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
+  const MlaWeightType type = kv_b.type == WeightType::fp8_block ? MlaWeightType::fp8_block
+                             : kv_b.type == WeightType::bf16   ? MlaWeightType::bf16
+                                                               : MlaWeightType::f32;
+  return {kv_b.values, kv_b.scales, type, c.num_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank};
+}
+
+// Tokens [t0, t0 + n) of a step, as a step of their own for the kernels that index tokens only (MLA absorb,
+// attention): the per-token arrays start at t0; the per-sequence ones are the step's.
+StepView token_range(StepView step, int t0, int n) {
+  step.num_tokens = n;
+  step.token_ids += t0;
+  step.positions += t0;
+  step.token_seq += t0;
+  return step;
+}
+
+}  // namespace
+
+DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDeviceWeights weights,
+                                       const CudaRunnerOptions& options)
+    : config_(std::move(config)),
+      engine_config_(config_.engine_view()),
+      weights_(std::move(weights)),
+      precision_(precision_named(options.precision)),
+      kv_dtype_(latent_dtype_named(options.kv_cache_dtype, precision_)),
+      groups_(kv_groups_of(engine_config_)) {
+  const deepseek_v3::Config& c = config_;
+  MOESERVE_CHECK(weights_.precision == precision_, "DeepSeek CUDA runner: weights made for another precision");
+  MOESERVE_CHECK(c.n_routed_experts <= kMaxExperts && c.num_experts_per_tok <= kMaxTopK && c.n_group <= kMaxNoauxGroups,
+                 "DeepSeek CUDA runner: {} experts in {} groups, top-{} (at most {} experts, {} groups, top-{})",
+                 c.n_routed_experts, c.n_group, c.num_experts_per_tok, kMaxExperts, kMaxNoauxGroups, kMaxTopK);
+  MOESERVE_CHECK(c.hidden_size % 4 == 0 && c.q_lora_rank % 4 == 0,
+                 "DeepSeek CUDA runner: hidden_size {} and q_lora_rank {} must be multiples of 4 (RMSNorm's float4s)",
+                 c.hidden_size, c.q_lora_rank);
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  inv_freq_ = to_device(c.rope_inverse_frequencies());
+}
+
+DeepseekCudaRunner::~DeepseekCudaRunner() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+size_t DeepseekCudaRunner::kv_block_bytes(int block_size) const {
+  return groups_.block_bytes(block_size, kv_element_bytes(kv_dtype_));  // [layer][token][latent, k_pe]
+}
+
+size_t DeepseekCudaRunner::device_memory_free() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes + kv_.bytes();  // allocate_kv_cache() gives the current pool back first
+}
+
+size_t DeepseekCudaRunner::device_memory_total() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
+}
+
+void DeepseekCudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
+  MOESERVE_CHECK(layout.block_size > 0 && layout.num_blocks > 0, "KV cache needs a positive block size and count");
+  kv_ = DeviceBuffer();  // free first: the pool is most of the memory left
+  kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * layout.num_blocks);
+  layout_ = layout;
+}
+
+MlaCacheView DeepseekCudaRunner::cache_view() const {
+  const MlaCacheShape shape{config_.kv_lora_rank, config_.qk_rope_head_dim, layout_.block_size, config_.num_layers};
+  return {kv_.get(), shape, kv_dtype_};
+}
+
+DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_for(const ForwardBatch& batch, const StepMetadata& meta) const {
+  const deepseek_v3::Config& c = config_;
+  Plan plan;
+  plan.tokens = meta.num_tokens();
+  plan.padded_tokens = padded(plan.tokens);
+  plan.rows = static_cast<int>(meta.rows().size());
+  int max_context = 1;
+  for (const SequenceStep& step : batch.sequences)
+    max_context = std::max(max_context, step.start_position + static_cast<int>(step.tokens.size()));
+  int64_t token_bytes = static_cast<int64_t>(c.num_heads) * (2 * c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+  if (precision_ == Precision::bf16) {
+    plan.split_keys = mla_decode_split_keys(plan.tokens, max_context, multiprocessors_);
+    plan.max_splits = mla_decode_splits(max_context - 1, plan.split_keys);
+    token_bytes += static_cast<int64_t>(mla_decode_partial_floats(1, c.num_heads, c.kv_lora_rank, plan.max_splits)) * 4;
+  }
+  plan.attention_chunk = static_cast<int>(std::clamp<int64_t>(
+      static_cast<int64_t>(kAttentionScratchBytes) / token_bytes, 1, std::max(plan.tokens, 1)));
+  return plan;
+}
+
+void DeepseekCudaRunner::ensure_capacity(const Plan& plan, size_t capture_layers) {
+  const deepseek_v3::Config& c = config_;
+  const size_t T = plan.tokens, P = plan.padded_tokens, A = element_bytes(precision_), H = c.hidden_size,
+               heads = c.num_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim, E = c.n_routed_experts,
+               k = c.num_experts_per_tok, chunk = plan.attention_chunk, rows = plan.rows;
+  const size_t moe_I = c.moe_intermediate_size, shared_I = moe_I * std::max(c.n_shared_experts, 0);
+  const size_t mlp_I = std::max<size_t>(c.intermediate_size, shared_I);
+  const size_t widest_input = std::max({H, static_cast<size_t>(c.q_lora_rank), heads * c.v_head_dim, mlp_I});
+  moe_.grow(plan.tokens, c.num_experts_per_tok, c.n_routed_experts);
+  auto grow = [&](DeviceBuffer& buffer, size_t bytes) { buffer.grow(std::max<size_t>(bytes, 16)); };
+  // An FP8 projection's input: its padding rows must hold finite values (zeros until a step writes them).
+  auto grow_input = [&](DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.grow(std::max<size_t>(bytes, 16)))
+      MOESERVE_CUDA_CHECK(cudaMemsetAsync(buffer.get(), 0, buffer.bytes(), stream_));
+  };
+  grow(x_, T * H * 4);
+  grow_input(normed_, P * H * A);
+  grow(q_a_, P * c.q_lora_rank * 4);
+  grow_input(q_a_normed_, P * c.q_lora_rank * A);
+  grow(q_, P * heads * c.qk_head_dim() * 4);
+  grow(kv_a_, P * c.kv_a_rows() * 4);
+  grow(q_latent_, chunk * heads * L * 4);
+  grow(q_rope_, chunk * heads * R * 4);
+  grow(latent_out_, chunk * heads * L * 4);
+  grow(partial_, precision_ == Precision::bf16 ? mla_decode_partial_floats(chunk, heads, L, plan.max_splits) * 4 : 0);
+  grow_input(attn_, P * heads * c.v_head_dim * A);
+  grow(proj_, P * H * 4);
+  grow(mlp_gate_, P * mlp_I * 4);
+  grow(mlp_up_, P * mlp_I * 4);
+  grow_input(mlp_act_, P * mlp_I * A);
+  grow(ffn_out_, P * H * 4);
+  grow(shared_out_, P * H * 4);
+  grow(router_logits_, T * E * 4);
+  grow(experts_, T * k * 4);
+  grow(expert_weights_, T * k * 4);
+  grow(moe_act_, T * k * moe_I * A);
+  grow(moe_y_, T * k * H * 4);
+  grow(fp8_values_, P * widest_input);
+  grow(fp8_scales_, fp8_activation_scale_count(P, widest_input) * 4);
+  grow(logits_in_, rows * H * A);
+  grow(logits_, rows * c.vocab_size * 4);
+  grow(sampled_, rows * 4);
+  grow(captured_, capture_layers * T * H * 4);
+}
+
+void DeepseekCudaRunner::project(const void* x, int rows, const DeviceMatrix& w, float* y) {
+  if (w.type != WeightType::fp8_block) {
+    MOESERVE_CHECK(w.type == weight_type_of(precision_), "a dense weight of another type than the runner's precision");
+    blas_.linear(stream_, precision_, x, rows, w.values, w.rows, w.cols, nullptr, y);
+    return;
+  }
+  if (precision_ == Precision::bf16) {
+    fp8_block_linear(stream_, blas_, Precision::bf16, x, padded(rows), w.fp8_view(),
+                     {fp8_values_.as<uint8_t>(), fp8_scales_.as<float>()}, Precision::f32, y);
+    return;
+  }
+  DeepseekExpertParams p;  // one matrix over the rows in order: W8A32, as the CPU reference
+  p.w = w;
+  p.x = x;
+  p.x_type = Precision::f32;
+  p.out = y;
+  p.rows = rows;
+  launch_deepseek_experts(stream_, p);
+}
+
+void DeepseekCudaRunner::mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                             const Plan& plan, float* out) {
+  const int T = plan.tokens;
+  project(normed_.get(), T, gate, mlp_gate_.as<float>());
+  project(normed_.get(), T, up, mlp_up_.as<float>());
+  launch_silu_mul(stream_, mlp_gate_.as<float>(), mlp_up_.as<float>(), static_cast<int64_t>(T) * gate.rows, precision_,
+                  mlp_act_.get());
+  project(mlp_act_.get(), T, down, out);
+}
+
+void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, int layer, const Plan& plan, const StepView& step) {
+  const deepseek_v3::Config& c = config_;
+  const int T = plan.tokens, heads = c.num_heads, R = c.qk_rope_head_dim;
+  if (c.q_lora_rank > 0) {
+    project(normed_.get(), T, w.q_a, q_a_.as<float>());
+    launch_add_rms_norm(stream_, precision_, q_a_.as<float>(), nullptr, nullptr, w.q_a_norm, T, c.q_lora_rank,
+                        kLatentNormEps, q_a_normed_.get());
+    project(q_a_normed_.get(), T, w.q_b, q_.as<float>());
+  } else {
+    project(normed_.get(), T, w.q, q_.as<float>());
+  }
+  project(normed_.get(), T, w.kv_a, kv_a_.as<float>());
+  const MlaCacheView cache = cache_view();
+  const float rope_factor = c.rope_attention_factor();
+  launch_mla_cache_write(stream_,
+                         {kv_a_.as<float>(), w.kv_a_norm, kLatentNormEps, inv_freq_.as<float>(), rope_factor, cache,
+                          layer, 0, 1.0f},
+                         step);
+  // Every token in the absorbed form, prefill chunks too: exact, but the expanded-form prefill kernel (q.k over
+  // qk_head_dim, v_head_dim values, on tensor cores) is still to build.
+  const MlaKvbView kv_b = kv_b_view(w.kv_b, c);
+  const MlaDecodeParams decode{q_latent_.as<float>(), q_rope_.as<float>(), latent_out_.as<float>(), c.softmax_scale(),
+                               heads, cache, layer, 0, 1.0f};
+  for (int t0 = 0; t0 < T; t0 += plan.attention_chunk) {
+    const int n = std::min(plan.attention_chunk, T - t0);
+    const StepView tokens = token_range(step, t0, n);
+    launch_mla_absorb(stream_,
+                      {q_.as<float>() + static_cast<int64_t>(t0) * heads * c.qk_head_dim(), R, inv_freq_.as<float>(),
+                       rope_factor, kv_b, q_latent_.as<float>(), q_rope_.as<float>()},
+                      tokens);
+    if (precision_ == Precision::f32)
+      launch_mla_attention_f32(stream_, decode, tokens);
+    else
+      launch_mla_decode(stream_, decode, tokens, {plan.split_keys, plan.max_splits, partial_.as<float>()});
+    void* out = static_cast<uint8_t*>(attn_.get()) +
+                static_cast<int64_t>(t0) * heads * c.v_head_dim * element_bytes(precision_);
+    launch_mla_unabsorb(stream_, precision_, {latent_out_.as<float>(), kv_b, out}, n);
+  }
+  project(attn_.get(), T, w.o, proj_.as<float>());
+}
+
+void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& plan) {
+  const deepseek_v3::Config& c = config_;
+  if (!w.moe) return mlp(w.gate, w.up, w.down, plan, ffn_out_.as<float>());
+  const int T = plan.tokens, k = c.num_experts_per_tok, H = c.hidden_size;
+  const MoeRouting routing = moe_.routing();
+  // The router's logits in fp32 (transformers casts both sides to float32; bf16 inputs on the bf16 path).
+  project(normed_.get(), T, w.router, router_logits_.as<float>());
+  const NoauxTcRouting noaux{c.n_routed_experts, c.n_group,      c.topk_group, k,
+                             c.norm_topk_prob,   static_cast<float>(c.routed_scaling_factor)};
+  launch_route_noaux_tc(stream_, router_logits_.as<float>(), w.router_bias, T, noaux, experts_.as<int32_t>(),
+                        expert_weights_.as<float>(), routing.expert_counts);
+  launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, kDeepseekExpertTileRows, routing);
+
+  DeepseekExpertParams gate_up;
+  gate_up.w = w.gate;
+  gate_up.up = w.up;
+  gate_up.x = normed_.get();
+  gate_up.x_type = precision_;
+  gate_up.x_row = routing.row_token;
+  gate_up.out = moe_act_.get();
+  gate_up.out_type = precision_;
+  gate_up.rows = T * k;
+  gate_up.routing = routing;
+  launch_deepseek_experts(stream_, gate_up);
+  DeepseekExpertParams down = gate_up;
+  down.w = w.down;
+  down.up = {};
+  down.x = moe_act_.get();
+  down.x_row = nullptr;
+  down.out = moe_y_.get();
+  down.out_type = Precision::f32;
+  launch_deepseek_experts(stream_, down);
+
+  if (w.has_shared) mlp(w.shared_gate, w.shared_up, w.shared_down, plan, shared_out_.as<float>());
+  const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
+  launch_deepseek_moe_combine(stream_, combine, w.has_shared ? shared_out_.as<float>() : nullptr, T, H,
+                              ffn_out_.as<float>());
+}
+
+void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& capture_layers) {
+  const deepseek_v3::Config& c = config_;
+  const StepView step = meta_.view(meta_device_.as<int32_t>());
+  const int T = plan.tokens, H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* x = x_.as<float>();
+  auto capture = [&](int layer) {
+    for (size_t j = 0; j < capture_layers.size(); ++j)
+      if (capture_layers[j] == layer)
+        MOESERVE_CUDA_CHECK(cudaMemcpyAsync(captured_.as<float>() + j * T * H, x, static_cast<size_t>(T) * H * 4,
+                                            cudaMemcpyDeviceToDevice, stream_));
+  };
+
+  launch_embedding(stream_, precision_, weights_.embedding.values, H, step.token_ids, T, x);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const DeepseekDeviceLayer& w = weights_.layers[layer];
+    // The previous layer's FFN output joins the residual stream here, fused with this layer's input norm.
+    launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : ffn_out_.as<float>(), nullptr, w.input_norm, T,
+                        H, eps, normed_.get());
+    if (layer > 0) capture(layer - 1);
+    attention(w, layer, plan, step);
+    launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.post_attention_norm, T, H, eps,
+                        normed_.get());
+    feed_forward(w, plan);
+  }
+  launch_add_rms_norm(stream_, precision_, x, ffn_out_.as<float>(), nullptr, weights_.final_norm, T, H, eps,
+                      normed_.get());
+  capture(c.num_layers - 1);
+  launch_gather_rows(stream_, precision_, normed_.get(), H, meta_.logits_rows(meta_device_.as<int32_t>()), plan.rows,
+                     logits_in_.get());
+  project(logits_in_.get(), plan.rows, weights_.lm_head, logits_.as<float>());
+  launch_argmax(stream_, logits_.as<float>(), plan.rows, c.vocab_size, sampled_.as<int32_t>());
+}
+
+void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
+  MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
+  for (const SequenceStep& step : batch.sequences)
+    MOESERVE_CHECK(step.tree_parent.empty(),
+                   "the DeepSeek CUDA runner does not verify trees yet (the MLA kernels take causal runs)");
+  for (int layer : batch.capture_layers)
+    MOESERVE_CHECK(layer >= 0 && layer < config_.num_layers, "capture layer {} of {} layers", layer,
+                   config_.num_layers);
+  meta_.build(batch, engine_config_, groups_, layout_, 0, 0, static_cast<int32_t>(layout_.num_blocks),
+              kEverySequenceInTiles);
+  const Plan plan = plan_for(batch, meta_);
+  ensure_capacity(plan, batch.capture_layers.size());
+  meta_device_.grow(std::max<size_t>(meta_.host().size() * sizeof(int32_t), 16));
+  // From pageable memory: the copy has taken the metadata when it returns.
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), meta_.host().data(), meta_.host().size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+  if (plan.tokens > 0) enqueue(plan, batch.capture_layers);
+
+  const int64_t H = config_.hidden_size;
+  output.captured.assign(batch.capture_layers.size(), {});
+  for (size_t j = 0; j < output.captured.size(); ++j) {
+    output.captured[j].resize(static_cast<size_t>(plan.tokens) * H);
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(output.captured[j].data(), captured_.as<float>() + j * plan.tokens * H,
+                                        plan.tokens * H * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  logits_rows_.finish_step(stream_, meta_.rows(), config_.vocab_size, logits_.as<float>(), sampled_.as<int32_t>(),
+                           batch.return_logits, output);
+}
+
+}  // namespace moeserve::cuda
+
+namespace moeserve {
+
+std::unique_ptr<ModelRunner> make_deepseek_cuda_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
+                                                       const CudaRunnerOptions& options) {
+  cuda::check_options(options);
+  const cuda::Precision precision = cuda::precision_named(options.precision);
+  cuda::select_cuda_device(options.device);
+  auto weights = cuda::DeepseekDeviceWeights::upload(*checkpoint, precision);
+  return std::make_unique<cuda::DeepseekCudaRunner>(checkpoint->config(), std::move(weights), options);
+}
+
+// --synthetic deepseek-r1 --synthetic-layers N: R1's widths, the first min(3, N - 1) layers dense as in the real
+// model, FP8 weights with block scales made on the GPU. Which N fits one H200 (141 GB by the vendor's figure, about
+// 139 GiB = 149 GB usable by the driver's), weights in GB of 1e9 bytes (reference §8's sizes, scales ~0.03% more):
+//   embedding + lm_head (bf16)   2 x 129,280 x 7,168 x 2 B  =  3.71
+//   MLA, every layer (FP8)       187.1 M a layer            =  0.187 N
+//   dense MLP, 3 layers (FP8)    396.4 M a layer            =  1.19
+//   MoE, N - 3 layers (FP8)      11.32 G a layer (256 experts + shared; the bf16 router 3.7 MB)  = 11.32 (N - 3)
+// N = 13: 3.71 + 2.43 + 1.19 + 113.2 = 120.5 GB, leaving ~28 GB for the latent cache (13 x 576 x 2 B = 15.0 KB a
+// token in bf16: ~1.3 M tokens in 20 GB), activations (a 16 x 1k prefill step's expert outputs alone take
+// 16k x 8 x 7,168 x 4 B = 3.8 GB) and cuBLASLt's workspace. N = 13 (10 MoE layers) is the depth to measure at;
+// N = 14 (132 GB) still loads with ~17 GB spare; N = 15 (143.6 GB) leaves too little.
+std::unique_ptr<ModelRunner> make_synthetic_deepseek_cuda_runner(const std::string& shape, int layers, uint64_t seed,
+                                                                 const CudaRunnerOptions& options) {
+  MOESERVE_CHECK(layers >= 1, "--synthetic {} needs --synthetic-layers N (N >= 1; 13 fits one H200)", shape);
+  MOESERVE_CHECK(options.synthetic_router == "uniform",
+                 "--synthetic-router {}: the synthetic DeepSeek router is uniform only so far", options.synthetic_router);
+  cuda::check_options(options);
+  deepseek_v3::TinyOptions tiny;
+  tiny.shape = shape;  // a published shape (model/deepseek_v3/shapes.h), checked before any device is touched
+  tiny.layers = layers;
+  deepseek_v3::Config config = deepseek_v3::tiny_config(tiny);
+  const cuda::Precision precision = cuda::precision_named(options.precision);
+  cuda::select_cuda_device(options.device);
+  auto weights = cuda::DeepseekDeviceWeights::synthetic(config, seed, precision);
+  return std::make_unique<cuda::DeepseekCudaRunner>(std::move(config), std::move(weights), options);
+}
+
+}  // namespace moeserve

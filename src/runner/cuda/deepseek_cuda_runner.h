@@ -1,0 +1,104 @@
+// The CUDA runner for the DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on one GPU, behind the same ModelRunner
+// interface as its CPU reference (runner/cpu/deepseek_v3_runner.h), whose forward it follows op for op. First
+// version, correctness first: a step is a plain sequence of kernels over device-resident activations and a paged
+// MLA latent cache (mla_layout.h: one KV group, 576 values a token a layer for R1), run without CUDA graphs.
+//
+//   embed -> per layer: [residual add of the last FFN +] RMSNorm
+//     -> MLA: q_a, q_a_norm, q_b (or q) | kv_a -> latent cache write (kv_a_norm, k_pe rotated) -> absorb
+//        (q~ = W_UK^T q_nope, q_pe rotated) -> absorbed attention over the cache -> un-absorb (W_UV) -> o_proj
+//     -> residual add + RMSNorm
+//     -> FFN: the dense MLP (layers < first_k_dense_replace), or the MoE: router (gate) -> noaux_tc top-k ->
+//        grouping by expert -> routed experts (gate/up with SwiGLU fused, down) -> shared expert -> combine
+//   -> residual add + final RMSNorm -> lm_head -> argmax, then the rows' logits processing and draws (logits_rows.h).
+//
+// Precision::bf16: bf16 activations into every product, the FP8 projections on cuBLASLt with DeepSeek's act_quant
+// (fp8_gemm.h; the token count padded to a multiple of 4, which cuBLASLt's scale layout needs), the routed
+// experts W8A16 (deepseek_experts.cu), a bf16 or fp8 e4m3 latent cache (--kv-cache-dtype) through launch_mla_decode.
+// Precision::f32: fp32 activations and latent cache, every FP8 projection W8A32 on deepseek_experts.cu (no
+// activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
+// fp32 rounding.
+// Prefill tokens run the absorbed form too (exact: the same function as the expanded one). The expanded-form
+// prefill kernel (q.k over 192 dims, v of 128, FlashAttention-style on tensor cores) is still to build; until then
+// a step's attention runs in chunks of tokens whose absorbed queries and decode partials fit kAttentionScratchBytes.
+// Not yet: CUDA graphs, tree verification steps (refused), tensor / expert parallelism, the MTP head on the GPU.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/deepseek_v3/config.h"
+#include "runner/cuda/blas.h"
+#include "runner/cuda/cuda_runner_factory.h"
+#include "runner/cuda/deepseek_device_weights.h"
+#include "runner/cuda/device_buffer.h"
+#include "runner/cuda/logits_rows.h"
+#include "runner/cuda/moe_buffers.h"
+#include "runner/cuda/step_metadata.h"
+
+namespace moeserve::cuda {
+
+class DeepseekCudaRunner : public ModelRunner {
+ public:
+  // options: device, precision, kv_cache_dtype; the others are GPT-OSS's or not yet taken (cuda_graphs).
+  DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDeviceWeights weights, const CudaRunnerOptions& options);
+  ~DeepseekCudaRunner() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return engine_config_; }
+  size_t kv_block_bytes(int block_size) const override;
+  size_t device_memory_free() const override;
+  size_t device_memory_total() const override;
+  void allocate_kv_cache(const KvCacheLayout& layout) override;
+  const KvCacheLayout& kv_cache_layout() const override { return layout_; }
+  void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+
+  size_t weight_bytes() const { return weights_.bytes; }
+  Precision precision() const { return precision_; }
+  KvDtype kv_dtype() const { return kv_dtype_; }
+
+ private:
+  // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking.
+  struct Plan {
+    int tokens = 0, padded_tokens = 0, rows = 0;
+    int split_keys = kMlaMaxSplitKeys, max_splits = 1;  // launch_mla_decode's scratch (bf16 path)
+    int attention_chunk = 1;                            // tokens a chunk of the absorbed attention
+  };
+  Plan plan_for(const ForwardBatch& batch, const StepMetadata& meta) const;
+  void ensure_capacity(const Plan& plan, size_t capture_layers);
+  void enqueue(const Plan& plan, const std::vector<int>& capture_layers);
+  // normed_ -> proj_: the layer's MLA, its latents written into the cache.
+  void attention(const DeepseekDeviceLayer& w, int layer, const Plan& plan, const StepView& step);
+  // normed_ -> ffn_out_: the dense MLP or the MoE.
+  void feed_forward(const DeepseekDeviceLayer& w, const Plan& plan);
+  // out = down(silu(gate x) * up x) for x = normed_.
+  void mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const Plan& plan, float* out);
+  // y[rows, w.rows] (fp32) = x[rows, w.cols] w^T, x of the precision's type (see the header comment for the paths).
+  void project(const void* x, int rows, const DeviceMatrix& w, float* y);
+  MlaCacheView cache_view() const;
+
+  deepseek_v3::Config config_;
+  ModelConfig engine_config_;
+  DeepseekDeviceWeights weights_;
+  Precision precision_;
+  KvDtype kv_dtype_;
+  KvGroups groups_;
+  int multiprocessors_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Blas blas_;
+  DeviceBuffer inv_freq_;
+
+  KvCacheLayout layout_;
+  DeviceBuffer kv_;
+
+  StepMetadata meta_;
+  DeviceBuffer meta_device_;
+  // Activations of the step in flight (capacity grows). Inputs of FP8 projections hold padded_tokens rows, the
+  // rows past a step's tokens zeroed when allocated (they are multiplied, their products dropped).
+  DeviceBuffer x_, normed_, q_a_, q_a_normed_, q_, kv_a_, q_latent_, q_rope_, latent_out_, partial_, attn_, proj_,
+      mlp_gate_, mlp_up_, mlp_act_, ffn_out_, router_logits_, experts_, expert_weights_, moe_act_, moe_y_, shared_out_,
+      fp8_values_, fp8_scales_, logits_in_, logits_, sampled_, captured_;
+  MoeBuffers moe_;
+  LogitsRows logits_rows_;
+};
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,347 @@
+// The DeepSeek-V3 CUDA runner (deepseek_cuda_runner.h) against the CPU reference runner on the tiny DeepSeek model
+// (vocabulary 1,024; every feature of the architecture, FP8 weights with partial blocks), and its routed-expert
+// kernel (deepseek_experts.cu) against the CPU op on fresh random inputs at the tiles' edges.
+//
+// Logits, every row of: a batch of three prompts of different lengths in one step, the same prompts in chunks over
+// other blocks (runner_compare.h's run_prompts), and a schedule of prefill, mixed (decode tokens beside prefill
+// chunks) and decode steps over three sequences; greedy continuations of 32 tokens.
+// Bounds, per logits row on ||gpu - cpu|| / ||cpu||:
+// - f32 (fp32 activations and latent cache, every FP8 projection W8A32 on CUDA cores, as the CPU computes): the
+//   CPU's arithmetic in another order, fp32 rounding through three layers: every row within 1e-4 (the GPT-OSS
+//   runner's f32 bound), and greedy continuations token for token.
+// - bf16 (the FP8 path: bf16 activations, DeepSeek's act_quant into cuBLASLt's FP8 projections, a bf16 or fp8
+//   latent cache): act_quant rounds each input of the attention and dense projections to e4m3, an error uniform
+//   within half an ulp (2^-4 relative at most), 2.6e-2 rms; with weights independent of the rounding a
+//   projection's output moves by that rms fraction of itself (deepseek_ops_test's Fp8BlockLinearMatchesCpu bound).
+//   A layer's residual delta carries its own projections' error (about 2.6e-2 x sqrt(2) through two in series)
+//   and its input's; three layers compound to about sqrt(3) x 3.7e-2 = 6.4e-2 of the residual stream, which the
+//   final norm and the bf16 lm_head pass to the logits. bf16 rounding of activations and latents adds ~2e-3 an op,
+//   an fp8 latent cache 2.6e-2 on the attention's keys and values (about half of a layer's delta). The median row
+//   is held to 0.1 (about 1.5 x the estimate); a token whose router choice lies within that error of a tie may
+//   take another expert and move by tens of percent, so the worst row and the rows above 5e-2 are reported only.
+// Expert kernel, per grouped row against cpu::linear (+ cpu::silu_mul) over the same weights and inputs: fp32
+// sums of at most 272 products in another order, 1e-5 relative; bf16 SwiGLU output adds its rounding, 2^-9 of each
+// value: 2.5e-3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "deepseek_test_util.h"
+#include "engine/generate.h"
+#include "runner/cpu/deepseek_v3_ops.h"
+#include "runner/cpu/deepseek_v3_runner.h"
+#include "runner/cpu/ops.h"
+#include "runner/cuda/cuda_runner_factory.h"
+#include "runner/cuda/deepseek_kernels.h"
+#include "runner/cuda/moe_buffers.h"
+#include "runner_compare.h"
+#include "util/thread_pool.h"
+
+namespace moeserve {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::Precision;
+using testing::prompt;
+
+// A runner configuration: CudaRunnerOptions' precision and KV cache type.
+struct RunnerCase {
+  std::string precision, kv_cache_dtype;
+  std::string name() const { return precision + (kv_cache_dtype == "auto" ? "" : "_kv_" + kv_cache_dtype); }
+};
+
+class DeepseekCudaRunnerTest : public ::testing::TestWithParam<RunnerCase> {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  std::unique_ptr<ModelRunner> gpu_runner() const {
+    CudaRunnerOptions options;
+    options.precision = GetParam().precision;
+    options.kv_cache_dtype = GetParam().kv_cache_dtype;
+    return make_deepseek_cuda_runner(testing::small_deepseek_checkpoint(), options);
+  }
+  bool f32() const { return GetParam().precision == "f32"; }
+
+  void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) const {
+    const int vocab = testing::small_deepseek_checkpoint()->config().vocab_size;
+    ASSERT_EQ(got.size(), want.size()) << what;
+    const testing::RowErrors e = testing::row_errors(got, want, vocab);
+    std::printf("%s %s: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", what.c_str(),
+                GetParam().name().c_str(), e.rows, e.median, e.worst, e.above_5e2);
+    if (f32())
+      testing::expect_error_within(what + " worst row f32", e.worst, 1e-4);
+    else
+      testing::expect_error_within(what + " median row " + GetParam().name(), e.median, 0.1);
+  }
+};
+
+TEST_P(DeepseekCudaRunnerTest, PromptLogitsMatchCpuRunner) {
+  DeepseekV3CpuRunner cpu(testing::small_deepseek_checkpoint(), 0);
+  auto gpu = gpu_runner();
+  const int vocab = cpu.config().vocab_size;
+  // Three lengths in one step (a block of 8 crossed many times), then chunks of 5 over other blocks.
+  const std::vector<std::vector<int32_t>> prompts = {prompt(37, 1, vocab), prompt(9, 2, vocab), prompt(21, 3, vocab)};
+  const testing::AllLogits want = testing::run_prompts(cpu, prompts, 5), got = testing::run_prompts(*gpu, prompts, 5);
+  expect_close("prompts batched", got.batched, want.batched);
+  expect_close("prompts chunked", got.chunked, want.chunked);
+}
+
+// Three sequences consumed by a schedule of steps, each step giving some of them their next tokens (prefill
+// chunks, single decode tokens, both in one step), every token's logits returned.
+std::vector<float> run_schedule(ModelRunner& runner) {
+  const int vocab = runner.config().vocab_size, block_size = 16;
+  const std::vector<std::vector<int32_t>> tokens = {prompt(30, 11, vocab), prompt(15, 12, vocab), prompt(45, 13, vocab)};
+  // Per step, tokens per sequence (0: not in the step): prefill of two lengths, a mixed step (a decode token,
+  // a chunk's end, a new prompt's first chunk), a mixed step with a long chunk, then decode steps.
+  const std::vector<std::vector<int>> schedule = {{23, 5, 0}, {1, 4, 17}, {1, 1, 23}, {1, 1, 1}, {1, 1, 1},
+                                                  {1, 1, 1}, {1, 1, 1},  {1, 1, 1}};
+  std::vector<std::vector<int32_t>> tables(tokens.size());
+  int32_t next_block = 0;
+  std::vector<int32_t> pool(12);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
+  for (size_t s = 0; s < tokens.size(); ++s)
+    for (size_t b = 0; b * block_size < tokens[s].size(); ++b) tables[s].push_back(pool[next_block++]);
+  runner.allocate_kv_cache({block_size, static_cast<int64_t>(pool.size())});
+  std::vector<int> done(tokens.size(), 0);
+  std::vector<float> logits;
+  for (const std::vector<int>& counts : schedule) {
+    ForwardBatch batch;
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      if (counts[s] == 0) continue;
+      SequenceStep step;
+      step.tokens = std::span(tokens[s]).subspan(done[s], counts[s]);
+      step.start_position = done[s];
+      step.block_tables = {tables[s]};
+      step.num_logits = counts[s];
+      batch.sequences.push_back(step);
+      done[s] += counts[s];
+    }
+    ForwardOutput out;
+    runner.forward(batch, out);
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+  }
+  for (size_t s = 0; s < tokens.size(); ++s) EXPECT_EQ(done[s], static_cast<int>(tokens[s].size())) << s;
+  return logits;
+}
+
+TEST_P(DeepseekCudaRunnerTest, PrefillMixedAndDecodeStepsMatchCpuRunner) {
+  DeepseekV3CpuRunner cpu(testing::small_deepseek_checkpoint(), 0);
+  auto gpu = gpu_runner();
+  expect_close("prefill, mixed and decode steps", run_schedule(*gpu), run_schedule(cpu));
+}
+
+TEST_P(DeepseekCudaRunnerTest, GreedyContinuationsMatchCpuRunner) {
+  DeepseekV3CpuRunner cpu(testing::small_deepseek_checkpoint(), 0);
+  auto gpu = gpu_runner();
+  GenerateOptions options;
+  options.sampling.temperature = 0.0f;
+  options.max_tokens = 32;
+  options.prefill_chunk = 16;
+  for (int salt : {1, 2, 3}) {
+    const auto p = prompt(20 + 7 * salt, salt, cpu.config().vocab_size);
+    const auto want = generate_sequence(cpu, p, options).tokens;
+    const auto got = generate_sequence(*gpu, p, options).tokens;
+    size_t same = 0;
+    while (same < std::min(got.size(), want.size()) && got[same] == want[same]) ++same;
+    std::printf("greedy %s prompt %d: %zu of %zu tokens equal\n", GetParam().name().c_str(), salt, same, want.size());
+    // f32 agrees token for token; on the FP8 path the tiny random model's top two logits are often closer than
+    // the path's error, so an early divergence is expected there and only reported.
+    if (f32()) {
+      EXPECT_EQ(got, want) << "prompt " << salt;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, DeepseekCudaRunnerTest,
+                         ::testing::Values(RunnerCase{"f32", "auto"}, RunnerCase{"bf16", "auto"},
+                                           RunnerCase{"bf16", "fp8_e4m3"}),
+                         [](const ::testing::TestParamInfo<RunnerCase>& info) { return info.param.name(); });
+
+// ---- the routed-expert kernel ------------------------------------------------------------------------------------
+
+// E random FP8 matrices [N, K] in the checkpoint's format (values N(0, 1/K) times a factor per 128 x 128 block,
+// each block quantised with scale amax / 448), as the CPU reads them and stacked as the device holds them.
+struct RandomExperts {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<deepseek_v3::Linear> linears;
+  DeviceBuffer values, scales;
+  cuda::DeviceMatrix device;
+
+  RandomExperts(std::mt19937& rng, int E, int64_t N, int64_t K) : bytes(E), linears(E) {
+    std::vector<uint8_t> all_values;
+    std::vector<float> all_scales;
+    for (int e = 0; e < E; ++e) {
+      deepseek_v3::Linear& l = linears[e];
+      Fp8BlockMatrix& m = l.fp8;
+      l.is_fp8 = true;
+      m.rows = N;
+      m.cols = K;
+      m.scales.resize(m.scale_rows() * m.scale_cols());
+      bytes[e].resize(static_cast<size_t>(N) * K);
+      std::vector<float> w = testing::random_floats(rng, bytes[e].size(), 0.0f, 1.0f / std::sqrt(static_cast<float>(K)));
+      std::uniform_real_distribution<float> exponent(-2.0f, 2.0f);
+      for (int64_t nb = 0; nb < m.scale_rows(); ++nb)
+        for (int64_t kb = 0; kb < m.scale_cols(); ++kb) {
+          const float factor = std::exp2(exponent(rng));
+          const int64_t n1 = std::min(N, (nb + 1) * 128), k1 = std::min(K, (kb + 1) * 128);
+          float amax = 0.0f;
+          for (int64_t n = nb * 128; n < n1; ++n)
+            for (int64_t k = kb * 128; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * K + k] *= factor));
+          const float scale = amax / kFp8E4m3Max;
+          m.scales[nb * m.scale_cols() + kb] = scale;
+          for (int64_t n = nb * 128; n < n1; ++n)
+            for (int64_t k = kb * 128; k < k1; ++k) bytes[e][n * K + k] = float_to_fp8_e4m3(w[n * K + k] / scale);
+        }
+      m.data = bytes[e].data();
+      all_values.insert(all_values.end(), bytes[e].begin(), bytes[e].end());
+      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(m);
+      all_scales.insert(all_scales.end(), s.begin(), s.end());
+    }
+    values = cuda::to_device(all_values);
+    scales = cuda::to_device(all_scales);
+    device = {cuda::WeightType::fp8_block, values.get(), scales.as<float>(), N, K, E};
+  }
+};
+
+class DeepseekCudaRunnerExperts : public ::testing::Test {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+  std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 1719u};
+};
+
+// The worst row's ||out - ref|| / ||ref|| over rows of width n.
+double worst_row_error(const std::vector<float>& out, const std::vector<float>& ref, int64_t n) {
+  double worst = 0.0;
+  for (size_t r = 0; (r + 1) * n <= ref.size(); ++r) {
+    const std::vector<float> a(out.begin() + r * n, out.begin() + (r + 1) * n),
+        b(ref.begin() + r * n, ref.begin() + (r + 1) * n);
+    worst = std::max(worst, testing::relative_error(a, b));
+  }
+  return worst;
+}
+
+// Rows per expert 1, 15, 16, 17, 33 and 0 (around the 16-row tile), top-2: expert intermediate 200 (a partial
+// second band of 128 outputs and a partial scale row block), hidden 272 (a last K block of 16 columns).
+TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
+  constexpr int E = 6, k = 2, T = 41;
+  constexpr int64_t I = 200, H = 272;
+  const RandomExperts gate(rng_, E, I, H), up(rng_, E, I, H), down(rng_, E, H, I);
+  // The pairs sorted by expert, token t taking pairs t and t + T: distinct experts, counts {1, 15, 16, 17, 33, 0}.
+  std::vector<int32_t> sorted;
+  for (auto [e, n] : {std::pair{0, 1}, std::pair{1, 15}, std::pair{2, 16}, std::pair{3, 17}, std::pair{4, 33}}) sorted.insert(sorted.end(), n, e);
+  ASSERT_EQ(sorted.size(), static_cast<size_t>(T * k));
+  std::vector<int32_t> experts(T * k), counts(E, 0);
+  for (int t = 0; t < T; ++t) {
+    experts[t * k] = sorted[t];
+    experts[t * k + 1] = sorted[t + T];
+    ++counts[sorted[t]];
+    ++counts[sorted[t + T]];
+  }
+  cuda::MoeBuffers buffers;
+  buffers.grow(T, k, E);
+  const cuda::MoeRouting routing = buffers.routing();
+  DeviceBuffer experts_d = cuda::to_device(experts);
+  MOESERVE_CUDA_CHECK(cudaMemcpy(routing.expert_counts, counts.data(), E * 4, cudaMemcpyHostToDevice));
+  cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, cuda::kDeepseekExpertTileRows, routing);
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int32_t> slot_row = cuda::to_host<int32_t>(routing.slot_row, T * k);
+
+  ThreadPool pool(0);
+  for (Precision type : {Precision::f32, Precision::bf16}) {
+    const std::vector<float> x = testing::round_to(type, testing::random_floats(rng_, T * H));
+    DeviceBuffer x_d = testing::upload_as(type, x), act_d(T * k * I * 4), y_d(T * k * H * 4);
+    cuda::DeepseekExpertParams p;
+    p.w = gate.device;
+    p.up = up.device;
+    p.x = x_d.get();
+    p.x_type = type;
+    p.x_row = routing.row_token;
+    p.out = act_d.get();
+    p.out_type = type;
+    p.rows = T * k;
+    p.routing = routing;
+    cuda::launch_deepseek_experts(nullptr, p);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> act = testing::download_as(type, act_d.get(), T * k * I);
+    // Down, on the device's own intermediates (so each projection is checked alone).
+    cuda::DeepseekExpertParams q = p;
+    q.w = down.device;
+    q.up = {};
+    q.x = act_d.get();
+    q.x_row = nullptr;
+    q.out = y_d.get();
+    q.out_type = Precision::f32;
+    cuda::launch_deepseek_experts(nullptr, q);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> y = cuda::to_host<float>(y_d.get(), T * k * H);
+
+    std::vector<float> act_got, act_want, y_got, y_want;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int e = experts[t * k + j], row = slot_row[t * k + j];
+        std::vector<float> g(I), u(I), o(H);
+        cpu::linear(pool, x.data() + t * H, 1, gate.linears[e], g.data());
+        cpu::linear(pool, x.data() + t * H, 1, up.linears[e], u.data());
+        cpu::silu_mul(g.data(), u.data(), I);
+        act_want.insert(act_want.end(), g.begin(), g.end());
+        act_got.insert(act_got.end(), act.begin() + row * I, act.begin() + (row + 1) * I);
+        cpu::linear(pool, act.data() + row * I, 1, down.linears[e], o.data());
+        y_want.insert(y_want.end(), o.begin(), o.end());
+        y_got.insert(y_got.end(), y.begin() + row * H, y.begin() + (row + 1) * H);
+      }
+    const std::string name = testing::precision_name(type);
+    testing::expect_error_within("experts gate/up + SwiGLU " + name, worst_row_error(act_got, act_want, I),
+                                 type == Precision::f32 ? 1e-5 : 2.5e-3);
+    testing::expect_error_within("experts down " + name, worst_row_error(y_got, y_want, H), 1e-5);
+  }
+
+  // One matrix over rows in order (the f32 path's dense FP8 projections): 37 rows, a partial last tile.
+  const RandomExperts dense(rng_, 1, I, H);
+  const std::vector<float> x = testing::random_floats(rng_, 37 * H);
+  DeviceBuffer x_d = cuda::to_device(x), y_d(37 * I * 4);
+  cuda::DeepseekExpertParams p;
+  p.w = dense.device;
+  p.x = x_d.get();
+  p.out = y_d.get();
+  p.rows = 37;
+  cuda::launch_deepseek_experts(nullptr, p);
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> want(37 * I);
+  cpu::linear(pool, x.data(), 37, dense.linears[0], want.data());
+  testing::expect_error_within("dense FP8 projection f32", worst_row_error(cuda::to_host<float>(y_d.get(), want.size()),
+                                                                           want, I),
+                               1e-5);
+}
+
+// DeepSeek-R1's widths (128 heads, latent 512, 256 experts, hidden 7,168) at two layers (one dense, one MoE; about
+// 16 GB), random FP8 weights made on the device: a prefill step and two decode steps run, every logit finite.
+TEST(DeepseekCudaRunnerSynthetic, TwoLayersOfR1RunPrefillAndDecode) {
+  MOESERVE_REQUIRE_CUDA();
+  auto runner = make_synthetic_deepseek_cuda_runner("deepseek-r1", 2, 1, {});
+  const int vocab = runner->config().vocab_size;
+  runner->allocate_kv_cache({16, 8});
+  std::vector<int32_t> tokens = prompt(40, 5, vocab);
+  const std::vector<int32_t> table = {3, 1, 6, 0};
+  int done = 0;
+  for (int count : {37, 1, 2}) {
+    ForwardBatch batch;
+    SequenceStep step;
+    step.tokens = std::span(tokens).subspan(done, count);
+    step.start_position = done;
+    step.block_tables = {table};
+    batch.sequences.push_back(step);
+    ForwardOutput out;
+    runner->forward(batch, out);
+    ASSERT_EQ(out.logits.size(), static_cast<size_t>(vocab));
+    EXPECT_TRUE(std::all_of(out.logits.begin(), out.logits.end(), [](float v) { return std::isfinite(v); }))
+        << "step of " << count << " tokens at " << done;
+    done += count;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
