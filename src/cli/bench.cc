@@ -242,6 +242,7 @@ std::unique_ptr<SystemUnderTest> open_inprocess(const BenchArgs& a, const Engine
       {"scheduler", a.engine.scheduler},
       {"kv_watermark", scheduler.kv_watermark},
       {"prefix_caching", engine_settings.prefix_caching},
+      {"async_scheduling", engine_settings.async_scheduling},
       {"speculative_config", a.engine.speculative_config.empty() ? nlohmann::json(nullptr)
                                                                  : nlohmann::json::parse(a.engine.speculative_config)}};
   if (scheduler.policy == SchedulingPolicy::slo)

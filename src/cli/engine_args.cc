@@ -78,6 +78,9 @@ void add_engine_options(CLI::App* command, EngineArgs& args) {
                     "reuse KV across requests that share a prefix (default: on)");
   add_deprecated_flag(command, "--no-prefix-caching", "--no-enable-prefix-caching",
                       [&args] { args.prefix_caching = false; });
+  command->add_flag("--async-scheduling,!--no-async-scheduling", c.async_scheduling,
+                    "schedule and prepare the next step on the host while the runner runs this one (vLLM's "
+                    "--async-scheduling; the same tokens as without; default: off until measured on the GPU)");
   command->add_option("--speculative-config", args.speculative_config,
                       "speculative decoding as JSON, e.g. '{\"method\":\"eagle3\",\"model\":\"DIR\","
                       "\"num_speculative_tokens\":3}' (DeepSeek-V3/R1: '{\"method\":\"mtp\","

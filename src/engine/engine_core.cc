@@ -29,6 +29,10 @@ int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config) {
 
 namespace {
 
+// The token a step launched but not yet collected will sample, in its sequence's tokens until update() puts the
+// real one in its place; outside the vocabulary, so that a runner handed it fails rather than computing on it.
+constexpr int32_t kPlaceholderToken = -1;
+
 // Allocates the runner's pool before the block manager is built, so both agree on its size.
 int64_t allocate_pool(ModelRunner& runner, const EngineConfig& config) {
   MOESERVE_CHECK(config.block_size > 0, "block size must be positive");
@@ -170,9 +174,9 @@ void EngineCore::finish(Sequence& seq, FinishReason reason, RequestEvent event) 
   event.finish = reason;
   seq.timing.finished = event.time;
   record_finish_metrics(seq, reason);
-  auto owned = std::move(sequences_.at(seq.id));
-  sequences_.erase(owned->id);
-  if (owned->on_event) owned->on_event(event);
+  retired_.push_back(std::move(sequences_.at(seq.id)));
+  sequences_.erase(seq.id);
+  if (seq.on_event) seq.on_event(event);
 }
 
 namespace {
@@ -205,7 +209,6 @@ void EngineCore::update_gauges() {
 
 bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprobs> logprobs,
                       TimePoint produced) {
-  const int64_t max_context = runner_.config().max_position_embeddings;
   const auto& stops = seq.spec.stop_tokens;
   RequestEvent event;
   event.request_id = seq.id;
@@ -232,7 +235,7 @@ bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::ve
     const bool document_whole = seq.grammar_state && seq.spec.grammar->complete(*seq.grammar_state);
     if (stop_token || (document_whole && stops.empty()))
       reason = FinishReason::stop;
-    else if (seq.num_generated() >= seq.spec.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context)
+    else if (reached_length(seq))
       reason = FinishReason::length;
     if (reason != FinishReason::none) {
       // Whatever an accepted run holds past the end is dropped.
@@ -243,7 +246,6 @@ bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::ve
       return true;
     }
   }
-  kv_.commit(seq);
   event.tokens = tokens;
   event.logprobs = std::move(logprobs);
   if (seq.on_event) seq.on_event(event);
@@ -370,11 +372,30 @@ speculative::DraftShape EngineCore::next_draft_shape(const Sequence& seq) const 
   return shape;
 }
 
+bool EngineCore::reached_length(const Sequence& seq) const {
+  return seq.num_generated() >= seq.spec.max_tokens ||
+         static_cast<int64_t>(seq.tokens.size()) >= runner_.config().max_position_embeddings;
+}
+
+void EngineCore::withdraw(Sequence& seq) {
+  kv_.release(seq);
+  scheduler_.remove(&seq);
+}
+
 void EngineCore::finish_cancelled() {
   std::vector<Sequence*> cancelled;
   for (auto& [id, seq] : sequences_)
     if (seq->cancel_requested) cancelled.push_back(seq.get());
-  for (Sequence* seq : cancelled) finish(*seq, FinishReason::cancelled);
+  auto in_flight = [&](const Sequence* seq) {
+    return in_flight_ && std::any_of(in_flight_->plan.chunks.begin(), in_flight_->plan.chunks.end(),
+                                     [&](const ScheduledChunk& c) { return c.seq == seq; });
+  };
+  for (Sequence* seq : cancelled) {
+    if (in_flight(seq))
+      withdraw(*seq);
+    else
+      finish(*seq, FinishReason::cancelled);
+  }
 }
 
 void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) const {
@@ -432,23 +453,94 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
   }
 }
 
-bool EngineCore::execute(const SchedulerOutput& plan, const PreparedStep& prepared, StepReport& report) {
-  const auto started = Clock::now();
-  try {
-    runner_.forward(prepared.batch, output_);
-  } catch (const std::exception& e) {
-    // The step failed as a whole: its requests end with the error, the engine carries on with the others.
-    for (const ScheduledChunk& chunk : plan.chunks) finish(*chunk.seq, FinishReason::error, error_event(e.what()));
-    return false;
-  }
-  report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  report.sequences = static_cast<int>(plan.chunks.size());
-  report.decode_tokens = plan.decode_tokens;
-  report.prefill_tokens = plan.prefill_tokens;
-  return true;
+bool EngineCore::can_schedule_ahead(const ScheduledStep& step) const {
+  // The host must see a step's tokens before it can prepare the next one when the next draw depends on them:
+  // speculative decoding (drafts verified and proposed after the step) and logits processing (penalties over the
+  // history, a grammar's mask). Such steps are followed synchronously.
+  return std::none_of(step.plan.chunks.begin(), step.plan.chunks.end(), [](const ScheduledChunk& c) {
+    const Sequence& seq = *c.seq;
+    return c.num_draft > 0 || seq.speculates() ||
+           (c.samples && (seq.spec.processing.active() || seq.spec.grammar != nullptr));
+  });
 }
 
-void EngineCore::update(const SchedulerOutput& plan, const PreparedStep& prepared) {
+std::optional<ScheduledStep> EngineCore::schedule_step(StepReport& report) {
+  finish_cancelled();
+  ScheduledStep step;
+  step.plan = scheduler_.schedule(now_());
+  report.preempted = static_cast<int>(step.plan.preempted.size());
+  metrics_.preemptions += step.plan.preempted.size();
+  if (step.plan.chunks.empty()) return std::nullopt;
+  prepare(step.plan, step.prepared);
+  return step;
+}
+
+void EngineCore::drop_finished(ScheduledStep& step) const {
+  auto finished = [](const ScheduledChunk& c) { return c.seq->status == SequenceStatus::finished; };
+  if (std::none_of(step.plan.chunks.begin(), step.plan.chunks.end(), finished)) return;
+  SchedulerOutput kept;
+  kept.preempted = std::move(step.plan.preempted);
+  for (const ScheduledChunk& chunk : step.plan.chunks)
+    if (!finished(chunk)) kept.add(chunk);
+  // Their blocks went back when they finished; the others' are as scheduled. Their batch is prepared again.
+  step.plan = std::move(kept);
+  step.prepared = {};
+  prepare(step.plan, step.prepared);
+}
+
+void EngineCore::launch(ScheduledStep step) {
+  step.launched = Clock::now();
+  try {
+    runner_.launch(step.prepared.batch);
+  } catch (const std::exception& e) {
+    // The step failed as a whole: its requests end with the error, the engine carries on with the others.
+    for (const ScheduledChunk& chunk : step.plan.chunks) finish(*chunk.seq, FinishReason::error, error_event(e.what()));
+    return;
+  }
+  advance(step);
+  in_flight_ = std::move(step);
+}
+
+void EngineCore::advance(ScheduledStep& step) {
+  step.starts.resize(step.plan.chunks.size());
+  for (size_t c = 0; c < step.plan.chunks.size(); ++c) {
+    const ScheduledChunk& chunk = step.plan.chunks[c];
+    Sequence& seq = *chunk.seq;
+    step.starts[c] = seq.num_computed;
+    if (chunk.num_draft > 0) continue;  // a verify step's outcome is known only from its output
+    seq.num_computed += chunk.num_tokens;
+    // The token's own KV is computed by the step after; the blocks before it are now whole.
+    if (chunk.samples) seq.tokens.push_back(kPlaceholderToken);
+    kv_.commit(seq);
+    if (chunk.samples && reached_length(seq)) withdraw(seq);
+  }
+}
+
+void EngineCore::complete_in_flight(StepReport& report) {
+  ScheduledStep step = std::move(*in_flight_);
+  in_flight_.reset();
+  try {
+    runner_.collect(output_);
+  } catch (const std::exception& e) {
+    // The KV of full blocks advance() committed to the prefix cache may not have been written. A failure here
+    // comes from the device after the launch (a CUDA error), which fails the steps that follow as well.
+    for (const ScheduledChunk& chunk : step.plan.chunks)
+      if (chunk.seq->status != SequenceStatus::finished)
+        finish(*chunk.seq, FinishReason::error, error_event(e.what()));
+    return;
+  }
+  report.seconds = std::chrono::duration<double>(Clock::now() - step.launched).count();
+  report.sequences = static_cast<int>(step.plan.chunks.size());
+  report.decode_tokens = step.plan.decode_tokens;
+  report.prefill_tokens = step.plan.prefill_tokens;
+  update(step);
+  record_step(report);
+  finish_cancelled();  // those withdrawn while the step ran, their tokens now out
+}
+
+void EngineCore::update(const ScheduledStep& step) {
+  const SchedulerOutput& plan = step.plan;
+  const PreparedStep& prepared = step.prepared;
   const TimePoint produced = now_();
   std::optional<speculative::DraftRound> round;
   if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.seq->speculates(); }))
@@ -458,10 +550,10 @@ void EngineCore::update(const SchedulerOutput& plan, const PreparedStep& prepare
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];
     Sequence& seq = *chunk.seq;
-    const int32_t start = seq.num_computed;
+    const int32_t start = step.starts[c];
     const int64_t logits_rows = prepared.batch.sequences[c].num_logits;
     const int64_t step_tokens = chunk.num_tokens + chunk.num_draft;
-    metrics_.prompt_tokens_computed += std::clamp(seq.prompt_length - seq.num_computed, 0, chunk.num_tokens);
+    metrics_.prompt_tokens_computed += std::clamp(seq.prompt_length - start, 0, chunk.num_tokens);
     std::vector<int32_t> emitted;
     std::vector<TokenLogprobs> logprobs;
     if (chunk.num_draft > 0) {
@@ -475,8 +567,8 @@ void EngineCore::update(const SchedulerOutput& plan, const PreparedStep& prepare
       }
       row += step_tokens;
     } else {
+      if (chunk.samples) seq.tokens.pop_back();  // advance()'s placeholder; emit appends the token in its place
       if (seq.wants_prompt_logprobs()) gather_prompt_logprobs(seq, start, row, logits_rows);
-      seq.num_computed += chunk.num_tokens;
       fed_rows.resize(chunk.num_tokens);
       for (int i = 0; i < chunk.num_tokens; ++i) fed_rows[i] = token_row + i;
       if (chunk.samples) {
@@ -488,10 +580,8 @@ void EngineCore::update(const SchedulerOutput& plan, const PreparedStep& prepare
     }
     token_row += step_tokens;
     seq.draft = {};
-    if (emitted.empty())
-      kv_.commit(seq);
-    else if (emit(seq, emitted, std::move(logprobs), produced))
-      continue;
+    if (!emitted.empty() && emit(seq, emitted, std::move(logprobs), produced)) continue;
+    if (chunk.num_draft > 0) kv_.commit(seq);  // the accepted path (advance() committed the other chunks)
     if (seq.speculates()) round->add(seq, start, fed_rows, next_draft_shape(seq));
   }
   if (round && !round->empty()) {
@@ -515,22 +605,27 @@ void EngineCore::record_step(const StepReport& report) {
   if (config_.learn_step_cost) cost_.observe(report.decode_tokens, report.prefill_tokens, report.seconds);
 }
 
-// vLLM v1's EngineCore.step(): schedule, execute, update from the output.
+// vLLM v1's EngineCore.step(): schedule, execute, update from the output. With async scheduling the order turns
+// (vLLM's --async-scheduling): step N+1 is scheduled and prepared while the runner runs step N, as if every
+// sequence of step N had its token (advance() left a placeholder for it); then step N is collected and updated,
+// the sequences it finished are dropped from step N+1, whose decode inputs now hold the tokens just sampled, and
+// step N+1 is launched. Unless a stop token, an error or a grammar ends a request the host could not foresee, the
+// scheduler sees exactly what a synchronous step would show it, so steps and preemptions are the same; when one
+// does, step N+1 runs without that request where a synchronous step would have given its place to another.
 StepReport EngineCore::step() {
   StepReport report;
-  finish_cancelled();
-  const SchedulerOutput plan = scheduler_.schedule(now_());
-  report.preempted = static_cast<int>(plan.preempted.size());
-  metrics_.preemptions += plan.preempted.size();
-  if (!plan.chunks.empty()) {
-    PreparedStep prepared;
-    prepare(plan, prepared);
-    if (execute(plan, prepared, report)) {
-      update(plan, prepared);
-      record_step(report);
-    }
-  }
+  const bool ahead = in_flight_ && can_schedule_ahead(*in_flight_);
+  std::optional<ScheduledStep> next;
+  if (ahead) next = schedule_step(report);
+  if (in_flight_) complete_in_flight(report);
+  if (!ahead)
+    next = schedule_step(report);
+  else if (next)
+    drop_finished(*next);
+  if (next && !next->plan.chunks.empty()) launch(std::move(*next));
+  if (!config_.async_scheduling && in_flight_) complete_in_flight(report);
   update_gauges();
+  retired_.clear();
   return report;
 }
 

@@ -1,10 +1,11 @@
-// The engine's synchronous core: requests in, one step at a time (schedule, run the batch on the runner, sample,
-// stream tokens out). It is driven by the threaded Engine in production and directly, with a virtual clock, by
-// simulations and tests.
+// The engine's core: requests in, one step at a time (schedule, run the batch on the runner, sample, stream tokens
+// out), optionally with the next step scheduled while the runner runs this one (async scheduling). It is driven by
+// the threaded Engine in production and directly, with a virtual clock, by simulations and tests.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -36,13 +37,17 @@ struct EngineConfig {
   // and the drafter that proposes drafts (built from `speculative` by make_drafter, or a test drafter).
   speculative::SpeculativeConfig speculative;
   std::shared_ptr<speculative::Drafter> drafter;
+  // vLLM's --async-scheduling: step N+1 is scheduled and prepared on the host while the runner runs step N (see
+  // EngineCore::step). The tokens, events and finish reasons are those of synchronous steps.
+  bool async_scheduling = false;
 };
 
+// A step that ran to completion (with async scheduling, step() completes the step launched by the call before).
 struct StepReport {
   int sequences = 0;
   int decode_tokens = 0;  // including draft tokens verified
   int prefill_tokens = 0;
-  int preempted = 0;
+  int preempted = 0;  // by the scheduling done in this call (of the step it launched)
   double seconds = 0;  // measured on the steady clock, whatever clock timestamps come from
 };
 
@@ -59,6 +64,15 @@ struct PreparedStep {
   std::vector<std::shared_ptr<const structured::TokenMask>> allowed;  // per chunk; null unless constrained
 };
 
+// A step from its scheduling to its update: the plan, its batch, and each chunk's num_computed before the step
+// (advance() moves it when the step is launched).
+struct ScheduledStep {
+  SchedulerOutput plan;
+  PreparedStep prepared;
+  std::vector<int32_t> starts;
+  Clock::time_point launched;
+};
+
 class EngineCore {
  public:
   using NowFn = std::function<TimePoint()>;
@@ -72,7 +86,9 @@ class EngineCore {
   // Cancels a waiting or running request before the next step (no effect once it has finished).
   void cancel(uint64_t id);
   bool has_work() const { return !sequences_.empty(); }
-  // One step: schedule, execute on the runner, update the sequences from its output.
+  // One step: schedule, execute on the runner, update the sequences from its output. With async scheduling the
+  // step launched by the previous call is completed and the next one launched, its scheduling done while the
+  // previous one ran (vLLM's async scheduling); the report is the completed step's.
   StepReport step();
 
   // The longest sequence (prompt plus output) that fits max_model_len (the model's context) and the whole KV pool.
@@ -100,13 +116,33 @@ class EngineCore {
                               std::vector<int64_t>& fed_rows);
   // The draft seq may ask for now: its shape cut to what max_tokens, the context and the step budget leave.
   speculative::DraftShape next_draft_shape(const Sequence& seq) const;
+  // Finishes the cancelled requests; one in the step in flight is withdrawn instead (KV given back, no longer
+  // scheduled) and finished once that step's tokens are out, as a synchronous step would have emitted them.
   void finish_cancelled();
+  // Takes seq out of scheduling and gives back its KV while its last step is in flight (it finishes after it).
+  void withdraw(Sequence& seq);
+  // Whether seq has reached max_tokens or the context (with the token just appended, or the placeholder for it).
+  bool reached_length(const Sequence& seq) const;
+  // Cancellations, the scheduler's plan and its batch; nullopt when nothing is scheduled.
+  std::optional<ScheduledStep> schedule_step(StepReport& report);
   // The scheduled chunks as the runner's batch.
   void prepare(const SchedulerOutput& plan, PreparedStep& prepared) const;
-  // Runs the batch; false when the runner failed (the step's requests are then finished with the error).
-  bool execute(const SchedulerOutput& plan, const PreparedStep& prepared, StepReport& report);
+  // Async scheduling: whether the step after `step` may be scheduled before step's tokens are known.
+  bool can_schedule_ahead(const ScheduledStep& step) const;
+  // Async scheduling: drops from a step scheduled ahead the sequences that finished in the step before it.
+  void drop_finished(ScheduledStep& step) const;
+  // Launches the step on the runner and advances its sequences (advance); a launch that fails finishes the
+  // step's requests with the error.
+  void launch(ScheduledStep step);
+  // What a launched step is sure to do, applied at launch: num_computed moves past the chunk, a sampling chunk
+  // appends a placeholder for its token (replaced in update), full blocks are committed, and a sequence whose
+  // token ends it whatever it is (max_tokens, the context) is withdrawn. The scheduling of the next step, done
+  // before the tokens are known, then sees what it would see after update.
+  void advance(ScheduledStep& step);
+  // Waits for the step in flight and updates from it.
+  void complete_in_flight(StepReport& report);
   // Commits what the step computed: verifies drafts, emits tokens, finishes sequences, asks for the next drafts.
-  void update(const SchedulerOutput& plan, const PreparedStep& prepared);
+  void update(const ScheduledStep& step);
   // The logits edits of seq's next draw: its penalties, logit_bias and, before min_tokens, its stop tokens banned.
   std::vector<LogitEdit> next_logit_edits(const Sequence& seq) const;
   // The tokens seq's grammar allows next: the grammar's mask, or once its document is whole the stop tokens.
@@ -127,6 +163,9 @@ class EngineCore {
   OutputLengthEstimate output_lengths_;  // of finished requests that could have stopped early, for the slo policy
   Scheduler scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  // Finished in this step() call; kept to its end, since a step scheduled ahead may still point to them.
+  std::vector<std::unique_ptr<Sequence>> retired_;
+  std::optional<ScheduledStep> in_flight_;  // launched on the runner, not yet collected
   EngineMetrics metrics_;
   ForwardOutput output_;
   std::vector<int> aux_layers_;  // the drafter's feature layers, captured in steps with speculating sequences

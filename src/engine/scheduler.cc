@@ -121,11 +121,10 @@ ScheduledChunk Scheduler::plan_chunk(Sequence& seq, int budget) {
   return {&seq, n, seq.num_computed + n == static_cast<int>(seq.tokens.size())};
 }
 
-void Scheduler::add_chunk(const ScheduledChunk& chunk, SchedulerOutput& out, int& budget) const {
-  out.chunks.push_back(chunk);
+void SchedulerOutput::add(const ScheduledChunk& chunk) {
+  chunks.push_back(chunk);
   const int n = chunk.num_tokens + chunk.num_draft;
-  (chunk.samples && chunk.num_tokens == 1 ? out.decode_tokens : out.prefill_tokens) += n;
-  budget -= n;
+  (chunk.samples && chunk.num_tokens == 1 ? decode_tokens : prefill_tokens) += n;
 }
 
 SchedulerOutput Scheduler::schedule(TimePoint now) {
@@ -138,7 +137,8 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const ScheduledChunk chunk = plan_chunk(*running_[i], budget);
     if (chunk.num_tokens > 0) {
-      add_chunk(chunk, out, budget);
+      out.add(chunk);
+      budget -= chunk.num_tokens + chunk.num_draft;
       ++i;
       continue;
     }
@@ -168,7 +168,8 @@ SchedulerOutput Scheduler::schedule(TimePoint now) {
     seq->status = SequenceStatus::running;
     if (!seq->timing.first_scheduled) seq->timing.first_scheduled = now;
     running_.push_back(seq);
-    add_chunk(chunk, out, budget);
+    out.add(chunk);
+    budget -= chunk.num_tokens + chunk.num_draft;
   }
   return out;
 }

@@ -76,6 +76,7 @@ struct SchedulerOutput {
   std::vector<Sequence*> preempted;  // sent back to waiting, KV given back (recomputed later)
   int decode_tokens = 0;
   int prefill_tokens = 0;
+  void add(const ScheduledChunk& chunk);  // appends chunk and counts its tokens
 };
 
 class Scheduler {
@@ -108,7 +109,6 @@ class Scheduler {
   // KV allow (a speculating sequence reserves room for all of it), else what allocate_chunk finds (a draft that
   // does not fit is not verified this step). num_tokens 0 when nothing fits.
   ScheduledChunk plan_chunk(Sequence& seq, int budget);
-  void add_chunk(const ScheduledChunk& chunk, SchedulerOutput& out, int& budget) const;
 
   SchedulerConfig config_;
   KvCacheManager& kv_;

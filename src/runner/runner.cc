@@ -1,6 +1,7 @@
 #include "runner/runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "util/error.h"
 
@@ -42,6 +43,18 @@ uint64_t row_sample_index(const SequenceStep& step, int32_t k) {
   if (!step.logprob_tokens.empty())
     for (int32_t j = 0; j < k; ++j) scored += step.logprob_tokens[j] >= 0;
   return step.sample_index + static_cast<uint64_t>(k) - scored;
+}
+
+void ModelRunner::launch(const ForwardBatch& batch) {
+  MOESERVE_CHECK(!in_flight_, "the {} runner was asked to launch a step while one is in flight", name());
+  forward(batch, launched_);
+  in_flight_ = true;
+}
+
+void ModelRunner::collect(ForwardOutput& output) {
+  MOESERVE_CHECK(in_flight_, "the {} runner was asked to collect a step it did not launch", name());
+  in_flight_ = false;
+  std::swap(output, launched_);  // the two outputs' buffers alternate, so neither is reallocated each step
 }
 
 void ModelRunner::move_kv_slots(std::span<const std::span<const int32_t>>, std::span<const KvSlotMove>) {

@@ -117,6 +117,15 @@ class ModelRunner {
 
   virtual void forward(const ForwardBatch& batch, ForwardOutput& output) = 0;
 
+  // The same step split in two, so that the engine can schedule and prepare the next step on the host while this
+  // one runs (vLLM's async scheduling): launch() starts the step and returns, collect() waits for it and fills
+  // `output`. At most one step is in flight (the next launch comes after collect). launch() reads the batch before
+  // it returns: the engine edits the sequences' tokens and block tables while the step runs. A failure of the step
+  // itself may surface in either. The default runs forward() in launch(), which is right for any runner whose
+  // forward returns only when the step is done (the CPU runners, the tensor-parallel ones, test fakes).
+  virtual void launch(const ForwardBatch& batch);
+  virtual void collect(ForwardOutput& output);
+
   // Moves KV slots within one sequence, in order (a later move may read a slot an earlier one wrote). The engine
   // commits the accepted path of a verified tree this way: node i of a step at slot start + i goes to position
   // start + depth(i), so the path ends up contiguous exactly as if it had been computed causally; slots past the
@@ -124,6 +133,11 @@ class ModelRunner {
   // and the prefix cache untouched, which re-mapping blocks could not do at slot granularity. The default fails:
   // a runner that cannot verify trees never gets here.
   virtual void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves);
+
+ private:
+  // The default launch()'s output, handed over by collect().
+  ForwardOutput launched_;
+  bool in_flight_ = false;
 };
 
 }  // namespace moeserve

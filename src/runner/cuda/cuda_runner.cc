@@ -81,6 +81,7 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   max_layers_per_group_ = groups_.max_layers_per_group();
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, options.device));
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
   inv_freq_ = to_device(rope_inverse_frequencies(c));
   vocab_ = {0, c.vocab_size};
 }
@@ -119,6 +120,8 @@ CudaRunner::~CudaRunner() {
   clear_graphs();
   if (staging_ != nullptr) cudaFreeHost(staging_);
   if (sample_staging_ != nullptr) cudaFreeHost(sample_staging_);
+  if (sampled_host_ != nullptr) cudaFreeHost(sampled_host_);
+  if (step_done_ != nullptr) cudaEventDestroy(step_done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -410,9 +413,16 @@ void CudaRunner::gather_whole_logits(int64_t R) {
 }
 
 void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
+  launch(batch);
+  collect(output);
+}
+
+void CudaRunner::launch(const ForwardBatch& batch) {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
+  MOESERVE_CHECK(!launched_step_, "CUDA runner: a step launched while another is in flight");
   const int S = static_cast<int>(batch.sequences.size());
-  const auto started = std::chrono::steady_clock::now();
+  LaunchedStep launched;
+  launched.started = std::chrono::steady_clock::now();
   // Graphed: decode steps and chain verify steps, every sequence with the same q_len tokens and as many logits rows.
   const int q_len = S > 0 ? static_cast<int>(batch.sequences[0].tokens.size()) : 0;
   bool uniform = S > 0 && q_len <= kLargestGraphQueryLen && graph_bucket(S) * q_len <= kLargestGraphBatch &&
@@ -443,11 +453,11 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   // The captured layers' rows of the real tokens (graph padding's follow them).
   int64_t real_tokens = 0;
   for (const SequenceStep& step : batch.sequences) real_tokens += static_cast<int64_t>(step.tokens.size());
-  output.captured.assign(batch.capture_layers.size(), {});
-  for (size_t j = 0; j < output.captured.size(); ++j) {
+  launched.captured.assign(batch.capture_layers.size(), {});
+  for (size_t j = 0; j < launched.captured.size(); ++j) {
     const int64_t H = config_.hidden_size;
-    output.captured[j].resize(real_tokens * H);
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(output.captured[j].data(), captured_.as<float>() + j * plan.tokens * H,
+    launched.captured[j].resize(real_tokens * H);
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(launched.captured[j].data(), captured_.as<float>() + j * plan.tokens * H,
                                         real_tokens * H * 4, cudaMemcpyDeviceToHost, stream_));
   }
 
@@ -456,8 +466,8 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   const auto& rows = meta_.rows();
   int64_t R = 0;
   std::vector<SampleRow> sample_rows;
-  std::vector<bool> draws;  // per row: it draws a token (scored prompt rows do not)
-  RowWork work;
+  std::vector<bool>& draws = launched.draws;
+  RowWork& work = launched.work;
   int32_t k = 0;  // the row's index among its step's logits rows
   for (const StepRow& row : rows) {
     if (row.step == nullptr) break;
@@ -491,21 +501,37 @@ void CudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
     gather_whole_logits(R);  // the real rows, the first R of the step's (padding rows follow)
   process_rows(work, sample_rows);
   const int64_t V = config_.vocab_size;
-  std::vector<int32_t> tokens(R);
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
-  output.logits.clear();
-  if (batch.return_logits) {
-    output.logits.resize(R * V);
-    MOESERVE_CUDA_CHECK(
-        cudaMemcpyAsync(output.logits.data(), logits_.get(), R * V * 4, cudaMemcpyDeviceToHost, stream_));
+  if (R > sampled_host_rows_) {
+    if (sampled_host_ != nullptr) MOESERVE_CUDA_CHECK(cudaFreeHost(sampled_host_));
+    sampled_host_rows_ = std::max<int64_t>(R, 1024);
+    MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sampled_host_), sampled_host_rows_ * 4));
   }
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  timer_.finish_step(stream_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sampled_host_, sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
+  if (batch.return_logits) {
+    launched.logits.resize(R * V);
+    MOESERVE_CUDA_CHECK(
+        cudaMemcpyAsync(launched.logits.data(), logits_.get(), R * V * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  MOESERVE_CUDA_CHECK(cudaEventRecord(step_done_, stream_));
+  launched.rows = R;
+  launched_step_ = std::move(launched);
+}
+
+void CudaRunner::collect(ForwardOutput& output) {
+  MOESERVE_CHECK(launched_step_, "CUDA runner: collect() without a step launched");
+  LaunchedStep launched = std::move(*launched_step_);
+  launched_step_.reset();
+  MOESERVE_CUDA_CHECK(cudaEventSynchronize(step_done_));
+  timer_.finish_step(stream_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                         launched.started).count());
+  const int64_t R = launched.rows;
   output.rows = R;
+  output.logits = std::move(launched.logits);
+  output.captured = std::move(launched.captured);
   output.sampled.assign(R, -1);
   for (int64_t r = 0; r < R; ++r)
-    if (draws[r]) output.sampled[r] = tokens[r];
-  finish_logprobs(work, R, output);
+    if (launched.draws[r]) output.sampled[r] = sampled_host_[r];
+  finish_logprobs(launched.work, R, output);
 }
 
 void CudaRunner::process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows) {

@@ -12,7 +12,9 @@
 // fp8 e4m3 with per-layer K and V scales (--kv-cache-dtype; kv_scales.h reads a checkpoint's).
 #pragma once
 
+#include <chrono>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "runner/cuda/blas.h"
@@ -42,6 +44,11 @@ class CudaRunner : public ModelRunner {
   void allocate_kv_cache(const KvCacheLayout& layout) override;
   const KvCacheLayout& kv_cache_layout() const override { return layout_; }
   void forward(const ForwardBatch& batch, ForwardOutput& output) override;
+  // The split forward (runner.h): launch enqueues the whole step, the sampled tokens' copy into pinned memory
+  // included, records an event and returns; collect waits for the event and fills the output. A step that copies
+  // logits, captured layers or logprobs back copies them into pageable memory, which waits for the step in launch.
+  void launch(const ForwardBatch& batch) override;
+  void collect(ForwardOutput& output) override;
   // Enqueued on the runner's stream (so before the next step), without waiting for it.
   void move_kv_slots(std::span<const std::span<const int32_t>> block_tables, std::span<const KvSlotMove> moves) override;
 
@@ -106,6 +113,22 @@ class CudaRunner : public ModelRunner {
   // Vocab split: the R rows' whole logits into logits_, all-gathered from every rank's logits_local_.
   void gather_whole_logits(int64_t R);
   void finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const;
+  // The step launch() enqueued, until collect(): what collect needs to fill the output.
+  struct LaunchedStep {
+    std::chrono::steady_clock::time_point started;
+    int64_t rows = 0;
+    std::vector<bool> draws;  // per row: it draws a token (scored prompt rows do not)
+    RowWork work;
+    std::vector<float> logits;
+    std::vector<std::vector<float>> captured;
+  };
+  std::optional<LaunchedStep> launched_step_;
+  // The sampled tokens come back here: a device-to-host copy is asynchronous only into pinned memory. One buffer,
+  // like the metadata's staging_ and sample_staging_: a launch comes only after the previous step's collect, which
+  // waited for every copy of that step, so no host buffer is rewritten under a step still reading or writing it.
+  int32_t* sampled_host_ = nullptr;
+  int64_t sampled_host_rows_ = 0;
+  cudaEvent_t step_done_ = nullptr;  // recorded after the launched step's last copy
 
   ModelConfig config_;
   DeviceWeights weights_;

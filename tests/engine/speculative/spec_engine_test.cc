@@ -72,6 +72,31 @@ TEST(SpecEngine, GreedyTreesMatchPlainDecodingInMixedBatches) {
                   mixed_arrivals(11, 12, {tree(4, 3, 10), chain(3), std::nullopt, tree(3, 2, 6)}));
 }
 
+// Async scheduling (--async-scheduling) follows a step with speculating sequences synchronously: their drafts are
+// verified and proposed on the host before the next step. The mixed batch then gives the same streams and
+// drafting as without it.
+TEST(SpecEngine, AsyncSchedulingFallsBackToSynchronousStepsAndChangesNothing) {
+  auto target = testing::target_runner();
+  const auto arrivals = testing::mixed_arrivals(11, 512);
+  std::map<uint64_t, moeserve::testing::Collected> results[2];
+  EngineMetrics metrics[2];
+  for (bool async : {false, true}) {
+    EngineConfig config = testing::spec_engine_config(testing::oracle_drafter(0.6));
+    config.async_scheduling = async;
+    EngineCore core(*target, config);
+    results[async] = run_requests(core, arrivals);
+    metrics[async] = core.metrics();
+  }
+  for (const auto& [id, c] : results[0]) {
+    EXPECT_EQ(results[1].at(id).tokens, c.tokens) << "request " << id;
+    EXPECT_EQ(results[1].at(id).events, c.events) << "request " << id;
+  }
+  EXPECT_EQ(metrics[1].steps, metrics[0].steps);
+  EXPECT_EQ(metrics[1].spec_drafts, metrics[0].spec_drafts);
+  EXPECT_EQ(metrics[1].spec_accepted_tokens, metrics[0].spec_accepted_tokens);
+  EXPECT_GT(metrics[0].spec_drafts, 0u);
+}
+
 TEST(SpecEngine, GreedyOutputSurvivesPreemption) {
   // A pool that cannot hold every request at once: sequences are preempted and recomputed, their drafter state
   // rolled back to where the target restarts.
