@@ -5,6 +5,8 @@
 //     throws moeserve::Error or returns a plan that holds (grids within the SMs and covering every weight row,
 //     a path whose tile its kernel takes), never overflowing (UBSan) or crashing;
 //   - decode_mma_mixed's bounds and per-class grids (moe_mixed_class_max_tiles);
+//   - shapes and (row, block) places for the tiled weight layout (mxfp4_tiled_index): each lands inside the expert's
+//     padded elements and decodes back to itself, its chunk's scale word aligned;
 //   - a path name for parse_moe_path, a table for parse_moe_path_table, bounds for parse_moe_mixed_bounds.
 // Seeds: tests/fixtures/moegemm.
 #include <algorithm>
@@ -52,6 +54,22 @@ void dequantise(uint32_t word, uint8_t scale_byte) {
     const uint16_t expected = float_to_bf16(kFp4Values[(word >> (4 * value)) & 0xfu] * factor);
     check(static_cast<uint16_t>(out[value / 2] >> (16 * (value % 2))) == expected);
   }
+}
+
+// The tiled layout's index (moe_layout.h) decoded back: slices before the row's are full, then chunk, row, block.
+void tiled(Reader& in) {
+  const int64_t rows = 1 + in.take<uint16_t>() % 20000;
+  const int blocks_per_row = 1 + in.take<uint8_t>();
+  const int64_t row = in.take<uint16_t>() % rows;
+  const int block = in.take<uint8_t>() % blocks_per_row;
+  const int padded = mxfp4_padded_blocks(blocks_per_row);
+  const int64_t index = mxfp4_tiled_index(row, block, rows, blocks_per_row);
+  check(index >= 0 && index < rows * padded && (index - block % kMxfp4ChunkBlocks) % 4 == 0);
+  const int64_t first = index / (int64_t{kMxfp4SliceRows} * padded) * kMxfp4SliceRows;
+  const int64_t slice_rows = std::min<int64_t>(kMxfp4SliceRows, rows - first);
+  const int64_t inside = index - first * padded, chunk_elements = slice_rows * kMxfp4ChunkBlocks;
+  check(first + (inside % chunk_elements) / kMxfp4ChunkBlocks == row);
+  check((inside / chunk_elements) * kMxfp4ChunkBlocks + inside % kMxfp4ChunkBlocks == block);
 }
 
 void plan(Reader& in) {
@@ -123,6 +141,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint32_t word = in.take<uint32_t>();
     dequantise(word, in.take<uint8_t>());
   }
+  tiled(in);
   plan(in);
   const std::string rest(reinterpret_cast<const char*>(in.data), in.size);
   try {

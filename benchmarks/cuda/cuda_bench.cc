@@ -260,7 +260,9 @@ class TimedRunner : public ModelRunner {
 SpecResult time_spec_engine(std::shared_ptr<ModelRunner> runner, std::shared_ptr<speculative::Drafter> drafter,
                             int batch, int k, double acceptance, int prompt, int output, uint64_t seed) {
   EngineConfig config;
-  config.kv_cache_bytes = int64_t{16} << 30;
+  // Twice what the batch's sequences can hold (blocks of 16 tokens), not a fixed size: beside gpt-oss-120b's 65 GB
+  // of weights and the bench's own KV pool a fixed 16 GB did not fit an H100.
+  config.num_kv_blocks = 2 * batch * ((prompt + output + 64) / config.block_size + 2);
   config.scheduler.max_num_seqs = batch;
   config.scheduler.max_batched_tokens = 8192;
   config.prefix_caching = false;

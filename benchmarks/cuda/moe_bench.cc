@@ -47,7 +47,8 @@ struct Experts {
   DeviceBuffer blocks, scales, bias, row_max, wide;
   cuda::ExpertWeightsView view;
   Experts(int E, int64_t out, int64_t in, double output_std, uint64_t key) {
-    const int64_t n_blocks = E * out * in / kMxfp4BlockSize;
+    // Random bytes in the tiled layout (moe_layout.h), pads included: the layout does not change their distribution.
+    const int64_t n_blocks = cuda::mxfp4_tiled_elements(E, out, static_cast<int>(in / kMxfp4BlockSize));
     blocks = DeviceBuffer(n_blocks * kMxfp4BlockBytes);
     scales = DeviceBuffer(n_blocks);
     bias = DeviceBuffer(E * out * 4);
@@ -58,7 +59,7 @@ struct Experts {
     cuda::launch_fill_uniform(nullptr, cuda::Precision::f32, bias.get(), E * out, key + 2, 0.0f, 0.5f);
     row_max = DeviceBuffer(E * out);
     wide = DeviceBuffer(sizeof(int32_t));
-    cuda::launch_mxfp4_row_scale_max(nullptr, scales.as<uint8_t>(), E * out, static_cast<int>(in / kMxfp4BlockSize),
+    cuda::launch_mxfp4_row_scale_max(nullptr, scales.as<uint8_t>(), E, out, static_cast<int>(in / kMxfp4BlockSize),
                                      row_max.as<uint8_t>(), wide.as<int32_t>());
     view = {blocks.as<uint8_t>(), scales.as<uint8_t>(), bias.as<float>(), out, in, row_max.as<uint8_t>()};
   }

@@ -6,11 +6,14 @@
 // against cpu::expert_linear on a GPU (tests/runner/cuda/moe_test.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <map>
 #include <random>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "model/mxfp4.h"
 #include "runner/cuda/moe_layout.h"
@@ -266,6 +269,43 @@ TEST(MoeLayout, SwigluRowsPairInOneThread) {
       EXPECT_EQ(gate % 2, 0u);
       EXPECT_EQ(up, gate + 1);
     }
+}
+
+// The tiled weight layout (moe_layout.h): every (row, block) of an expert lands on its own element inside the
+// expert's rows x padded-blocks, each chunk of a slice is one contiguous run [slice rows][4 blocks] in row order, the
+// chunks of a slice follow each other, and the slices follow each other; shapes with a short last slice and a
+// partial last chunk included (gpt-oss-120b's 5,760 and 2,880 rows of 90 blocks, the tiny model's).
+TEST(MoeLayout, TiledWeightsCoverEveryBlockOnceInContiguousChunks) {
+  for (const auto& [rows, blocks_per_row] : {std::pair<int64_t, int>{5760, 90}, {2880, 90}, {256, 4}, {64, 2},
+                                           {300, 5}, {257, 1}, {1, 3}, {512, 8}}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows x " << blocks_per_row << " blocks");
+    const int padded = mxfp4_padded_blocks(blocks_per_row);
+    ASSERT_EQ(padded % kMxfp4ChunkBlocks, 0);
+    ASSERT_GE(padded, blocks_per_row);
+    ASSERT_LT(padded - blocks_per_row, kMxfp4ChunkBlocks);
+    std::vector<int> seen(static_cast<size_t>(rows * padded), 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t first = row - row % kMxfp4SliceRows;
+      const int64_t slice_rows = std::min<int64_t>(kMxfp4SliceRows, rows - first);
+      const Mxfp4TiledRow tiled = mxfp4_tiled_row(row, rows, blocks_per_row);
+      EXPECT_EQ(tiled.chunk_stride, slice_rows * kMxfp4ChunkBlocks);
+      for (int b = 0; b < blocks_per_row; ++b) {
+        const int64_t index = mxfp4_tiled_index(row, b, rows, blocks_per_row);
+        ASSERT_GE(index, 0);
+        ASSERT_LT(index, rows * padded);
+        ++seen[static_cast<size_t>(index)];
+        // Chunk c of the slice starts c x (slice rows x 4) after the slice's first element, rows in order.
+        const int64_t expected = first * padded + (b / kMxfp4ChunkBlocks) * slice_rows * kMxfp4ChunkBlocks +
+                                 (row - first) * kMxfp4ChunkBlocks + b % kMxfp4ChunkBlocks;
+        ASSERT_EQ(index, expected);
+        // A chunk's scale bytes of one row are one aligned 32-bit word.
+        ASSERT_EQ((index - b % kMxfp4ChunkBlocks) % 4, 0);
+      }
+    }
+    // No element holds two blocks (the pads are the only ones left unused).
+    EXPECT_EQ(*std::max_element(seen.begin(), seen.end()), 1);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), rows * blocks_per_row);
+  }
 }
 
 }  // namespace

@@ -67,11 +67,10 @@ int mxfp4_exponent(int64_t fan_in, double target) {
 }  // namespace
 
 int DeviceWeights::add_row_scale_max(ExpertWeightsView& e, int64_t experts) {
-  const int64_t rows = experts * e.out_features;
-  auto* row_max = static_cast<uint8_t*>(allocate(rows));
+  auto* row_max = static_cast<uint8_t*>(allocate(experts * e.out_features));
   DeviceBuffer wide(sizeof(int32_t));
-  launch_mxfp4_row_scale_max(nullptr, e.scales, rows, static_cast<int>(e.in_features / kMxfp4BlockSize), row_max,
-                             wide.as<int32_t>());
+  launch_mxfp4_row_scale_max(nullptr, e.scales, experts, e.out_features, static_cast<int>(e.in_features / kMxfp4BlockSize),
+                             row_max, wide.as<int32_t>());
   e.row_scale_max = row_max;
   return to_host<int32_t>(wide.get(), 1)[0];
 }
@@ -113,14 +112,27 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
     ExpertWeightsView e;
     e.out_features = m.out_features;
     e.in_features = m.in_features;
-    auto* block_bytes =
-        static_cast<uint8_t*>(put(m.blocks + first_expert * per_expert * kMxfp4BlockBytes, blocks * kMxfp4BlockBytes));
-    launch_mxfp4_pack(nullptr, block_bytes, blocks * kMxfp4BlockBytes);  // the kernels' order (moe_layout.h)
+    // The checkpoint's order up, then tiled (moe_layout.h) and each word packed: the kernels' order.
+    const int blocks_per_row = static_cast<int>(m.in_features / kMxfp4BlockSize);
+    const int64_t tiled = mxfp4_tiled_elements(count, m.out_features, blocks_per_row);
+    auto* block_bytes = static_cast<uint8_t*>(d.allocate(tiled * kMxfp4BlockBytes));
+    auto* scale_bytes = static_cast<uint8_t*>(d.allocate(tiled));
+    {
+      DeviceBuffer checkpoint_blocks(blocks * kMxfp4BlockBytes), checkpoint_scales(blocks);
+      MOESERVE_CUDA_CHECK(cudaMemcpy(checkpoint_blocks.get(), m.blocks + first_expert * per_expert * kMxfp4BlockBytes,
+                                     blocks * kMxfp4BlockBytes, cudaMemcpyHostToDevice));
+      MOESERVE_CUDA_CHECK(cudaMemcpy(checkpoint_scales.get(), m.scales + first_expert * per_expert, blocks,
+                                     cudaMemcpyHostToDevice));
+      launch_mxfp4_tile(nullptr, block_bytes, scale_bytes, checkpoint_blocks.as<uint8_t>(),
+                        checkpoint_scales.as<uint8_t>(), count, m.out_features, blocks_per_row);
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());  // before the buffers go
+    }
+    launch_mxfp4_pack(nullptr, block_bytes, tiled * kMxfp4BlockBytes);
     e.blocks = block_bytes;
-    e.scales = static_cast<const uint8_t*>(put(m.scales + first_expert * per_expert, blocks));
+    e.scales = scale_bytes;
     const auto bias_begin = m.bias.begin() + first_expert * m.out_features;
     e.bias = put_floats(std::vector<float>(bias_begin, bias_begin + count * m.out_features));
-    launch_max_byte(nullptr, e.scales, blocks, max_scale.as<int32_t>());
+    launch_max_byte(nullptr, e.scales, tiled, max_scale.as<int32_t>());
     const int32_t largest = to_host<int32_t>(max_scale.get(), 1)[0];
     MOESERVE_CHECK(largest <= 128, "{}: {} has an MXFP4 scale of 2^{}; the CUDA dequantiser handles up to 2^1",
                    source, name, largest - 127);
@@ -174,7 +186,7 @@ DeviceWeights DeviceWeights::synthetic(const ModelConfig& c, uint64_t seed, Prec
   };
   auto vector = [&](int64_t n, float mean, float std) { return static_cast<const float*>(fill(Precision::f32, n, mean, std)); };
   auto experts = [&](int64_t out, int64_t in, int exponent) {
-    const int64_t blocks = held * out * in / kMxfp4BlockSize;
+    const int64_t blocks = mxfp4_tiled_elements(held, out, static_cast<int>(in / kMxfp4BlockSize));  // pads too
     ExpertWeightsView e;
     e.out_features = out;
     e.in_features = in;

@@ -311,8 +311,10 @@ void launch_route_top_k_and_group(cudaStream_t stream, const float* logits, int 
 
 // ---- moe_*.cu: expert projections over grouped rows, MXFP4 weights dequantised on the fly -------------------------------
 struct ExpertWeightsView {
-  const uint8_t* blocks = nullptr;  // [E, out, in / 32, 16]
-  const uint8_t* scales = nullptr;  // [E, out, in / 32]
+  // MXFP4 blocks (16 bytes) and scale bytes of E experts [E, out, in / 32], each expert tiled for streaming
+  // (moe_layout.h: mxfp4_tiled_index; out x mxfp4_padded_blocks(in / 32) elements an expert).
+  const uint8_t* blocks = nullptr;
+  const uint8_t* scales = nullptr;
   const float* bias = nullptr;      // [E, out]
   int64_t out_features = 0, in_features = 0;
   // Each weight row's largest block scale byte [E, out] (launch_mxfp4_row_scale_max): the FP8 grouped GEMM folds
@@ -394,13 +396,18 @@ void launch_fill_bytes(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t ke
 void launch_fill_scales(cudaStream_t stream, uint8_t* out, int64_t n, uint64_t key, int exponent);
 // Largest byte of an array (MXFP4 scale check), into *result (a device int).
 void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32_t* result);
-// Each of `rows` MXFP4 weight rows' largest scale byte (scales [rows, blocks_per_row]) into row_max [rows], and into
-// *wide_rows (a device int, zeroed first) the count of rows whose scales span more than kMxfp4E4m3ExactSpan: the
-// rows the FP8 grouped GEMM rounds (moe_layout.h).
-void launch_mxfp4_row_scale_max(cudaStream_t stream, const uint8_t* scales, int64_t rows, int blocks_per_row,
-                                uint8_t* row_max, int32_t* wide_rows);
+// Each MXFP4 weight row's largest scale byte (scales of `experts` experts of `rows` rows, tiled: moe_layout.h) into
+// row_max [experts * rows], and into *wide_rows (a device int, zeroed first) the count of rows whose scales span more
+// than kMxfp4E4m3ExactSpan: the rows the FP8 grouped GEMM rounds (moe_layout.h).
+void launch_mxfp4_row_scale_max(cudaStream_t stream, const uint8_t* scales, int64_t experts, int64_t rows,
+                                int blocks_per_row, uint8_t* row_max, int32_t* wide_rows);
 // MXFP4 blocks uploaded in the checkpoint's order into the device's packed order (moe_layout.h: mxfp4_pack_word),
 // in place; bytes a multiple of 16 (whole blocks).
 void launch_mxfp4_pack(cudaStream_t stream, uint8_t* blocks, int64_t bytes);
+// MXFP4 experts in the checkpoint's order ([experts, rows, blocks_per_row] blocks and scales) into the device's tiled
+// order (moe_layout.h), into buffers of mxfp4_tiled_elements(...) blocks and scale bytes, the pads zeroed. Not in place.
+int64_t mxfp4_tiled_elements(int64_t experts, int64_t rows, int blocks_per_row);
+void launch_mxfp4_tile(cudaStream_t stream, uint8_t* blocks_out, uint8_t* scales_out, const uint8_t* blocks_in,
+                       const uint8_t* scales_in, int64_t experts, int64_t rows, int blocks_per_row);
 
 }  // namespace moeserve::cuda

@@ -42,11 +42,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p
 
   const int64_t row_a = moe_slab_row(blockIdx.x, g, 0, kSwiglu), row_b = moe_slab_row(blockIdx.x, g, 1, kSwiglu);
   const bool ok_a = row_a < N, ok_b = row_b < N;
+  // Tiled weights (moe_layout.h): a chunk's 4 blocks of a row are adjacent, so a warp's loads of one chunk cover
+  // its 16 rows' 64-byte runs of one 16 KB chunk.
   const int64_t expert_row = static_cast<int64_t>(e) * N;
-  const uint8_t* blocks_a = p.w.blocks + (expert_row + (ok_a ? row_a : 0)) * blocks_per_row * 16;
-  const uint8_t* blocks_b = p.w.blocks + (expert_row + (ok_b ? row_b : 0)) * blocks_per_row * 16;
-  const uint8_t* scales_a = p.w.scales + (expert_row + (ok_a ? row_a : 0)) * blocks_per_row;
-  const uint8_t* scales_b = p.w.scales + (expert_row + (ok_b ? row_b : 0)) * blocks_per_row;
+  const int64_t expert_first = expert_row * mxfp4_padded_blocks(blocks_per_row);
+  const Mxfp4TiledRow tiled_a = mxfp4_tiled_row(ok_a ? row_a : 0, N, blocks_per_row);
+  const Mxfp4TiledRow tiled_b = mxfp4_tiled_row(ok_b ? row_b : 0, N, blocks_per_row);
+  const int64_t first_a = expert_first + tiled_a.row_offset + c, first_b = expert_first + tiled_b.row_offset + c;
 
   const bf16* x_rows[kTiles];
   bool x_ok[kTiles];
@@ -62,10 +64,11 @@ __global__ void __launch_bounds__(kWarps * 32) moe_decode_kernel(MoeGemmParams p
   auto load = [&](int chunk, Chunk<kTiles>& ch) {
     const int kb = chunk * 4 + c;
     const bool k_ok = kb < blocks_per_row;
-    ch.w_a = ok_a && k_ok ? load_weights_16(blocks_a + kb * 16) : zero;
-    ch.w_b = ok_b && k_ok ? load_weights_16(blocks_b + kb * 16) : zero;
-    ch.s_a = ok_a && k_ok ? scales_a[kb] : 0u;
-    ch.s_b = ok_b && k_ok ? scales_b[kb] : 0u;
+    const int64_t index_a = first_a + chunk * tiled_a.chunk_stride, index_b = first_b + chunk * tiled_b.chunk_stride;
+    ch.w_a = ok_a && k_ok ? load_weights_16(p.w.blocks + index_a * 16) : zero;
+    ch.w_b = ok_b && k_ok ? load_weights_16(p.w.blocks + index_b * 16) : zero;
+    ch.s_a = ok_a && k_ok ? p.w.scales[index_a] : 0u;
+    ch.s_b = ok_b && k_ok ? p.w.scales[index_b] : 0u;
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt)
 #pragma unroll

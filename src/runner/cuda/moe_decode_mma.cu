@@ -6,9 +6,10 @@
 // global memory in every warp, 2 bytes of activations per weight byte per 8-row n-tile, so at 8-24 rows per expert
 // its warps mostly load activations (33-40% of the copy bandwidth); the wgmma decode kernel (moe_decode_wgmma.cu)
 // reads each expert once but its tensor rate scales with its narrow N (121 TFLOP/s at n32). Here a CTA of 8 warps
-// owns 256 weight rows (2 m16 slabs a warp) of one expert for one tile of up to 8 kNTiles of its rows, and walks K in
-// 128-k chunks through a 4-stage cp.async ring holding, per chunk, the CTA's raw MXFP4 blocks (16 KB), the aligned
-// words holding their scale bytes (2 KB) and the tile's activations (256 bytes a row). Each warp converts its rows'
+// owns 256 weight rows (2 m16 slabs a warp: one slice of the tiled weights, moe_layout.h) of one expert for one tile
+// of up to 8 kNTiles of its rows, and walks K in 128-k chunks through a 4-stage cp.async ring holding, per chunk, the
+// CTA's raw MXFP4 blocks (16 KB, one contiguous run of the tiled weights), their scale bytes (a 32-bit word a row,
+// 1 KB) and the tile's activations (256 bytes a row). Each warp converts its rows'
 // blocks once per chunk and uses them for every n-tile, so a weight value costs its conversion once however many
 // tokens the tile holds, and an activation value is read from shared memory once per warp (32 weight rows).
 //
@@ -54,7 +55,7 @@ template <int kNTiles, bool kFp8>
 struct Layout {
   static constexpr int kTileRows = 8 * kNTiles;
   static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB
-  static constexpr int kScaleBytes = kWeightRows * 8;                   // two aligned words a row
+  static constexpr int kScaleBytes = kWeightRows * 4;                   // the chunk's 4 scale bytes of each row
   static constexpr int kRowPieces = kFp8 ? 8 : 16;                      // 16-byte pieces of a token row per chunk
   static constexpr int kActivationBytes = kTileRows * kRowPieces * 16;
   static constexpr int kStageBytes = kWeightBytes + kScaleBytes + kActivationBytes;
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   const int chunks = (blocks_per_row + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t expert_row = static_cast<int64_t>(e) * N;
   const int64_t slab0 = static_cast<int64_t>(blockIdx.x) * kWarps * kMSlabs;
+  // The CTA's rows are slice blockIdx.x of the tiled weights: chunk c of a row is c chunk strides on.
+  const int64_t expert_first = static_cast<int64_t>(e) * N * mxfp4_padded_blocks(blocks_per_row);
+  const int64_t chunk_stride = mxfp4_tiled_row(slab0 * 16, N, blocks_per_row).chunk_stride;
 
   extern __shared__ __align__(128) uint8_t shared[];
 
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   // Weights: kWeightRows x 4 pieces; piece i = threadIdx.x + kThreads * j is (warp w, slab m, which, g, block c)
   // in that order, so that a warp's 32 lanes read 512 contiguous shared bytes per (slab, which).
   constexpr int kWeightCopies = kWeightRows * kChunkBlocks / kThreads;  // 4
-  const uint8_t* w_base = p.w.blocks + expert_row * blocks_per_row * 16;
+  const uint8_t* w_base = p.w.blocks + expert_first * 16;
   uint32_t w_offset[kWeightCopies];  // bytes from w_base (moe_decode_mma_grid bounds an expert's blocks below 2^31 bytes)
   uint32_t w_dst[kWeightCopies];     // bytes from the stage: piece i, or (FP8) block cc of its row at slot cc ^ (cg / 2)
   bool w_ok[kWeightCopies];
@@ -92,22 +96,19 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
     const int cw = i / 128, cm = (i / 64) % 2, cwhich = (i / 32) % 2, cg = (i / 4) % 8, cc = i % 4;
     const int64_t row = moe_slab_row(slab0 + cw * kMSlabs + cm, cg, cwhich, kSwiglu);
     w_ok[j] = row < N;
-    w_offset[j] = static_cast<uint32_t>(((w_ok[j] ? row : 0) * blocks_per_row + cc) * 16);
+    w_offset[j] = static_cast<uint32_t>((mxfp4_tiled_row(w_ok[j] ? row : 0, N, blocks_per_row).row_offset + cc) * 16);
     w_dst[j] = static_cast<uint32_t>((kFp8 ? i - cc + (cc ^ (cg / 2)) : i) * 16);
   }
-  // Scales: per weight row the two aligned 32-bit words covering its chunk's 4 scale bytes, one thread per row
-  // (thread i: warp i / 32, slab, which, g in the weights' order above without the block).
+  // Scales: per weight row the aligned 32-bit word of its chunk's 4 scale bytes, one thread per row (thread i: warp
+  // i / 32, slab, which, g in the weights' order above without the block).
   const uint8_t* s_src = nullptr;
   bool s_ok = false;
-  uint32_t s_shift = 0;  // this row's first scale byte inside its first word
   {
     const int i = threadIdx.x;
     const int cw = i / 32, cm = (i / 16) % 2, cwhich = (i / 8) % 2, cg = i % 8;
     const int64_t row = moe_slab_row(slab0 + cw * kMSlabs + cm, cg, cwhich, kSwiglu);
     s_ok = row < N;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p.w.scales + (expert_row + (s_ok ? row : 0)) * blocks_per_row);
-    s_src = reinterpret_cast<const uint8_t*>(first & ~uintptr_t{3});
-    s_shift = static_cast<uint32_t>(first & 3u);
+    s_src = p.w.scales + expert_first + mxfp4_tiled_row(s_ok ? row : 0, N, blocks_per_row).row_offset;
   }
   // Activations: kTileRows x 16 pieces, piece i = threadIdx.x + kThreads * j is (token row i / 16, piece i % 16).
   constexpr int kActivationCopies = (L::kTileRows * kRowPieces + kThreads - 1) / kThreads;
@@ -139,22 +140,14 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   auto copy_chunk = [&](int chunk) {
     uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
     const int kb = chunk * kChunkBlocks;
+    const uint32_t chunk_offset = static_cast<uint32_t>(chunk * chunk_stride);
 #pragma unroll
     for (int j = 0; j < kWeightCopies; ++j) {
       const int i = threadIdx.x + kThreads * j;
       const bool ok = w_ok[j] && kb + (i % 4) < blocks_per_row;
-      cp_async_16(stage + w_dst[j], w_base + w_offset[j] + static_cast<uint32_t>(kb) * 16u, ok);
+      cp_async_16(stage + w_dst[j], w_base + w_offset[j] + chunk_offset * 16u, ok);
     }
-    {
-      // Bytes s_shift + kb .. + 3 of the row's scales from its first aligned word on: words w0, w0 + 1. The
-      // second is read only when the chunk's bytes reach into it (never past the row's last scale byte's word).
-      const uint32_t first = s_shift + static_cast<uint32_t>(kb);
-      const int valid = min(kChunkBlocks, blocks_per_row - kb);
-      const uint8_t* word = s_src + (first & ~3u);
-      uint8_t* dst = stage + L::kWeightBytes + threadIdx.x * 8;
-      cp_async_4(dst, word, s_ok);
-      cp_async_4(dst + 4, word + 4, s_ok && static_cast<int>(first % 4) + valid > 4);
-    }
+    cp_async_4(stage + L::kWeightBytes + threadIdx.x * 4, s_src + chunk_offset, s_ok);
 #pragma unroll
     for (int j = 0; j < kActivationCopies; ++j) {
       const int i = threadIdx.x + kThreads * j;
@@ -165,24 +158,12 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   };
 
   float acc[kMSlabs][kNTiles][4] = {};
-  // This lane's scale byte of (slab m, which) sits at byte (first % 4) + c of the stage's two words for that row;
-  // first % 4 = (s_shift of that row + 4 chunk) % 4 = that row's s_shift, which is a function of the row alone.
-  uint32_t scale_byte[kMSlabs][2];
-#pragma unroll
-  for (int m = 0; m < kMSlabs; ++m)
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const int64_t row = moe_slab_row(slab0 + warp * kMSlabs + m, g, which, kSwiglu);
-      const uintptr_t first =
-          reinterpret_cast<uintptr_t>(p.w.scales + (expert_row + (row < N ? row : 0)) * blocks_per_row);
-      scale_byte[m][which] = static_cast<uint32_t>(first & 3u) + (kFp8 ? 0 : c);
-    }
 
   const Mxfp4Bf16Constants constants = kFp8 ? Mxfp4Bf16Constants{} : mxfp4_bf16_constants();  // in registers (moe_layout.h)
   auto compute_bf16 = [&](int chunk) {
     const uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
     const uint8_t* weights = stage + warp * (kMSlabs * 2 * 32 * 16);
-    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 8);
+    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 4);
     const uint8_t* acts = stage + L::kWeightBytes + L::kScaleBytes;
     uint4 w[kMSlabs][2];
     uint32_t factor[kMSlabs][2];
@@ -191,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
 #pragma unroll
       for (int which = 0; which < 2; ++which) {
         w[m][which] = *reinterpret_cast<const uint4*>(weights + ((m * 2 + which) * 32 + lane) * 16);
-        factor[m][which] = mxfp4_scale_bf16x2(scales[((m * 2 + which) * 8 + g) * 8 + scale_byte[m][which]]);
+        factor[m][which] = mxfp4_scale_bf16x2(scales[((m * 2 + which) * 8 + g) * 4 + c]);
       }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -226,16 +207,16 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
   auto compute_fp8 = [&](int chunk) {
     const uint8_t* stage = shared + (chunk % kStages) * L::kStageBytes;
     const uint8_t* weights = stage + warp * (kMSlabs * 2 * 32 * 16);
-    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 8);
+    const uint8_t* scales = stage + L::kWeightBytes + warp * (kMSlabs * 2 * 8 * 4);
     const uint8_t* acts = stage + L::kWeightBytes + L::kScaleBytes;
-    // The chunk's 4 scale bytes of each of this lane's rows (+ 6 each), from the row's two aligned words.
+    // The chunk's 4 scale bytes of each of this lane's rows (+ 6 each), from the row's word.
     uint32_t row_scales[kMSlabs][2];
 #pragma unroll
     for (int m = 0; m < kMSlabs; ++m)
 #pragma unroll
       for (int which = 0; which < 2; ++which) {
-        const uint2 words = *reinterpret_cast<const uint2*>(scales + ((m * 2 + which) * 8 + g) * 8);
-        row_scales[m][which] = __funnelshift_r(words.x, words.y, 8 * scale_byte[m][which]) + kMxfp4E4m3ScaleBias;
+        row_scales[m][which] =
+            *reinterpret_cast<const uint32_t*>(scales + ((m * 2 + which) * 8 + g) * 4) + kMxfp4E4m3ScaleBias;
       }
 #pragma unroll
     for (int j = 0; j < kChunkBlocks; ++j) {

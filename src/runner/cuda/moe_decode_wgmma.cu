@@ -108,11 +108,13 @@ struct Producer {
   uint32_t pending[kScalesPerThread];  // scale bytes of positions t + 128 j (block b in byte b), for pending_step
   int pending_step = -1;
 
-  // Index of block `block` of this step in weight row `row`, or -1 past the weight rows or past K.
+  // Index of block `block` of this step in weight row `row` (tiled: moe_layout.h), or -1 past the weight rows or
+  // past K.
   __device__ int64_t block_index(int64_t row, int step, int block) const {
     const int kb = kStepBlocks * step + block;
     return row < p.w.out_features && kb < blocks_per_row
-               ? (expert * p.w.out_features + row) * blocks_per_row + kb
+               ? expert * p.w.out_features * mxfp4_padded_blocks(blocks_per_row) +
+                     mxfp4_tiled_index(row, kb, p.w.out_features, blocks_per_row)
                : -1;
   }
 

@@ -62,6 +62,35 @@ MOESERVE_HD uint32_t bf16x2_multiply(uint32_t a, uint32_t b) {
 #endif
 }
 
+// ---- where an expert matrix's MXFP4 blocks and scales sit on the device ----------------------------------------------
+// The checkpoint holds [rows][blocks_per_row], so a kernel walking K in chunks of 128 (4 blocks) for a slice of 256
+// weight rows reads 64 bytes of each row 1,440 bytes apart (gpt-oss-120b, K = 2,880): streamed that way one layer's
+// experts move at 67% of the read rate on an H100, the same bytes as contiguous runs at 100%
+// (benchmarks/cuda/weight_stream_bench.cu, docs/PERF.md), and the decode kernels sat at that 66%. The device
+// therefore holds each expert matrix tiled: slices of 256 rows (the last one shorter), each slice a run of chunks of
+// 4 blocks, a chunk [slice rows][4 blocks] contiguous; a row's blocks are padded to whole chunks (the pad blocks
+// and scales are zero and never read). Block (row, b) of an expert is element mxfp4_tiled_index(row, b) of its
+// expert's blocks (16 bytes each) and of its scales (a byte each), so a chunk's scale bytes of one row are one
+// aligned 32-bit word. The experts follow each other, mxfp4_padded_blocks(blocks_per_row) x rows blocks apart.
+inline constexpr int kMxfp4SliceRows = 256;
+inline constexpr int kMxfp4ChunkBlocks = 4;
+MOESERVE_HD int mxfp4_padded_blocks(int blocks_per_row) { return (blocks_per_row + 3) & ~3; }
+// The parts of the index that depend on the row alone: index = row_offset + chunk * chunk_stride + b % 4.
+struct Mxfp4TiledRow {
+  int64_t row_offset;    // the slice's first element + 4 x the row's place in its slice
+  int64_t chunk_stride;  // 4 x the slice's rows
+};
+MOESERVE_HD Mxfp4TiledRow mxfp4_tiled_row(int64_t row, int64_t rows, int blocks_per_row) {
+  const int64_t first = row - row % kMxfp4SliceRows;
+  const int64_t slice_rows = rows - first < kMxfp4SliceRows ? rows - first : kMxfp4SliceRows;
+  return {first * mxfp4_padded_blocks(blocks_per_row) + (row - first) * kMxfp4ChunkBlocks,
+          slice_rows * kMxfp4ChunkBlocks};
+}
+MOESERVE_HD int64_t mxfp4_tiled_index(int64_t row, int block, int64_t rows, int blocks_per_row) {
+  const Mxfp4TiledRow r = mxfp4_tiled_row(row, rows, blocks_per_row);
+  return r.row_offset + (block / kMxfp4ChunkBlocks) * r.chunk_stride + block % kMxfp4ChunkBlocks;
+}
+
 // ---- MXFP4 -> bf16 -------------------------------------------------------------------------------------------
 // An e2m1 nibble s e1 e0 m becomes the bf16 with bits 15 (s), 8 (e1), 7 (e0), 6 (m): its value times 2^-126 (code
 // 001, 0.5, lands on the bf16 subnormal 2^-127; the others are normal), the same trick mxfp4_factor plays in fp32.

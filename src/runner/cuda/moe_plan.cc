@@ -203,7 +203,8 @@ MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features,
 
 MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts) {
   MOESERVE_CHECK(out_features > 0 && out_features <= int64_t{1} << 24, "moe_decode_mma: out_features {}", out_features);
-  MOESERVE_CHECK(in_features > 0 && out_features * in_features / 2 < int64_t{1} << 31,
+  // The tiled layout pads each row to whole 128-k chunks (moe_layout.h).
+  MOESERVE_CHECK(in_features > 0 && out_features * ((in_features + 127) / 128 * 128) / 2 < int64_t{1} << 31,
                  "moe_decode_mma: {} x {} MXFP4 weights an expert (under 2^31 bytes)", out_features, in_features);
   MoeGrid grid;
   grid.weight_tiles = static_cast<int>((out_features + kMoeDecodeMmaWeightRows - 1) / kMoeDecodeMmaWeightRows);

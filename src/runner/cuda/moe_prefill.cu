@@ -64,14 +64,15 @@ __global__ void __launch_bounds__(kThreads) moe_prefill_kernel(MoeGemmParams p) 
   // Weights: one MXFP4 block (row n0 + tid / 2, block 2 step + tid % 2) per thread per k step.
   const int b_row = tid / 2, b_half = tid % 2;
   const bool b_row_ok = n0 + b_row < N;
-  const int64_t weight_row = static_cast<int64_t>(e) * N + (b_row_ok ? n0 + b_row : 0);
-  const uint8_t* b_blocks = p.w.blocks + weight_row * blocks_per_row * 16;
-  const uint8_t* b_scales = p.w.scales + weight_row * blocks_per_row;
+  // Tiled weights (moe_layout.h): block kb of the row at row_offset + (kb / 4) chunk strides + kb % 4.
+  const Mxfp4TiledRow b_tiled = mxfp4_tiled_row(b_row_ok ? n0 + b_row : 0, N, blocks_per_row);
+  const int64_t b_first = static_cast<int64_t>(e) * N * mxfp4_padded_blocks(blocks_per_row) + b_tiled.row_offset;
   auto load_b = [&](int step, uint4& block, uint32_t& scale) {
     const int kb = 2 * step + b_half;
     const bool ok = b_row_ok && kb < blocks_per_row;
-    block = ok ? load_weights_16(b_blocks + kb * 16) : make_uint4(0, 0, 0, 0);
-    scale = ok ? b_scales[kb] : 0u;
+    const int64_t index = b_first + (kb / 4) * b_tiled.chunk_stride + kb % 4;
+    block = ok ? load_weights_16(p.w.blocks + index * 16) : make_uint4(0, 0, 0, 0);
+    scale = ok ? p.w.scales[index] : 0u;
   };
   const Mxfp4Bf16Constants constants = mxfp4_bf16_constants();  // in registers (moe_layout.h)
   auto store_b = [&](int stage, const uint4& block, uint32_t scale) {

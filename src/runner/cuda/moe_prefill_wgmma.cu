@@ -54,7 +54,8 @@ static_assert(kProducerGroups * kProducerRegisters + 2 * kConsumerRegisters <= 5
 
 // The layout of one element type: k per step (one 128-byte swizzle row), MXFP4 blocks a weight row has per step, and
 // the shared-memory map. bf16: per block the aligned word holding its scale byte and the byte's bit offset; e4m3:
-// per weight row the two aligned words holding its four scale bytes, the word holding its s_max byte, two offsets.
+// per weight row the word of its four scale bytes (tiled: one chunk's), a spare word, the word holding its s_max
+// byte, and s_max's byte index at byte 13.
 template <bool kFp8>
 struct Layout {
   static constexpr int kElementBytes = kFp8 ? 1 : 2;
@@ -115,8 +116,7 @@ struct Producer {
   Shared<kFp8> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
-  const uint8_t* scales_end;   // one past the layer's scale bytes: a word reaching past it is read byte-wise
-  const uint8_t* row_max_end;  // one past row_scale_max (FP8)
+  const uint8_t* row_max_end;  // one past row_scale_max (FP8): a word reaching past it is read byte-wise
 
   // The item (local index) and k step of a global step; a group's next one is two steps on.
   struct Cursor {
@@ -132,15 +132,22 @@ struct Producer {
   // A: the x row of each of the thread's A rows (-1 past the tile's rows), for item a_item.
   int a_item = -1;
   int a_row[L::kARowsPerThread];
-  // Raw, for item raw_item: row t / B's block t % B at step 0, the rows of the thread inside N, and (FP8) the word
-  // this thread copies into its row's meta (b = t % B: 0, 1 the words holding the step's four scale bytes, 2 the word
-  // holding s_max, 3 none) with the byte indices of both in their words (constant per row: 4 step is a multiple of 4).
+  // Raw, for item raw_item: the item's expert's tiled blocks and scales (moe_layout.h), the tiled offset of each of
+  // the thread's rows (t / B + (128 / B) i of the item) and how many of them lie inside N; the chunk stride is 4 x 256
+  // but in the matrix's last, shorter slice (rows from last_first on). (FP8) The thread's b = t % B: 0 copies the word
+  // of the step's four scale bytes of its row (a chunk's: one aligned word), 2 the word holding s_max, 1 and 3 none;
+  // s_max's byte index in its word is constant per row.
   int raw_item = -1;
-  const uint8_t* block_src = nullptr;
+  const uint8_t* expert_blocks = nullptr;
+  const uint8_t* expert_scales = nullptr;
+  uint32_t row_offset[L::kBlocksPerThread];
   int rows_in = 0;
-  const uint8_t* meta_src = nullptr;  // FP8: the word for row t / B (+ 4 step for b < 2); bf16: the scale byte
-  int meta_shift = 0;                 // FP8: b 0: the first scale byte's index in its word, b 2: s_max's
-  bool near_end = false;              // a word of the thread's rows may reach past its array's end
+  int64_t n_first = 0;            // the thread's first row
+  int64_t last_first = 0;         // first row of the matrix's last slice
+  uint32_t last_stride = 0;       // its chunk stride
+  const uint8_t* max_src = nullptr;  // FP8, b 2: the word holding s_max of row n_first
+  int max_shift = 0;                 // its byte index
+  bool near_end = false;             // FP8: an s_max word of the thread's rows may reach past row_max_end
   Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
@@ -155,25 +162,34 @@ struct Producer {
 
   __device__ void start_raw_item(int local) {
     const Item it = item_at(p, item_of_local(local), n_tiles);
-    const int b = t % kB;
-    const int64_t n = it.n0 + t / kB;
-    const int64_t row = it.expert * p.w.out_features + n;
-    rows_in = n < p.w.out_features ? static_cast<int>((p.w.out_features - n + kRowStride - 1) / kRowStride) : 0;
-    block_src = p.w.blocks + (row * blocks_per_row + b) * 16;
-    const int64_t last_row = row + static_cast<int64_t>(kRowStride) * (L::kBlocksPerThread - 1);
+    const int64_t N = p.w.out_features;
+    const int64_t expert_first = it.expert * N * mxfp4_padded_blocks(blocks_per_row);
+    expert_blocks = p.w.blocks + expert_first * 16;
+    expert_scales = p.w.scales + expert_first;
+    n_first = it.n0 + t / kB;
+    rows_in = n_first < N ? static_cast<int>((N - n_first + kRowStride - 1) / kRowStride) : 0;
+#pragma unroll
+    for (int i = 0; i < L::kBlocksPerThread; ++i) {
+      const int64_t n = n_first + static_cast<int64_t>(kRowStride) * i;
+      row_offset[i] = static_cast<uint32_t>(mxfp4_tiled_row(n < N ? n : 0, N, blocks_per_row).row_offset);
+    }
+    last_first = (N - 1) - (N - 1) % kMxfp4SliceRows;
+    last_stride = static_cast<uint32_t>(mxfp4_tiled_row(last_first, N, blocks_per_row).chunk_stride);
     if constexpr (kFp8) {
-      const uint8_t* scale = p.w.scales + row * blocks_per_row;
-      const uint8_t* largest = p.w.row_scale_max + row;
-      const uintptr_t address = reinterpret_cast<uintptr_t>(b == 2 ? largest : scale);
-      meta_shift = static_cast<int>(address & 3);
-      meta_src = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3}) + (b == 1 ? 4 : 0);
-      near_end = p.w.scales + (last_row + 1) * blocks_per_row + 8 > scales_end ||
-                 p.w.row_scale_max + last_row + 4 > row_max_end;
-    } else {
-      meta_src = p.w.scales + row * blocks_per_row + b;
-      near_end = p.w.scales + (last_row + 1) * blocks_per_row + 4 > scales_end;
+      const int64_t row = it.expert * N + n_first;
+      const uintptr_t address = reinterpret_cast<uintptr_t>(p.w.row_scale_max + row);
+      max_shift = static_cast<int>(address & 3);
+      max_src = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
+      near_end = p.w.row_scale_max + row + static_cast<int64_t>(kRowStride) * (L::kBlocksPerThread - 1) + 4 > row_max_end;
     }
     raw_item = local;
+  }
+
+  // Tiled index, from the item's expert's first element, of block kb of the thread's row i.
+  __device__ uint32_t tiled_index(int i, int kb) const {
+    const int64_t n = n_first + static_cast<int64_t>(kRowStride) * i;
+    const uint32_t stride = n >= last_first ? last_stride : kMxfp4SliceRows * kMxfp4ChunkBlocks;
+    return row_offset[i] + static_cast<uint32_t>(kb / kMxfp4ChunkBlocks) * stride + kb % kMxfp4ChunkBlocks;
   }
 
   // Activations of cursor c (global step g) into A stage g % kStages, once the consumers gave the stage back.
@@ -213,43 +229,32 @@ struct Producer {
     if (c.local != raw_item) start_raw_item(c.local);
     unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
     unsigned char* meta = raw + L::kRawBlockBytes;
-    const int b = t % kB;
-    const bool block_ok = kB * c.step + b < blocks_per_row;
-    const int64_t block_stride = static_cast<int64_t>(kRowStride) * blocks_per_row * 16;
-    const uint8_t* blocks = block_src + static_cast<int64_t>(c.step) * kB * 16;
+    const int b = t % kB, kb = kB * c.step + b;
+    const bool block_ok = kb < blocks_per_row;
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
       const bool ok = i < rows_in && block_ok;
-      cp_async_16(raw + q * 16, ok ? blocks + i * block_stride : p.w.blocks, ok);
+      const uint32_t index = tiled_index(i, kb);
+      cp_async_16(raw + q * 16, ok ? expert_blocks + static_cast<int64_t>(index) * 16 : p.w.blocks, ok);
       if constexpr (!kFp8) {
-        // The aligned word holding this block's scale byte, and the byte's bit offset.
-        const uint8_t* byte = meta_src + static_cast<int64_t>(kRowStride) * blocks_per_row * i + kB * c.step;
-        const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
-        const uint8_t* word = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
-        unsigned char* slot = meta + q * 4;
-        if (!near_end || !ok || word + 4 <= scales_end) {
-          cp_async_4(slot, ok ? word : p.w.scales, ok);
-          meta[kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (address & 3));
-        } else {
-          *reinterpret_cast<uint32_t*>(slot) = __ldg(byte);
-          meta[kTileN * kB * 4 + q] = 0;
-        }
+        // The aligned word holding this block's scale byte (its chunk's word), and the byte's bit offset.
+        cp_async_4(meta + q * 4, ok ? expert_scales + (index & ~3u) : p.w.scales, ok);
+        meta[kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (index & 3u));
       } else {
-        // Per weight row (16 bytes): the words holding scale bytes 4 step .. 4 step + 3 (from lanes b = 0, 1), the
-        // word holding s_max (b = 2), then the two byte indices.
-        if (b < 3) {
-          unsigned char* row_meta = meta + (q / kB) * 16;
-          const bool in_row = i < rows_in;
-          const uint8_t* word =
-              meta_src + (b == 2 ? static_cast<int64_t>(kRowStride) * i
-                                 : static_cast<int64_t>(kRowStride) * blocks_per_row * i + 4 * c.step);
-          unsigned char* slot = row_meta + 4 * b;
+        // Per weight row (16 bytes): the word of the step's four scale bytes (b = 0: the step is one chunk, so
+        // they are one aligned word), the word holding s_max (b = 2), then the two byte indices.
+        const bool in_row = i < rows_in;
+        unsigned char* row_meta = meta + (q / kB) * 16;
+        if (b == 0) {
+          cp_async_4(row_meta, in_row ? expert_scales + tiled_index(i, 4 * c.step) : p.w.scales, in_row);
+        } else if (b == 2) {
+          const uint8_t* word = max_src + static_cast<int64_t>(kRowStride) * i;
           if (!near_end)
-            cp_async_4(slot, in_row ? word : p.w.scales, in_row);
+            cp_async_4(row_meta + 8, in_row ? word : p.w.scales, in_row);
           else
-            copy_word_near_end(slot, word, b == 2 ? row_max_end : scales_end, in_row);
-          if (b != 1) row_meta[12 + b / 2] = static_cast<unsigned char>(meta_shift);
+            copy_word_near_end(row_meta + 8, word, row_max_end, in_row);
+          row_meta[13] = static_cast<unsigned char>(max_shift);
         }
       }
     }
@@ -280,11 +285,10 @@ struct Producer {
         }
       } else {
         const unsigned char* row_meta = meta + (row0 + kRowStride * i) * 16;
-        const uint2 words = *reinterpret_cast<const uint2*>(row_meta);
+        const uint32_t scales = *reinterpret_cast<const uint32_t*>(row_meta);
         const uint32_t max_word = *reinterpret_cast<const uint32_t*>(row_meta + 8);
-        const uint32_t offsets = *reinterpret_cast<const uint16_t*>(row_meta + 12);
-        const uint32_t scale = byte_permute(words.x, words.y, (offsets & 0xffu) + b) & 0xffu;
-        const uint32_t largest = byte_permute(max_word, 0u, offsets >> 8) & 0xffu;
+        const uint32_t scale = byte_permute(scales, 0u, b) & 0xffu;
+        const uint32_t largest = byte_permute(max_word, 0u, row_meta[13]) & 0xffu;
         const E4m3Table table =
             mxfp4_e4m3_table(static_cast<int>(scale) - static_cast<int>(largest) + kMxfp4E4m3MaxShift);
         uint32_t v[8];
@@ -437,7 +441,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
                             blocks_per_row,
                             static_cast<int>(threadIdx.x) / kProducerThreads,
                             static_cast<int>(threadIdx.x) % kProducerThreads,
-                            p.w.scales + weight_rows * blocks_per_row,
                             kFp8 ? p.w.row_scale_max + weight_rows : nullptr};
     producer.run(cta_item_count(items) * ksteps);
   } else {

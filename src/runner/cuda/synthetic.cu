@@ -52,14 +52,19 @@ __global__ void max_byte_kernel(const uint8_t* bytes, int64_t n, int32_t* result
   if (threadIdx.x % 32 == 0) atomicMax(result, best);
 }
 
-__global__ void row_scale_max_kernel(const uint8_t* scales, int64_t rows, int blocks_per_row, uint8_t* row_max,
-                                     int32_t* wide_rows) {
+__global__ void row_scale_max_kernel(const uint8_t* scales, int64_t experts, int64_t rows, int blocks_per_row,
+                                     uint8_t* row_max, int32_t* wide_rows) {
   pdl_prologue();
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+  const int64_t expert_elements = rows * mxfp4_padded_blocks(blocks_per_row);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < experts * rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint8_t* row = scales + r * blocks_per_row;
+    const Mxfp4TiledRow tiled = mxfp4_tiled_row(r % rows, rows, blocks_per_row);
+    const uint8_t* row = scales + (r / rows) * expert_elements + tiled.row_offset;
     int largest = 0, smallest = 255;
-    for (int b = 0; b < blocks_per_row; ++b) largest = max(largest, static_cast<int>(row[b])), smallest = min(smallest, static_cast<int>(row[b]));
+    for (int b = 0; b < blocks_per_row; ++b) {
+      const int scale = row[(b / kMxfp4ChunkBlocks) * tiled.chunk_stride + b % kMxfp4ChunkBlocks];
+      largest = max(largest, scale), smallest = min(smallest, scale);
+    }
     row_max[r] = static_cast<uint8_t>(largest);
     if (largest - smallest > kMxfp4E4m3ExactSpan) atomicAdd(wide_rows, 1);
   }
@@ -96,13 +101,13 @@ void launch_max_byte(cudaStream_t stream, const uint8_t* bytes, int64_t n, int32
   MOESERVE_CUDA_CHECK(cuda_launch(max_byte_kernel, grid_for(n), 256, 0, stream, bytes, n, result));
 }
 
-void launch_mxfp4_row_scale_max(cudaStream_t stream, const uint8_t* scales, int64_t rows, int blocks_per_row,
-                                uint8_t* row_max, int32_t* wide_rows) {
+void launch_mxfp4_row_scale_max(cudaStream_t stream, const uint8_t* scales, int64_t experts, int64_t rows,
+                                int blocks_per_row, uint8_t* row_max, int32_t* wide_rows) {
   MOESERVE_CUDA_CHECK(cudaMemsetAsync(wide_rows, 0, sizeof(int32_t), stream));
-  if (rows == 0) return;
+  if (experts * rows == 0) return;
   if (blocks_per_row <= 0) fail_cuda("mxfp4_row_scale_max", "blocks_per_row must be positive", __FILE__, __LINE__);
-  MOESERVE_CUDA_CHECK(cuda_launch(row_scale_max_kernel, grid_for(rows), 256, 0, stream, scales, rows, blocks_per_row,
-                                  row_max, wide_rows));
+  MOESERVE_CUDA_CHECK(cuda_launch(row_scale_max_kernel, grid_for(experts * rows), 256, 0, stream, scales, experts, rows,
+                                  blocks_per_row, row_max, wide_rows));
 }
 
 }  // namespace moeserve::cuda

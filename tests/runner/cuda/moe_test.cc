@@ -47,12 +47,12 @@ struct HostExperts {
   DeviceBuffer blocks_d, scales_d, bias_d, row_max_d, wide_d;
   int wide_rows = 0;  // rows whose scales span more than 14, counted by the device
   HostExperts(std::mt19937& rng, int E, int out, int in, int exponent, int span = 0) {
+    // Made in the checkpoint's order, then tiled for the kernels (moe_layout.h) as the weight upload does.
     const size_t n_blocks = static_cast<size_t>(E) * out * in / 32;
-    blocks_d = DeviceBuffer(n_blocks * 16);
-    scales_d = DeviceBuffer(n_blocks);
-    cuda::launch_fill_bytes(nullptr, blocks_d.as<uint8_t>(), static_cast<int64_t>(n_blocks) * 16, rng());
-    cuda::launch_fill_scales(nullptr, scales_d.as<uint8_t>(), static_cast<int64_t>(n_blocks), rng(), exponent);
-    blocks = cuda::to_host<uint8_t>(blocks_d.get(), n_blocks * 16);
+    DeviceBuffer checkpoint_blocks(n_blocks * 16), checkpoint_scales(n_blocks);
+    cuda::launch_fill_bytes(nullptr, checkpoint_blocks.as<uint8_t>(), static_cast<int64_t>(n_blocks) * 16, rng());
+    cuda::launch_fill_scales(nullptr, checkpoint_scales.as<uint8_t>(), static_cast<int64_t>(n_blocks), rng(), exponent);
+    blocks = cuda::to_host<uint8_t>(checkpoint_blocks.get(), n_blocks * 16);
     // The device reads its random bytes as packed words (moe_layout.h); the CPU reference gets the checkpoint order.
     for (size_t i = 0; i < blocks.size(); i += 4) {
       uint32_t word;
@@ -60,15 +60,20 @@ struct HostExperts {
       word = cuda::mxfp4_unpack_word(word);
       std::memcpy(blocks.data() + i, &word, 4);
     }
-    scales = cuda::to_host<uint8_t>(scales_d.get(), n_blocks);
+    scales = cuda::to_host<uint8_t>(checkpoint_scales.get(), n_blocks);
     if (span > 0) {
       for (uint8_t& scale : scales) scale = static_cast<uint8_t>(127 + exponent - static_cast<int>(rng() % (span + 1)));
-      MOESERVE_CUDA_CHECK(cudaMemcpy(scales_d.get(), scales.data(), n_blocks, cudaMemcpyHostToDevice));
+      MOESERVE_CUDA_CHECK(cudaMemcpy(checkpoint_scales.get(), scales.data(), n_blocks, cudaMemcpyHostToDevice));
     }
+    const int64_t tiled = cuda::mxfp4_tiled_elements(E, out, in / 32);
+    blocks_d = DeviceBuffer(tiled * 16);
+    scales_d = DeviceBuffer(tiled);
+    cuda::launch_mxfp4_tile(nullptr, blocks_d.as<uint8_t>(), scales_d.as<uint8_t>(), checkpoint_blocks.as<uint8_t>(),
+                            checkpoint_scales.as<uint8_t>(), E, out, in / 32);
     row_max_d = DeviceBuffer(static_cast<size_t>(E) * out);
     wide_d = DeviceBuffer(sizeof(int32_t));
-    cuda::launch_mxfp4_row_scale_max(nullptr, scales_d.as<uint8_t>(), static_cast<int64_t>(E) * out, in / 32,
-                                     row_max_d.as<uint8_t>(), wide_d.as<int32_t>());
+    cuda::launch_mxfp4_row_scale_max(nullptr, scales_d.as<uint8_t>(), E, out, in / 32, row_max_d.as<uint8_t>(),
+                                     wide_d.as<int32_t>());
     wide_rows = cuda::to_host<int32_t>(wide_d.get(), 1)[0];
     matrix.format = ExpertFormat::mxfp4;
     matrix.num_experts = E;
