@@ -13,12 +13,15 @@
 //   latent cache): act_quant rounds each input of the attention and dense projections to e4m3, an error uniform
 //   within half an ulp (2^-4 relative at most), 2.6e-2 rms; with weights independent of the rounding a
 //   projection's output moves by that rms fraction of itself (deepseek_ops_test's Fp8BlockLinearMatchesCpu bound).
-//   A layer's residual delta carries its own projections' error (about 2.6e-2 x sqrt(2) through two in series)
-//   and its input's; three layers compound to about sqrt(3) x 3.7e-2 = 6.4e-2 of the residual stream, which the
-//   final norm and the bf16 lm_head pass to the logits. bf16 rounding of activations and latents adds ~2e-3 an op,
-//   an fp8 latent cache 2.6e-2 on the attention's keys and values (about half of a layer's delta). The median row
-//   is held to 0.1 (about 1.5 x the estimate); a token whose router choice lies within that error of a tie may
-//   take another expert and move by tens of percent, so the worst row and the rows above 5e-2 are reported only.
+//   A layer's residual delta carries the error of the quantised projections in series on its paths: q_a, q_b and
+//   o in the attention (kv_a beside them), gate/up and down in the MLP or shared expert, about sqrt(5) x 2.6e-2 =
+//   5.8e-2; three layers compound to about sqrt(3) x 5.8e-2 = 1.0e-1 of the residual stream, which the final norm
+//   and the bf16 lm_head pass to the logits. bf16 rounding of activations and latents adds ~2e-3 an op, an fp8
+//   latent cache 2.6e-2 on the attention's keys and values. The median row is held to 0.15 (1.5 x the estimate;
+//   measured on an H100, 2026-12-06: 0.080 for the prompts, 0.102 for the prefill / mixed / decode schedule, 0.098
+//   with the fp8 cache; an earlier estimate of 6.4e-2 counted two projections in series and failed at 0.1); a token
+//   whose router choice lies within that error of a tie may take another expert and move by tens of percent, so the
+//   worst row and the rows above 5e-2 are reported only.
 // Expert kernel, per grouped row against cpu::linear (+ cpu::silu_mul) over the same weights and inputs: fp32
 // sums of at most 272 products in another order, 1e-5 relative; bf16 SwiGLU output adds its rounding, 2^-9 of each
 // value: 2.5e-3.
@@ -74,7 +77,7 @@ class DeepseekCudaRunnerTest : public ::testing::TestWithParam<RunnerCase> {
     if (f32())
       testing::expect_error_within(what + " worst row f32", e.worst, 1e-4);
     else
-      testing::expect_error_within(what + " median row " + GetParam().name(), e.median, 0.1);
+      testing::expect_error_within(what + " median row " + GetParam().name(), e.median, 0.15);
   }
 };
 
@@ -224,11 +227,12 @@ double worst_row_error(const std::vector<float>& out, const std::vector<float>& 
   return worst;
 }
 
-// Rows per expert 1, 15, 16, 17, 33 and 0 (around the 16-row tile), top-2: expert intermediate 200 (a partial
-// second band of 128 outputs and a partial scale row block), hidden 272 (a last K block of 16 columns).
+// Rows per expert 1, 15, 16, 17, 33 and 0 (around the 16-row tile), top-2: expert intermediate 208 (a partial
+// second band of 128 outputs, a partial scale row block, and the down projection's last K block of 80 columns; the
+// kernel takes K in multiples of 16), hidden 272 (a last K block of 16 columns).
 TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
   constexpr int E = 6, k = 2, T = 41;
-  constexpr int64_t I = 200, H = 272;
+  constexpr int64_t I = 208, H = 272;
   const RandomExperts gate(rng_, E, I, H), up(rng_, E, I, H), down(rng_, E, H, I);
   // The pairs sorted by expert, token t taking pairs t and t + T: distinct experts, counts {1, 15, 16, 17, 33, 0}.
   std::vector<int32_t> sorted;
