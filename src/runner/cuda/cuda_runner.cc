@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "model/gpt_oss/make_tiny.h"
+#include "runner/cuda/dtype_options.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/nccl_group.h"
 #include "runner/cuda/tensor_parallel_cuda_runner.h"
@@ -21,22 +22,6 @@ int graph_bucket(int sequences) {
   int bucket = 1;
   while (bucket < sequences) bucket *= 2;
   return bucket;
-}
-
-Precision parse_precision(const std::string& name) {
-  if (name == "bf16") return Precision::bf16;
-  if (name == "f32") return Precision::f32;
-  fail("CUDA runner precision \"{}\" (bf16 or f32)", name);
-}
-
-// vLLM's --kv-cache-dtype values (fp8 is its alias of fp8_e4m3, bfloat16 its spelling of bf16).
-KvDtype parse_kv_dtype(const std::string& name, Precision precision) {
-  if (name == "auto") return precision == Precision::f32 ? KvDtype::f32 : KvDtype::bf16;
-  const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
-  MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
-  MOESERVE_CHECK(precision == Precision::bf16,
-                 "--kv-cache-dtype {} needs --dtype bfloat16: float32 keeps an f32 KV cache (use auto)", name);
-  return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
 }
 
 // --activation-dtype: true for FP8 (e4m3) expert-projection inputs.
@@ -86,15 +71,6 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   vocab_ = {0, c.vocab_size};
 }
 
-namespace {
-
-void check_allowed_tokens(const SequenceStep& step, int vocab) {
-  MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(vocab),
-                 "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), vocab);
-}
-
-}  // namespace
-
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   StepMetadata scratch;
@@ -119,8 +95,6 @@ void CudaRunner::join_group(Communicator* communicator, IndexRange vocab) {
 CudaRunner::~CudaRunner() {
   clear_graphs();
   if (staging_ != nullptr) cudaFreeHost(staging_);
-  if (sample_staging_ != nullptr) cudaFreeHost(sample_staging_);
-  if (sampled_host_ != nullptr) cudaFreeHost(sampled_host_);
   if (step_done_ != nullptr) cudaEventDestroy(step_done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -463,57 +437,15 @@ void CudaRunner::launch(const ForwardBatch& batch) {
 
   // Real rows come first; graph padding rows follow and are dropped. Every row has its argmax (in the step, so in
   // the graph); rows that sample overwrite theirs with the sampling kernel's token.
-  const auto& rows = meta_.rows();
-  int64_t R = 0;
-  std::vector<SampleRow> sample_rows;
-  std::vector<bool>& draws = launched.draws;
-  RowWork& work = launched.work;
-  int32_t k = 0;  // the row's index among its step's logits rows
-  for (const StepRow& row : rows) {
-    if (row.step == nullptr) break;
-    const SequenceStep& step = *row.step;
-    k = R > 0 && rows[R - 1].step == &step ? k + 1 : 0;
-    const auto r = static_cast<int32_t>(R++);
-    draws.push_back(row_samples(step, k));
-    const bool scored = !step.logprob_tokens.empty() && step.logprob_tokens[k] >= 0;
-    const auto first_edit = static_cast<int32_t>(work.edits.size());
-    const bool edited = draws.back() && (!step.logit_edits.empty() || !step.allowed_tokens.empty());
-    if (edited) {
-      EditRow edit{r, first_edit, static_cast<int32_t>(step.logit_edits.size()), -1};
-      work.edits.insert(work.edits.end(), step.logit_edits.begin(), step.logit_edits.end());
-      if (!step.allowed_tokens.empty()) {
-        check_allowed_tokens(step, config_.vocab_size);
-        edit.mask_offset = static_cast<int64_t>(work.masks.size());
-        work.masks.insert(work.masks.end(), step.allowed_tokens.begin(), step.allowed_tokens.end());
-      }
-      work.edit_rows.push_back(edit);
-      if (step.sampling->greedy()) work.greedy_edited.push_back(r);
-    }
-    if (step.top_logprobs >= 0 && (scored || draws.back()))
-      work.logprob_rows.push_back({r, scored ? step.logprob_tokens[k] : -1, step.top_logprobs,
-                                   edited ? first_edit : 0, edited ? static_cast<int32_t>(step.logit_edits.size()) : 0});
-    if (draws.back() && !step.sampling->greedy()) sample_rows.push_back({r, row.sample_index, *step.sampling});
-  }
+  LogitsRows::Work& work = launched.logits_rows;
+  work = LogitsRows::plan(meta_.rows(), config_.vocab_size);
   // Split by vocabulary, the rows' processing below and returned logits read whole rows: gathered here, after the
   // step (so outside its graph), on every rank alike (every rank sees the same batch). Greedy rows have their token.
-  if (vocab_split() && (batch.return_logits || !work.edit_rows.empty() || !work.logprob_rows.empty() ||
-                        !sample_rows.empty()))
-    gather_whole_logits(R);  // the real rows, the first R of the step's (padding rows follow)
-  process_rows(work, sample_rows);
-  const int64_t V = config_.vocab_size;
-  if (R > sampled_host_rows_) {
-    if (sampled_host_ != nullptr) MOESERVE_CUDA_CHECK(cudaFreeHost(sampled_host_));
-    sampled_host_rows_ = std::max<int64_t>(R, 1024);
-    MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sampled_host_), sampled_host_rows_ * 4));
-  }
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sampled_host_, sampled_.get(), R * 4, cudaMemcpyDeviceToHost, stream_));
-  if (batch.return_logits) {
-    launched.logits.resize(R * V);
-    MOESERVE_CUDA_CHECK(
-        cudaMemcpyAsync(launched.logits.data(), logits_.get(), R * V * 4, cudaMemcpyDeviceToHost, stream_));
-  }
+  if (vocab_split() && (batch.return_logits || work.reads_logits()))
+    gather_whole_logits(work.rows());  // the real rows, the first R of the step's (padding rows follow)
+  logits_rows_.launch(stream_, work, config_.vocab_size, logits_.as<float>(), sampled_.as<int32_t>(),
+                      batch.return_logits);
   MOESERVE_CUDA_CHECK(cudaEventRecord(step_done_, stream_));
-  launched.rows = R;
   launched_step_ = std::move(launched);
 }
 
@@ -524,67 +456,8 @@ void CudaRunner::collect(ForwardOutput& output) {
   MOESERVE_CUDA_CHECK(cudaEventSynchronize(step_done_));
   timer_.finish_step(stream_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                          launched.started).count());
-  const int64_t R = launched.rows;
-  output.rows = R;
-  output.logits = std::move(launched.logits);
   output.captured = std::move(launched.captured);
-  output.sampled.assign(R, -1);
-  for (int64_t r = 0; r < R; ++r)
-    if (launched.draws[r]) output.sampled[r] = sampled_host_[r];
-  finish_logprobs(launched.work, R, output);
-}
-
-void CudaRunner::process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows) {
-  const int V = config_.vocab_size;
-  auto upload_vector = [&](DeviceBuffer& buffer, const auto& values) {
-    using T = typename std::decay_t<decltype(values)>::value_type;
-    buffer.grow(std::max<size_t>(values.size(), 1) * sizeof(T));
-    // From pageable memory: the copy has taken the values when it returns.
-    if (!values.empty())
-      MOESERVE_CUDA_CHECK(
-          cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
-  };
-  const int logprob_rows = static_cast<int>(work.logprob_rows.size());
-  if (logprob_rows > 0) {
-    upload_vector(logprob_rows_, work.logprob_rows);
-    logprob_results_.grow(logprob_rows * sizeof(LogprobResult));
-    launch_row_logprobs(stream_, logits_.as<float>(), V, logprob_rows_.as<LogprobRow>(), logprob_rows,
-                        logprob_results_.as<LogprobResult>());
-  }
-  upload_vector(edits_, work.edits);
-  edit_originals_.grow(std::max<size_t>(work.edits.size(), 1) * sizeof(float));
-  if (!work.edit_rows.empty()) {
-    upload_vector(edit_rows_, work.edit_rows);
-    upload_vector(masks_, work.masks);
-    launch_logit_edits(stream_, logits_.as<float>(), V, edit_rows_.as<EditRow>(),
-                       static_cast<int>(work.edit_rows.size()), edits_.as<LogitEdit>(), masks_.as<uint32_t>(),
-                       edit_originals_.as<float>());
-    for (const int32_t r : work.greedy_edited)  // the argmax of the step was of the unedited row
-      launch_argmax(stream_, logits_.as<float>() + static_cast<int64_t>(r) * V, 1, V, sampled_.as<int32_t>() + r);
-  }
-  sample(sample_rows);
-  if (logprob_rows > 0) {
-    launch_chosen_logprobs(stream_, logits_.as<float>(), V, logprob_rows_.as<LogprobRow>(), logprob_rows,
-                           edits_.as<LogitEdit>(), edit_originals_.as<float>(), sampled_.as<int32_t>(),
-                           logprob_results_.as<LogprobResult>());
-    work.results.resize(logprob_rows);
-    // Only these leave the GPU: per row its token, its logprob and the top k (at most 20).
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(work.results.data(), logprob_results_.get(),
-                                        logprob_rows * sizeof(LogprobResult), cudaMemcpyDeviceToHost, stream_));
-  }
-}
-
-void CudaRunner::finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const {
-  output.logprobs.clear();
-  if (work.logprob_rows.empty()) return;
-  output.logprobs.resize(rows);
-  for (size_t i = 0; i < work.logprob_rows.size(); ++i) {
-    const LogprobResult& result = work.results[i];
-    TokenLogprobs& out = output.logprobs[work.logprob_rows[i].row];
-    out.chosen = {result.token, result.logprob};
-    for (int j = 0; j < work.logprob_rows[i].top_k; ++j)
-      out.top.push_back({result.top_tokens[j], result.top_logprobs[j]});
-  }
+  logits_rows_.collect(launched.logits_rows, output);
 }
 
 std::vector<int32_t> CudaRunner::last_layer_expert_rows() {
@@ -635,21 +508,6 @@ void CudaRunner::move_kv_slots(std::span<const std::span<const int32_t>> block_t
                               move_args_.as<int32_t>() + table_at[g], groups_.layers_in_group[g]};
     launch_move_kv_slots(stream_, params);
   }
-}
-
-void CudaRunner::sample(const std::vector<SampleRow>& sample_rows) {
-  if (sample_rows.empty()) return;
-  const size_t bytes = sample_rows.size() * sizeof(SampleRow);
-  if (bytes > sample_staging_bytes_) {
-    if (sample_staging_ != nullptr) MOESERVE_CUDA_CHECK(cudaFreeHost(sample_staging_));
-    sample_staging_bytes_ = std::max(bytes, size_t{256} * sizeof(SampleRow));
-    MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sample_staging_), sample_staging_bytes_));
-    sample_rows_.grow(sample_staging_bytes_);
-  }
-  std::copy(sample_rows.begin(), sample_rows.end(), sample_staging_);
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.get(), sample_staging_, bytes, cudaMemcpyHostToDevice, stream_));
-  launch_sample(stream_, logits_.as<float>(), config_.vocab_size, sample_rows_.as<SampleRow>(),
-                static_cast<int>(sample_rows.size()), sampled_.as<int32_t>());
 }
 
 }  // namespace moeserve::cuda

@@ -23,7 +23,7 @@
 #include "runner/cuda/device_weights.h"
 #include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/kv_scales.h"
-#include "runner/cuda/logits_processing.h"
+#include "runner/cuda/logits_rows.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
 #include "runner/parallel/communicator.h"
@@ -95,39 +95,20 @@ class CudaRunner : public ModelRunner {
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
   void clear_graphs();
-  // Rows that sample (not greedy): their tokens replace the argmax in sampled_ (sampling.cu).
-  void sample(const std::vector<SampleRow>& sample_rows);
-  // The step's rows' logits processing and logprobs (logits_processing.h), around sample(); the logprobs come
-  // back into output.logprobs after the stream is synchronised (finish_logprobs).
-  struct RowWork {
-    std::vector<EditRow> edit_rows;
-    std::vector<LogitEdit> edits;
-    std::vector<uint32_t> masks;
-    std::vector<int32_t> greedy_edited;  // rows whose argmax is taken again after their edits
-    std::vector<LogprobRow> logprob_rows;
-    std::vector<LogprobResult> results;
-  };
-  void process_rows(RowWork& work, const std::vector<SampleRow>& sample_rows);
   // Whether the unembedding is a slice of the vocabulary (vocab_ below).
   bool vocab_split() const { return vocab_.size() < config_.vocab_size; }
   // Vocab split: the R rows' whole logits into logits_, all-gathered from every rank's logits_local_.
   void gather_whole_logits(int64_t R);
-  void finish_logprobs(const RowWork& work, int64_t rows, ForwardOutput& output) const;
   // The step launch() enqueued, until collect(): what collect needs to fill the output.
   struct LaunchedStep {
     std::chrono::steady_clock::time_point started;
-    int64_t rows = 0;
-    std::vector<bool> draws;  // per row: it draws a token (scored prompt rows do not)
-    RowWork work;
-    std::vector<float> logits;
+    LogitsRows::Work logits_rows;  // the real rows' processing; their tokens, logits and logprobs after it
     std::vector<std::vector<float>> captured;
   };
   std::optional<LaunchedStep> launched_step_;
-  // The sampled tokens come back here: a device-to-host copy is asynchronous only into pinned memory. One buffer,
-  // like the metadata's staging_ and sample_staging_: a launch comes only after the previous step's collect, which
-  // waited for every copy of that step, so no host buffer is rewritten under a step still reading or writing it.
-  int32_t* sampled_host_ = nullptr;
-  int64_t sampled_host_rows_ = 0;
+  // One set of pinned host buffers (the metadata's staging_, logits_rows_'): a launch comes only after the previous
+  // step's collect, which waited for every copy of that step, so no host buffer is rewritten under a step still
+  // reading or writing it.
   cudaEvent_t step_done_ = nullptr;  // recorded after the launched step's last copy
 
   ModelConfig config_;
@@ -168,10 +149,7 @@ class CudaRunner : public ModelRunner {
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches
   MoeBuffers moe_;
-  SampleRow* sample_staging_ = nullptr;  // pinned host copy of the step's sample rows
-  size_t sample_staging_bytes_ = 0;
-  DeviceBuffer sample_rows_;
-  DeviceBuffer edit_rows_, edits_, edit_originals_, masks_, logprob_rows_, logprob_results_;
+  LogitsRows logits_rows_;  // the rows' logits processing, draws and logprobs, after the step's argmax
 
   KernelTimer timer_;
   // A replayable step per uniform batch shape: decode steps and chain verify steps (every sequence the same number

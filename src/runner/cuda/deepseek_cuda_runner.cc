@@ -4,6 +4,7 @@
 
 #include "model/deepseek_v3/make_tiny.h"
 #include "runner/cuda/cuda_check.h"
+#include "runner/cuda/dtype_options.h"
 #include "runner/cuda/fp8_gemm.h"
 #include "util/error.h"
 
@@ -28,22 +29,6 @@ constexpr int kEverySequenceInTiles = 1;
 
 int padded(int tokens) { return (tokens + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
 
-Precision precision_named(const std::string& name) {
-  MOESERVE_CHECK(name == "bf16" || name == "f32", "CUDA runner precision \"{}\" (bf16 or f32)", name);
-  return name == "bf16" ? Precision::bf16 : Precision::f32;
-}
-
-// vLLM's --kv-cache-dtype for the latent cache: the precision's type (auto), bf16, or fp8 e4m3 with scale 1 (a
-// DeepSeek checkpoint carries no KV scales; the latents are RMS-normed, k_pe of the order of the activations).
-KvDtype latent_dtype_named(const std::string& name, Precision precision) {
-  if (name == "auto") return precision == Precision::f32 ? KvDtype::f32 : KvDtype::bf16;
-  const bool bf16 = name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
-  MOESERVE_CHECK(bf16 || fp8, "--kv-cache-dtype \"{}\" (auto, bf16 or fp8_e4m3; fp8 is fp8_e4m3)", name);
-  MOESERVE_CHECK(precision == Precision::bf16,
-                 "--kv-cache-dtype {} needs --dtype bfloat16: float32 keeps an f32 latent cache (use auto)", name);
-  return fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
-}
-
 // What the factories check before any device is touched: the options this runner takes.
 void check_options(const CudaRunnerOptions& options) {
   MOESERVE_CHECK(options.tensor_parallel_size == 1 && !options.expert_parallel,
@@ -53,7 +38,7 @@ void check_options(const CudaRunnerOptions& options) {
                  "--activation-dtype {}: the DeepSeek CUDA runner's FP8 projections quantise their inputs already "
                  "(DeepSeek's act_quant); use auto",
                  options.activation_dtype);
-  latent_dtype_named(options.kv_cache_dtype, precision_named(options.precision));
+  parse_kv_dtype(options.kv_cache_dtype, parse_precision(options.precision));
 }
 
 MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
@@ -80,8 +65,8 @@ DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDevic
     : config_(std::move(config)),
       engine_config_(config_.engine_view()),
       weights_(std::move(weights)),
-      precision_(precision_named(options.precision)),
-      kv_dtype_(latent_dtype_named(options.kv_cache_dtype, precision_)),
+      precision_(parse_precision(options.precision)),
+      kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision_)),
       groups_(kv_groups_of(engine_config_)) {
   const deepseek_v3::Config& c = config_;
   MOESERVE_CHECK(weights_.precision == precision_, "DeepSeek CUDA runner: weights made for another precision");
@@ -373,7 +358,7 @@ namespace moeserve {
 std::unique_ptr<ModelRunner> make_deepseek_cuda_runner(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
                                                        const CudaRunnerOptions& options) {
   cuda::check_options(options);
-  const cuda::Precision precision = cuda::precision_named(options.precision);
+  const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
   auto weights = cuda::DeepseekDeviceWeights::upload(*checkpoint, precision);
   return std::make_unique<cuda::DeepseekCudaRunner>(checkpoint->config(), std::move(weights), options);
@@ -400,7 +385,7 @@ std::unique_ptr<ModelRunner> make_synthetic_deepseek_cuda_runner(const std::stri
   tiny.shape = shape;  // a published shape (model/deepseek_v3/shapes.h), checked before any device is touched
   tiny.layers = layers;
   deepseek_v3::Config config = deepseek_v3::tiny_config(tiny);
-  const cuda::Precision precision = cuda::precision_named(options.precision);
+  const cuda::Precision precision = cuda::parse_precision(options.precision);
   cuda::select_cuda_device(options.device);
   auto weights = cuda::DeepseekDeviceWeights::synthetic(config, seed, precision);
   return std::make_unique<cuda::DeepseekCudaRunner>(std::move(config), std::move(weights), options);

@@ -6,8 +6,14 @@
 
 namespace moeserve::cuda {
 
+void check_allowed_tokens(const SequenceStep& step, int vocab) {
+  MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(vocab),
+                 "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), vocab);
+}
+
 LogitsRows::~LogitsRows() {
   if (sample_staging_ != nullptr) cudaFreeHost(sample_staging_);
+  if (sampled_host_ != nullptr) cudaFreeHost(sampled_host_);
 }
 
 LogitsRows::Work LogitsRows::plan(const std::vector<StepRow>& rows, int vocab) {
@@ -28,8 +34,7 @@ LogitsRows::Work LogitsRows::plan(const std::vector<StepRow>& rows, int vocab) {
       EditRow edit{r, first_edit, static_cast<int32_t>(step.logit_edits.size()), -1};
       work.edits.insert(work.edits.end(), step.logit_edits.begin(), step.logit_edits.end());
       if (!step.allowed_tokens.empty()) {
-        MOESERVE_CHECK(static_cast<int64_t>(step.allowed_tokens.size()) * 32 >= static_cast<int64_t>(vocab),
-                       "allowed-token mask of {} words for {} tokens", step.allowed_tokens.size(), vocab);
+        check_allowed_tokens(step, vocab);
         edit.mask_offset = static_cast<int64_t>(work.masks.size());
         work.masks.insert(work.masks.end(), step.allowed_tokens.begin(), step.allowed_tokens.end());
       }
@@ -44,24 +49,29 @@ LogitsRows::Work LogitsRows::plan(const std::vector<StepRow>& rows, int vocab) {
   return work;
 }
 
-void LogitsRows::finish_step(cudaStream_t stream, const std::vector<StepRow>& rows, int vocab, float* logits,
-                             int32_t* sampled, bool return_logits, ForwardOutput& output) {
-  Work work = plan(rows, vocab);
-  const auto R = static_cast<int64_t>(work.draws.size());
+void LogitsRows::launch(cudaStream_t stream, Work& work, int vocab, float* logits, int32_t* sampled,
+                        bool return_logits) {
   process(stream, work, vocab, logits, sampled);
-  std::vector<int32_t> tokens(R);
-  if (R > 0)
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), sampled, R * 4, cudaMemcpyDeviceToHost, stream));
-  output.logits.clear();
-  if (return_logits && R > 0) {
-    output.logits.resize(R * vocab);
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(output.logits.data(), logits, R * vocab * 4, cudaMemcpyDeviceToHost, stream));
+  const int64_t R = work.rows();
+  if (R > sampled_host_rows_) {
+    if (sampled_host_ != nullptr) MOESERVE_CUDA_CHECK(cudaFreeHost(sampled_host_));
+    sampled_host_rows_ = std::max<int64_t>(R, 1024);
+    MOESERVE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sampled_host_), sampled_host_rows_ * 4));
   }
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (R > 0) MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sampled_host_, sampled, R * 4, cudaMemcpyDeviceToHost, stream));
+  if (return_logits && R > 0) {
+    work.logits.resize(R * vocab);
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(work.logits.data(), logits, R * vocab * 4, cudaMemcpyDeviceToHost, stream));
+  }
+}
+
+void LogitsRows::collect(Work& work, ForwardOutput& output) const {
+  const int64_t R = work.rows();
   output.rows = R;
+  output.logits = std::move(work.logits);
   output.sampled.assign(R, -1);
   for (int64_t r = 0; r < R; ++r)
-    if (work.draws[r]) output.sampled[r] = tokens[r];
+    if (work.draws[r]) output.sampled[r] = sampled_host_[r];
   output.logprobs.clear();
   if (work.logprob_rows.empty()) return;
   output.logprobs.resize(R);
@@ -69,8 +79,17 @@ void LogitsRows::finish_step(cudaStream_t stream, const std::vector<StepRow>& ro
     const LogprobResult& result = work.results[i];
     TokenLogprobs& out = output.logprobs[work.logprob_rows[i].row];
     out.chosen = {result.token, result.logprob};
-    for (int j = 0; j < work.logprob_rows[i].top_k; ++j) out.top.push_back({result.top_tokens[j], result.top_logprobs[j]});
+    for (int j = 0; j < work.logprob_rows[i].top_k; ++j)
+      out.top.push_back({result.top_tokens[j], result.top_logprobs[j]});
   }
+}
+
+void LogitsRows::finish_step(cudaStream_t stream, const std::vector<StepRow>& rows, int vocab, float* logits,
+                             int32_t* sampled, bool return_logits, ForwardOutput& output) {
+  Work work = plan(rows, vocab);
+  launch(stream, work, vocab, logits, sampled, return_logits);
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  collect(work, output);
 }
 
 void LogitsRows::process(cudaStream_t stream, Work& work, int vocab, float* logits, int32_t* sampled) {
@@ -96,7 +115,7 @@ void LogitsRows::process(cudaStream_t stream, Work& work, int vocab, float* logi
     upload_vector(masks_, work.masks);
     launch_logit_edits(stream, logits, vocab, edit_rows_.as<EditRow>(), static_cast<int>(work.edit_rows.size()),
                        edits_.as<LogitEdit>(), masks_.as<uint32_t>(), edit_originals_.as<float>());
-    for (const int32_t r : work.greedy_edited)  // the step's argmax was of the unedited row
+    for (const int32_t r : work.greedy_edited)  // the argmax of the step was of the unedited row
       launch_argmax(stream, logits + static_cast<int64_t>(r) * vocab, 1, vocab, sampled + r);
   }
   sample(stream, work.sample_rows, vocab, logits, sampled);
@@ -104,6 +123,7 @@ void LogitsRows::process(cudaStream_t stream, Work& work, int vocab, float* logi
     launch_chosen_logprobs(stream, logits, vocab, logprob_rows_.as<LogprobRow>(), logprob_rows, edits_.as<LogitEdit>(),
                            edit_originals_.as<float>(), sampled, logprob_results_.as<LogprobResult>());
     work.results.resize(logprob_rows);
+    // Only these leave the GPU: per row its token, its logprob and the top k (at most 20).
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(work.results.data(), logprob_results_.get(),
                                         logprob_rows * sizeof(LogprobResult), cudaMemcpyDeviceToHost, stream));
   }
@@ -120,7 +140,7 @@ void LogitsRows::sample(cudaStream_t stream, const std::vector<SampleRow>& sampl
     sample_rows_.grow(sample_staging_bytes_);
   }
   // The pinned copy is read by the transfer after this returns: the next step's rows overwrite it only after this
-  // step's finish_step synchronised the stream.
+  // step's collect (see the header).
   std::copy(sample_rows.begin(), sample_rows.end(), sample_staging_);
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.get(), sample_staging_, bytes, cudaMemcpyHostToDevice, stream));
   launch_sample(stream, logits, vocab, sample_rows_.as<SampleRow>(), static_cast<int>(sample_rows.size()), sampled);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "random_fp8_weight.h"
 #include "runner/cpu/deepseek_v3_ops.h"
 #include "runner/cuda/fp8_block_layout.h"
 #include "runner/cuda/fp8_gemm.h"
@@ -23,6 +24,7 @@ using testing::download_as;
 using testing::expect_error_within;
 using testing::precision_name;
 using testing::random_floats;
+using testing::RandomFp8Weight;
 using testing::round_to;
 using testing::upload_as;
 
@@ -72,35 +74,6 @@ TEST_F(DeepseekCuda, QuantizerMatchesCpuModel) {
       EXPECT_EQ(cuda::to_host<float>(scales_d.get(), scales.size()), scales) << what;
     }
 }
-
-// A random FP8 weight in DeepSeek's format: values N(0, 1/K) times a factor per 128 x 128 block (2^-2 .. 2^2, so
-// that every block's scale differs), each block quantised with scale amax / 448 as the checkpoint was.
-struct RandomFp8Weight {
-  std::vector<uint8_t> bytes;
-  deepseek_v3::Linear linear;
-  RandomFp8Weight(std::mt19937& rng, int64_t N, int64_t K) : bytes(static_cast<size_t>(N) * K) {
-    Fp8BlockMatrix& m = linear.fp8;
-    linear.is_fp8 = true;
-    m.rows = N;
-    m.cols = K;
-    m.scales.resize(m.scale_rows() * m.scale_cols());
-    std::vector<float> w = random_floats(rng, bytes.size(), 0.0f, 1.0f / std::sqrt(static_cast<float>(K)));
-    std::uniform_real_distribution<float> exponent(-2.0f, 2.0f);
-    for (int64_t nb = 0; nb < m.scale_rows(); ++nb)
-      for (int64_t kb = 0; kb < m.scale_cols(); ++kb) {
-        const float factor = std::exp2(exponent(rng));
-        const int64_t n1 = std::min(N, (nb + 1) * 128), k1 = std::min(K, (kb + 1) * 128);
-        float amax = 0.0f;
-        for (int64_t n = nb * 128; n < n1; ++n)
-          for (int64_t k = kb * 128; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * K + k] *= factor));
-        const float scale = amax / kFp8E4m3Max;
-        m.scales[nb * m.scale_cols() + kb] = scale;
-        for (int64_t n = nb * 128; n < n1; ++n)
-          for (int64_t k = kb * 128; k < k1; ++k) bytes[n * K + k] = float_to_fp8_e4m3(w[n * K + k] / scale);
-      }
-    m.data = bytes.data();
-  }
-};
 
 // Bounds, per row t on ||y_t - ref_t|| / ||ref_t||:
 // - against cpu::linear on the quantised activations (dequantised exactly, the same products): the plain kernel

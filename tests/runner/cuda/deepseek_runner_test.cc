@@ -35,6 +35,7 @@
 #include "cuda_test_util.h"
 #include "deepseek_test_util.h"
 #include "engine/generate.h"
+#include "random_fp8_weight.h"
 #include "runner/cpu/deepseek_v3_ops.h"
 #include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cpu/ops.h"
@@ -166,42 +167,21 @@ INSTANTIATE_TEST_SUITE_P(Precisions, DeepseekCudaRunnerTest,
 
 // ---- the routed-expert kernel ------------------------------------------------------------------------------------
 
-// E random FP8 matrices [N, K] in the checkpoint's format (values N(0, 1/K) times a factor per 128 x 128 block,
-// each block quantised with scale amax / 448), as the CPU reads them and stacked as the device holds them.
+// E random FP8 matrices [N, K] in the checkpoint's format (random_fp8_weight.h), as the CPU reads them and stacked
+// as the device holds them.
 struct RandomExperts {
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<deepseek_v3::Linear> linears;
+  std::vector<testing::RandomFp8Weight> weights;
   DeviceBuffer values, scales;
   cuda::DeviceMatrix device;
 
-  RandomExperts(std::mt19937& rng, int E, int64_t N, int64_t K) : bytes(E), linears(E) {
+  RandomExperts(std::mt19937& rng, int E, int64_t N, int64_t K) {
     std::vector<uint8_t> all_values;
     std::vector<float> all_scales;
+    weights.reserve(E);
     for (int e = 0; e < E; ++e) {
-      deepseek_v3::Linear& l = linears[e];
-      Fp8BlockMatrix& m = l.fp8;
-      l.is_fp8 = true;
-      m.rows = N;
-      m.cols = K;
-      m.scales.resize(m.scale_rows() * m.scale_cols());
-      bytes[e].resize(static_cast<size_t>(N) * K);
-      std::vector<float> w = testing::random_floats(rng, bytes[e].size(), 0.0f, 1.0f / std::sqrt(static_cast<float>(K)));
-      std::uniform_real_distribution<float> exponent(-2.0f, 2.0f);
-      for (int64_t nb = 0; nb < m.scale_rows(); ++nb)
-        for (int64_t kb = 0; kb < m.scale_cols(); ++kb) {
-          const float factor = std::exp2(exponent(rng));
-          const int64_t n1 = std::min(N, (nb + 1) * 128), k1 = std::min(K, (kb + 1) * 128);
-          float amax = 0.0f;
-          for (int64_t n = nb * 128; n < n1; ++n)
-            for (int64_t k = kb * 128; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * K + k] *= factor));
-          const float scale = amax / kFp8E4m3Max;
-          m.scales[nb * m.scale_cols() + kb] = scale;
-          for (int64_t n = nb * 128; n < n1; ++n)
-            for (int64_t k = kb * 128; k < k1; ++k) bytes[e][n * K + k] = float_to_fp8_e4m3(w[n * K + k] / scale);
-        }
-      m.data = bytes[e].data();
-      all_values.insert(all_values.end(), bytes[e].begin(), bytes[e].end());
-      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(m);
+      const testing::RandomFp8Weight& w = weights.emplace_back(rng, N, K);
+      all_values.insert(all_values.end(), w.bytes.begin(), w.bytes.end());
+      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(w.linear.fp8);
       all_scales.insert(all_scales.end(), s.begin(), s.end());
     }
     values = cuda::to_device(all_values);
@@ -288,12 +268,12 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
       for (int j = 0; j < k; ++j) {
         const int e = experts[t * k + j], row = slot_row[t * k + j];
         std::vector<float> g(I), u(I), o(H);
-        cpu::linear(pool, x.data() + t * H, 1, gate.linears[e], g.data());
-        cpu::linear(pool, x.data() + t * H, 1, up.linears[e], u.data());
+        cpu::linear(pool, x.data() + t * H, 1, gate.weights[e].linear, g.data());
+        cpu::linear(pool, x.data() + t * H, 1, up.weights[e].linear, u.data());
         cpu::silu_mul(g.data(), u.data(), I);
         act_want.insert(act_want.end(), g.begin(), g.end());
         act_got.insert(act_got.end(), act.begin() + row * I, act.begin() + (row + 1) * I);
-        cpu::linear(pool, act.data() + row * I, 1, down.linears[e], o.data());
+        cpu::linear(pool, act.data() + row * I, 1, down.weights[e].linear, o.data());
         y_want.insert(y_want.end(), o.begin(), o.end());
         y_got.insert(y_got.end(), y.begin() + row * H, y.begin() + (row + 1) * H);
       }
@@ -315,7 +295,7 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
   cuda::launch_deepseek_experts(nullptr, p);
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> want(37 * I);
-  cpu::linear(pool, x.data(), 37, dense.linears[0], want.data());
+  cpu::linear(pool, x.data(), 37, dense.weights[0].linear, want.data());
   testing::expect_error_within("dense FP8 projection f32", worst_row_error(cuda::to_host<float>(y_d.get(), want.size()),
                                                                            want, I),
                                1e-5);
