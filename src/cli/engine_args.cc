@@ -133,7 +133,8 @@ std::shared_ptr<speculative::Drafter> make_cuda_drafter(const speculative::Specu
 }
 
 // A DeepSeek-V3 model drafts with its MTP layer (method mtp, or SGLang's eagle), with a latent pool of as many
-// blocks as the target's: a drafter block holds block_size positions of one layer.
+// blocks as the target's: a drafter block holds block_size positions of one layer. Beside the CUDA runner the head
+// runs on the GPU, on the target's kernels (chains only, no CUDA graphs yet); beside the CPU runner on the CPU.
 std::shared_ptr<speculative::Drafter> make_mtp_drafter(const speculative::SpeculativeConfig& spec,
                                                        const OpenedRunner& opened, const EngineConfig& engine) {
   MOESERVE_CHECK(spec.method == "mtp" || spec.method == "eagle",
@@ -142,6 +143,16 @@ std::shared_ptr<speculative::Drafter> make_mtp_drafter(const speculative::Specul
                  spec.method);
   MOESERVE_CHECK(spec.model.empty(), "--speculative-config: the DeepSeek-V3 model drafts with its own MTP layer; leave "
                  "out \"model\" (\"{}\")", spec.model);
+  if (opened.runner->name() == "cuda") {
+    MOESERVE_CHECK(spec.eagle_topk == 1,
+                   "--speculative-config speculative_eagle_topk {}: the MTP head on the GPU drafts chains only so far "
+                   "(topk 1)", spec.eagle_topk);
+    CudaDrafterOptions options;
+    options.block_size = engine.block_size;
+    options.num_blocks = kv_blocks_for(*opened.runner, engine);
+    options.cuda_graphs = false;
+    return make_cuda_mtp_drafter(opened.deepseek, *opened.runner, options);
+  }
   speculative::MtpDrafterOptions options;
   options.block_size = engine.block_size;
   options.num_blocks = kv_blocks_for(*opened.runner, engine);

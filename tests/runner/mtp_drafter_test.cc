@@ -5,14 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "deepseek_test_util.h"
-#include "runner/cpu/deepseek_v3_runner.h"
 #include "runner/cpu/mtp_drafter.h"
 #include "runner/deepseek_v3_reference.h"
 #include "runner/eagle3_tree.h"
-#include "runner/sequence_step.h"
+#include "runner/mtp_inputs.h"
 #include "util/error.h"
 
 namespace moeserve::speculative {
@@ -23,40 +21,11 @@ using ::testing::ThrowsMessage;
 
 std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint() { return moeserve::testing::small_deepseek_checkpoint(); }
 
-// A prompt run through the target: the residual streams after its last layer (the drafter's features), and the
-// tokens after each position (the prompt's next ones, then the target's greedy token).
-struct Verified {
-  std::vector<int32_t> tokens;  // positions [0, n]
-  std::vector<float> features;  // [n, hidden]
-};
-
-Verified verified(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Verified v;
-  for (int i = 0; i < n; ++i) v.tokens.push_back(static_cast<int32_t>(rng() % 1024));
-  DeepseekV3CpuRunner runner(checkpoint(), 2);
-  runner.allocate_kv_cache({16, 8});
-  const std::vector<std::vector<int32_t>> table{{0, 1, 2, 3, 4, 5, 6, 7}};
-  ForwardBatch batch;
-  batch.sequences.push_back(moeserve::testing::sequence_step(v.tokens, 0, table, 1));
-  batch.capture_layers = {runner.config().num_layers - 1};
-  ForwardOutput out;
-  runner.forward(batch, out);
-  v.features = out.captured[0];
-  v.tokens.push_back(static_cast<int32_t>(std::max_element(out.logits.begin(), out.logits.end()) - out.logits.begin()));
-  return v;
-}
-
+// Prompts run through the target (the drafter's features) and slices of them as inputs (mtp_inputs.h).
+using Verified = moeserve::testing::VerifiedTokens;
+Verified verified(int n, uint32_t seed) { return moeserve::testing::verified_tokens(checkpoint(), n, seed); }
 DraftInput input(const Verified& v, uint64_t id, int start, int end, DraftShape shape) {
-  const int64_t H = checkpoint()->config().hidden_size;
-  DraftInput in;
-  in.sequence_id = id;
-  in.start_position = start;
-  in.start_token = v.tokens[start];
-  in.features = std::span(v.features).subspan(start * H, (end - start) * H);
-  in.next_tokens = std::span(v.tokens).subspan(start + 1, end - start);
-  in.shape = shape;
-  return in;
+  return moeserve::testing::draft_input(v, checkpoint()->config().hidden_size, id, start, end, shape);
 }
 
 std::unique_ptr<MtpDrafter> drafter(cpu::MlaForm form = cpu::MlaForm::absorbed) {

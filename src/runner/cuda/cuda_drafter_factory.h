@@ -1,14 +1,16 @@
-// Making the EAGLE-3 draft head on the GPU (runner/cuda/eagle3_cuda_drafter.h), from code that may be built
-// without CUDA: without it, the factories fail with "built without CUDA".
+// Making the draft heads on the GPU (runner/cuda/eagle3_cuda_drafter.h, deepseek_mtp_cuda_drafter.h), from code
+// that may be built without CUDA: without it, the factories fail with "built without CUDA".
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "model/config.h"
+#include "model/deepseek_v3/checkpoint.h"
 #include "model/eagle3/checkpoint.h"
 #include "runner/cpu/eagle3_drafter.h"
 #include "runner/drafter.h"
+#include "runner/runner.h"
 
 namespace moeserve {
 
@@ -19,7 +21,7 @@ struct CudaDrafterOptions {
   // ... and at most this fraction of the device's free memory at construction (0: no cap). The pool is allocated
   // when the drafter is made, so a target pool sized afterwards from free memory leaves room for it.
   double max_memory_fraction = 0;
-  bool cuda_graphs = true;  // capture chain draft steps per (batch-size bucket, draft length)
+  bool cuda_graphs = true;  // capture chain draft steps per (batch-size bucket, draft length); MTP: must be false
 };
 
 // The head of a checkpoint; the target's embedding (and unembedding, for a head without lm_head) is uploaded.
@@ -33,5 +35,11 @@ std::unique_ptr<speculative::Drafter> make_cuda_eagle3_drafter(
 std::unique_ptr<speculative::Drafter> make_synthetic_cuda_eagle3_drafter(const ModelConfig& target,
                                                                          const CudaDrafterOptions& options,
                                                                          uint64_t seed);
+
+// DeepSeek's MTP head (the checkpoint's MTP layer, uploaded; the embedding and lm_head shared with the target where
+// they are equal) beside `target`, the checkpoint's model on the DeepSeek CUDA runner, whose kernels, buffers and
+// stream it runs on: target must outlive the drafter's calls. Chains only, without CUDA graphs so far.
+std::unique_ptr<speculative::Drafter> make_cuda_mtp_drafter(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
+                                                            ModelRunner& target, const CudaDrafterOptions& options);
 
 }  // namespace moeserve

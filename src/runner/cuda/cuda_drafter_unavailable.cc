@@ -14,4 +14,9 @@ std::unique_ptr<speculative::Drafter> make_synthetic_cuda_eagle3_drafter(const M
   fail("synthetic EAGLE-3 drafter: moeserve was built without CUDA");
 }
 
+std::unique_ptr<speculative::Drafter> make_cuda_mtp_drafter(std::shared_ptr<const deepseek_v3::Checkpoint>,
+                                                            ModelRunner&, const CudaDrafterOptions&) {
+  fail("MTP drafter on the GPU: moeserve was built without CUDA");
+}
+
 }  // namespace moeserve

@@ -140,7 +140,10 @@ void DeepseekCudaRunner::ensure_capacity(const Plan& plan, size_t capture_layers
                k = c.num_experts_per_tok, chunk = plan.attention_chunk, rows = plan.rows;
   const size_t moe_I = c.moe_intermediate_size, shared_I = moe_I * std::max(c.n_shared_experts, 0);
   const size_t mlp_I = std::max<size_t>(c.intermediate_size, shared_I);
-  const size_t widest_input = std::max({H, static_cast<size_t>(c.q_lora_rank), heads * c.v_head_dim, mlp_I});
+  // The widest input of an FP8 projection, the MTP head's eh_proj (2 hidden) included when the model has one.
+  const size_t mtp_input = c.num_nextn_predict_layers > 0 ? 2 * H : 0;
+  const size_t widest_input =
+      std::max({H, static_cast<size_t>(c.q_lora_rank), heads * c.v_head_dim, mlp_I, mtp_input});
   moe_.grow(plan.tokens, c.num_experts_per_tok, c.n_routed_experts);
   auto grow = [&](DeviceBuffer& buffer, size_t bytes) { buffer.grow(std::max<size_t>(bytes, 16)); };
   // An FP8 projection's input: its padding rows must hold finite values (zeros until a step writes them).
@@ -208,7 +211,8 @@ void DeepseekCudaRunner::mlp(const DeviceMatrix& gate, const DeviceMatrix& up, c
   project(mlp_act_.get(), T, down, out);
 }
 
-void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, int layer, const Plan& plan, const StepView& step) {
+void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
+                                   const Plan& plan, const StepView& step) {
   const deepseek_v3::Config& c = config_;
   const int T = plan.tokens, heads = c.num_heads, R = c.qk_rope_head_dim;
   if (c.q_lora_rank > 0) {
@@ -220,7 +224,6 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, int layer, cons
     project(normed_.get(), T, w.q, q_.as<float>());
   }
   project(normed_.get(), T, w.kv_a, kv_a_.as<float>());
-  const MlaCacheView cache = cache_view();
   const float rope_factor = c.rope_attention_factor();
   launch_mla_cache_write(stream_,
                          {kv_a_.as<float>(), w.kv_a_norm, kLatentNormEps, inv_freq_.as<float>(), rope_factor, cache,
@@ -288,6 +291,40 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
                               ffn_out_.as<float>());
 }
 
+void DeepseekCudaRunner::attention_and_ffn(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
+                                           const Plan& plan, const StepView& step, float* x) {
+  attention(w, cache, layer, plan, step);
+  launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.post_attention_norm, plan.tokens,
+                      config_.hidden_size, static_cast<float>(config_.rms_norm_eps), normed_.get());
+  feed_forward(w, plan);
+}
+
+void DeepseekCudaRunner::decoder_layer(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
+                                       const Plan& plan, const StepView& step, float* x) {
+  launch_add_rms_norm(stream_, precision_, x, nullptr, nullptr, w.input_norm, plan.tokens, config_.hidden_size,
+                      static_cast<float>(config_.rms_norm_eps), normed_.get());
+  attention_and_ffn(w, cache, layer, plan, step, x);
+}
+
+DeepseekCudaRunner::Plan DeepseekCudaRunner::prepare_step(const ForwardBatch& batch, const KvCacheLayout& cache,
+                                                          size_t capture_layers, StepMetadata& meta) {
+  meta.build(batch, engine_config_, groups_, cache, 0, 0, static_cast<int32_t>(cache.num_blocks),
+             kEverySequenceInTiles);
+  const Plan plan = plan_for(batch, meta);
+  ensure_capacity(plan, capture_layers);
+  return plan;
+}
+
+DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache,
+                                                             StepMetadata& meta) {
+  for (const SequenceStep& step : batch.sequences)
+    MOESERVE_CHECK(step.tree_parent.empty() && step.num_logits == 0,
+                   "a layer step takes causal runs without logits rows");
+  return prepare_step(batch, cache, 0, meta);
+}
+
+int DeepseekCudaRunner::fp8_rows(int rows) { return padded(rows); }
+
 void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& capture_layers) {
   const deepseek_v3::Config& c = config_;
   const StepView step = meta_.view(meta_device_.as<int32_t>());
@@ -308,10 +345,7 @@ void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& captu
     launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : ffn_out_.as<float>(), nullptr, w.input_norm, T,
                         H, eps, normed_.get());
     if (layer > 0) capture(layer - 1);
-    attention(w, layer, plan, step);
-    launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.post_attention_norm, T, H, eps,
-                        normed_.get());
-    feed_forward(w, plan);
+    attention_and_ffn(w, cache_view(), layer, plan, step, x);
   }
   launch_add_rms_norm(stream_, precision_, x, ffn_out_.as<float>(), nullptr, weights_.final_norm, T, H, eps,
                       normed_.get());
@@ -330,10 +364,7 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   for (int layer : batch.capture_layers)
     MOESERVE_CHECK(layer >= 0 && layer < config_.num_layers, "capture layer {} of {} layers", layer,
                    config_.num_layers);
-  meta_.build(batch, engine_config_, groups_, layout_, 0, 0, static_cast<int32_t>(layout_.num_blocks),
-              kEverySequenceInTiles);
-  const Plan plan = plan_for(batch, meta_);
-  ensure_capacity(plan, batch.capture_layers.size());
+  const Plan plan = prepare_step(batch, layout_, batch.capture_layers.size(), meta_);
   meta_device_.grow(std::max<size_t>(meta_.host().size() * sizeof(int32_t), 16));
   // From pageable memory: the copy has taken the metadata when it returns.
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), meta_.host().data(), meta_.host().size() * sizeof(int32_t),

@@ -20,7 +20,12 @@
 // Prefill tokens run the absorbed form too (exact: the same function as the expanded one). The expanded-form
 // prefill kernel (q.k over 192 dims, v of 128, FlashAttention-style on tensor cores) is still to build; until then
 // a step's attention runs in chunks of tokens whose absorbed queries and decode partials fit kAttentionScratchBytes.
-// Not yet: CUDA graphs, tree verification steps (refused), tensor / expert parallelism, the MTP head on the GPU.
+// Not yet: CUDA graphs, tree verification steps (refused), tensor / expert parallelism.
+//
+// DeepSeek's MTP head on the GPU (deepseek_mtp_cuda_drafter.h) runs its decoder layer through decoder_layer() below,
+// on this runner's kernels, activation buffers, cuBLASLt handle and stream, between the target's steps: the engine
+// drafts after a step's output is read and before it launches the next, so the two never overlap, and the head's
+// work is ordered after the step's on the one stream.
 #pragma once
 
 #include <memory>
@@ -56,24 +61,46 @@ class DeepseekCudaRunner : public ModelRunner {
   Precision precision() const { return precision_; }
   KvDtype kv_dtype() const { return kv_dtype_; }
 
- private:
+  // ---- What the MTP head runs on (see the header comment) ----
   // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking.
   struct Plan {
     int tokens = 0, padded_tokens = 0, rows = 0;
     int split_keys = kMlaMaxSplitKeys, max_splits = 1;  // launch_mla_decode's scratch (bf16 path)
     int attention_chunk = 1;                            // tokens a chunk of the absorbed attention
   };
+  const deepseek_v3::Config& model_config() const { return config_; }
+  const DeepseekDeviceWeights& weights() const { return weights_; }
+  cudaStream_t stream() const { return stream_; }
+  // A step of one extra layer over `batch` (causal runs without logits rows) whose block tables index a latent pool
+  // laid out as `cache`: its metadata built into `meta`, the runner's buffers sized for it; returns its plan.
+  Plan plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache, StepMetadata& meta);
+  // Decoder layer w over a planned step's tokens, its latents read and written at `layer` of `cache`: x [tokens,
+  // hidden] (fp32, the residual stream entering the layer) += attention(input_norm(x)); the FFN's output of
+  // post_attention_norm(x) is left in ffn_out() for the caller to add, fused with its next norm.
+  void decoder_layer(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer, const Plan& plan,
+                     const StepView& step, float* x);
+  const float* ffn_out() const { return ffn_out_.as<float>(); }
+  // y[rows, w.rows] (fp32) = x[rows, w.cols] w^T, x of the precision's type (see the header comment for the paths).
+  // On the bf16 path an FP8 weight reads x's rows up to fp8_rows(rows), which must hold finite values.
+  void project(const void* x, int rows, const DeviceMatrix& w, float* y);
+  static int fp8_rows(int rows);
+
+ private:
+  // The step's metadata into `meta` over a pool laid out as `cache`, its plan, the buffers sized for it.
+  Plan prepare_step(const ForwardBatch& batch, const KvCacheLayout& cache, size_t capture_layers, StepMetadata& meta);
   Plan plan_for(const ForwardBatch& batch, const StepMetadata& meta) const;
   void ensure_capacity(const Plan& plan, size_t capture_layers);
   void enqueue(const Plan& plan, const std::vector<int>& capture_layers);
+  // normed_ (the layer's input norm of x) -> x += attention; post_attention_norm(x) -> ffn_out_.
+  void attention_and_ffn(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer, const Plan& plan,
+                         const StepView& step, float* x);
   // normed_ -> proj_: the layer's MLA, its latents written into the cache.
-  void attention(const DeepseekDeviceLayer& w, int layer, const Plan& plan, const StepView& step);
+  void attention(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer, const Plan& plan,
+                 const StepView& step);
   // normed_ -> ffn_out_: the dense MLP or the MoE.
   void feed_forward(const DeepseekDeviceLayer& w, const Plan& plan);
   // out = down(silu(gate x) * up x) for x = normed_.
   void mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const Plan& plan, float* out);
-  // y[rows, w.rows] (fp32) = x[rows, w.cols] w^T, x of the precision's type (see the header comment for the paths).
-  void project(const void* x, int rows, const DeviceMatrix& w, float* y);
   MlaCacheView cache_view() const;
 
   deepseek_v3::Config config_;

@@ -1,6 +1,7 @@
 #include "runner/cuda/deepseek_device_weights.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "runner/cuda/device_weights.h"
 #include "util/error.h"
@@ -15,7 +16,8 @@ enum class Role {
   q, q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o,
   mlp_gate, mlp_up, mlp_down,
   router, router_bias, experts_gate, experts_up, experts_down,
-  shared_gate, shared_up, shared_down
+  shared_gate, shared_up, shared_down,
+  mtp_enorm, mtp_hnorm, mtp_eh_proj, mtp_head_norm, mtp_embedding, mtp_head
 };
 
 size_t value_bytes(WeightType type) { return type == WeightType::fp8_block ? 1 : type == WeightType::bf16 ? 2 : 4; }
@@ -65,7 +67,8 @@ class UploadSource final : public Source {
       : Source(precision), weights_(checkpoint.weights()), directory_(checkpoint.directory()) {}
 
   void start_layer(int layer) override {
-    layer_ = &weights_.layers.at(layer);
+    // The MTP module's layer follows the main model's (model.layers.<num_layers>).
+    layer_ = layer < static_cast<int>(weights_.layers.size()) ? &weights_.layers.at(layer) : &mtp().layer;
     index_ = layer;
   }
 
@@ -95,9 +98,11 @@ class UploadSource final : public Source {
   }
 
   DeviceMatrix dense(Role role, int64_t rows, int64_t cols) override {
-    const Matrix& w = role == Role::embedding ? weights_.embedding
-                      : role == Role::lm_head ? weights_.lm_head
-                                              : layer_->router;
+    const Matrix& w = role == Role::embedding       ? weights_.embedding
+                      : role == Role::lm_head       ? weights_.lm_head
+                      : role == Role::mtp_embedding ? mtp().embedding
+                      : role == Role::mtp_head      ? mtp().head
+                                                    : layer_->router;
     MOESERVE_CHECK(w.rows == rows && w.cols == cols, "{}: a [{}, {}] matrix where [{}, {}] was expected", directory_,
                    w.rows, w.cols, rows, cols);
     const DeviceMatrix m = allocate_matrix(weight_type_of(precision_), rows, cols, 1);
@@ -108,6 +113,9 @@ class UploadSource final : public Source {
 
   const float* vector(Role role, int64_t n) override {
     const std::vector<float>& v = role == Role::final_norm            ? weights_.final_norm
+                                  : role == Role::mtp_enorm           ? mtp().enorm
+                                  : role == Role::mtp_hnorm           ? mtp().hnorm
+                                  : role == Role::mtp_head_norm       ? mtp().head_norm
                                   : role == Role::input_norm          ? layer_->input_norm
                                   : role == Role::post_attention_norm ? layer_->post_attention_norm
                                   : role == Role::q_a_norm            ? layer_->attention.q_a_norm
@@ -136,12 +144,19 @@ class UploadSource final : public Source {
       case Role::shared_gate: return {&layer_->shared->gate};
       case Role::shared_up: return {&layer_->shared->up};
       case Role::shared_down: return {&layer_->shared->down};
+      case Role::mtp_eh_proj: return {&mtp().eh_proj};
       default: break;
     }
     std::vector<const deepseek_v3::Linear*> experts;
     for (const deepseek_v3::Mlp& e : layer_->experts)
       experts.push_back(role == Role::experts_gate ? &e.gate : role == Role::experts_up ? &e.up : &e.down);
     return experts;
+  }
+
+  const deepseek_v3::Mtp& mtp() const {
+    MOESERVE_CHECK(weights_.mtp.has_value(), "{}: no MTP layer (model.layers.{}.*)", directory_,
+                   weights_.layers.size());
+    return *weights_.mtp;
   }
 
   const deepseek_v3::Weights& weights_;
@@ -191,54 +206,65 @@ class SyntheticSource final : public Source {
   uint64_t tensors_ = 0;
 };
 
+// Decoder layer `index` of the model (index num_layers: the MTP module's).
+DeepseekDeviceLayer build_layer(const deepseek_v3::Config& c, int index, Source& source) {
+  const int64_t H = c.hidden_size, L = c.kv_lora_rank, heads = c.num_heads, E = c.n_routed_experts;
+  source.start_layer(index);
+  DeepseekDeviceLayer l;
+  l.input_norm = source.vector(Role::input_norm, H);
+  l.post_attention_norm = source.vector(Role::post_attention_norm, H);
+  const int64_t q_rows = heads * c.qk_head_dim();
+  if (c.q_lora_rank > 0) {
+    l.q_a = source.projection(Role::q_a, c.q_lora_rank, H, 1);
+    l.q_a_norm = source.vector(Role::q_a_norm, c.q_lora_rank);
+    l.q_b = source.projection(Role::q_b, q_rows, c.q_lora_rank, 1);
+  } else {
+    l.q = source.projection(Role::q, q_rows, H, 1);
+  }
+  l.kv_a = source.projection(Role::kv_a, c.kv_a_rows(), H, 1);
+  l.kv_a_norm = source.vector(Role::kv_a_norm, L);
+  l.kv_b = source.projection(Role::kv_b, heads * c.kv_b_rows_per_head(), L, 1);
+  l.o = source.projection(Role::o, H, heads * c.v_head_dim, 1);
+  l.moe = c.is_moe_layer(index);
+  if (!l.moe) {
+    l.gate = source.projection(Role::mlp_gate, c.intermediate_size, H, 1);
+    l.up = source.projection(Role::mlp_up, c.intermediate_size, H, 1);
+    l.down = source.projection(Role::mlp_down, H, c.intermediate_size, 1);
+    return l;
+  }
+  const int64_t I = c.moe_intermediate_size;
+  l.router = source.dense(Role::router, E, H);
+  l.router_bias = source.vector(Role::router_bias, E);
+  l.gate = source.projection(Role::experts_gate, I, H, static_cast<int>(E));
+  l.up = source.projection(Role::experts_up, I, H, static_cast<int>(E));
+  l.down = source.projection(Role::experts_down, H, I, static_cast<int>(E));
+  l.has_shared = c.n_shared_experts > 0;
+  if (l.has_shared) {
+    const int64_t shared = I * c.n_shared_experts;
+    l.shared_gate = source.projection(Role::shared_gate, shared, H, 1);
+    l.shared_up = source.projection(Role::shared_up, shared, H, 1);
+    l.shared_down = source.projection(Role::shared_down, H, shared, 1);
+  }
+  return l;
+}
+
+// Whether two checkpoint matrices hold the same values: the same tensor, or an equal copy.
+bool same_values(const Matrix& a, const Matrix& b) {
+  if (a.dtype != b.dtype || a.rows != b.rows || a.cols != b.cols) return false;
+  const size_t bytes = static_cast<size_t>(a.rows * a.cols) * dtype_size(a.dtype);
+  return a.data == b.data || std::memcmp(a.data, b.data, bytes) == 0;
+}
+
 }  // namespace
 
 DeepseekDeviceWeights DeepseekDeviceWeights::build(const deepseek_v3::Config& c, Precision precision, Source& source) {
   DeepseekDeviceWeights w;
   w.precision = precision;
-  const int64_t H = c.hidden_size, L = c.kv_lora_rank, heads = c.num_heads, E = c.n_routed_experts;
+  const int64_t H = c.hidden_size;
   w.embedding = source.dense(Role::embedding, c.vocab_size, H);
   w.lm_head = source.dense(Role::lm_head, c.vocab_size, H);
   w.final_norm = source.vector(Role::final_norm, H);
-  for (int index = 0; index < c.num_layers; ++index) {
-    source.start_layer(index);
-    DeepseekDeviceLayer l;
-    l.input_norm = source.vector(Role::input_norm, H);
-    l.post_attention_norm = source.vector(Role::post_attention_norm, H);
-    const int64_t q_rows = heads * c.qk_head_dim();
-    if (c.q_lora_rank > 0) {
-      l.q_a = source.projection(Role::q_a, c.q_lora_rank, H, 1);
-      l.q_a_norm = source.vector(Role::q_a_norm, c.q_lora_rank);
-      l.q_b = source.projection(Role::q_b, q_rows, c.q_lora_rank, 1);
-    } else {
-      l.q = source.projection(Role::q, q_rows, H, 1);
-    }
-    l.kv_a = source.projection(Role::kv_a, c.kv_a_rows(), H, 1);
-    l.kv_a_norm = source.vector(Role::kv_a_norm, L);
-    l.kv_b = source.projection(Role::kv_b, heads * c.kv_b_rows_per_head(), L, 1);
-    l.o = source.projection(Role::o, H, heads * c.v_head_dim, 1);
-    l.moe = c.is_moe_layer(index);
-    if (!l.moe) {
-      l.gate = source.projection(Role::mlp_gate, c.intermediate_size, H, 1);
-      l.up = source.projection(Role::mlp_up, c.intermediate_size, H, 1);
-      l.down = source.projection(Role::mlp_down, H, c.intermediate_size, 1);
-    } else {
-      const int64_t I = c.moe_intermediate_size;
-      l.router = source.dense(Role::router, E, H);
-      l.router_bias = source.vector(Role::router_bias, E);
-      l.gate = source.projection(Role::experts_gate, I, H, static_cast<int>(E));
-      l.up = source.projection(Role::experts_up, I, H, static_cast<int>(E));
-      l.down = source.projection(Role::experts_down, H, I, static_cast<int>(E));
-      l.has_shared = c.n_shared_experts > 0;
-      if (l.has_shared) {
-        const int64_t shared = I * c.n_shared_experts;
-        l.shared_gate = source.projection(Role::shared_gate, shared, H, 1);
-        l.shared_up = source.projection(Role::shared_up, shared, H, 1);
-        l.shared_down = source.projection(Role::shared_down, H, shared, 1);
-      }
-    }
-    w.layers.push_back(l);
-  }
+  for (int index = 0; index < c.num_layers; ++index) w.layers.push_back(build_layer(c, index, source));
   w.buffers_ = source.take_buffers();
   for (const DeviceBuffer& b : w.buffers_) w.bytes += b.bytes();
   return w;
@@ -255,6 +281,30 @@ DeepseekDeviceWeights DeepseekDeviceWeights::synthetic(const deepseek_v3::Config
   DeepseekDeviceWeights w = build(config, precision, source);
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the legacy stream
   return w;
+}
+
+DeepseekDeviceMtp DeepseekDeviceMtp::upload(const deepseek_v3::Checkpoint& checkpoint,
+                                            const DeepseekDeviceWeights& main) {
+  const deepseek_v3::Config& c = checkpoint.config();
+  MOESERVE_CHECK(checkpoint.has_mtp(), "{}: no MTP layer (model.layers.{}.*) to draft with", checkpoint.directory(),
+                 c.num_layers);
+  const deepseek_v3::Weights& weights = checkpoint.weights();
+  const int64_t H = c.hidden_size;
+  UploadSource source(checkpoint, main.precision);
+  DeepseekDeviceMtp m;
+  m.layer = build_layer(c, c.num_layers, source);
+  m.enorm = source.vector(Role::mtp_enorm, H);
+  m.hnorm = source.vector(Role::mtp_hnorm, H);
+  m.eh_proj = source.projection(Role::mtp_eh_proj, H, 2 * H, 1);
+  m.head_norm = source.vector(Role::mtp_head_norm, H);
+  m.embedding = same_values(weights.mtp->embedding, weights.embedding)
+                    ? main.embedding
+                    : source.dense(Role::mtp_embedding, c.vocab_size, H);
+  m.head = same_values(weights.mtp->head, weights.lm_head) ? main.lm_head
+                                                           : source.dense(Role::mtp_head, c.vocab_size, H);
+  m.buffers_ = source.take_buffers();
+  for (const DeviceBuffer& b : m.buffers_) m.bytes += b.bytes();
+  return m;
 }
 
 }  // namespace moeserve::cuda

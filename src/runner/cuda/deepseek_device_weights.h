@@ -59,4 +59,25 @@ class DeepseekDeviceWeights {
   std::vector<DeviceBuffer> buffers_;
 };
 
+// DeepSeek's MTP module (the checkpoint's model.layers.<num_layers>.*, deepseek_v3::Mtp) on the device, for the MTP
+// head beside the CUDA runner (deepseek_mtp_cuda_drafter.h), in the formats of the main model's weights. Its
+// embedding and lm_head are the main model's device matrices where the module's tensors are the main ones or equal
+// copies (DeepSeek-R1 stores copies: 2 x 1.85 GB that need not be uploaded twice).
+class DeepseekDeviceMtp {
+ public:
+  // Fails naming the directory when the checkpoint has no MTP layer; `main` is the checkpoint's main model.
+  static DeepseekDeviceMtp upload(const deepseek_v3::Checkpoint& checkpoint, const DeepseekDeviceWeights& main);
+
+  const float* enorm = nullptr;  // [hidden], for the next token's embedding
+  const float* hnorm = nullptr;  // [hidden], for the hidden state
+  DeviceMatrix eh_proj;          // [hidden, 2 hidden]: the embedding's columns first
+  DeepseekDeviceLayer layer;
+  const float* head_norm = nullptr;  // shared_head.norm [hidden]
+  DeviceMatrix embedding, head;      // [vocab, hidden], the precision's type (possibly the main model's)
+  size_t bytes = 0;                  // device memory held (the main model's matrices not counted)
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+};
+
 }  // namespace moeserve::cuda
