@@ -25,8 +25,8 @@ void expect_error(const std::function<void()>& call, const std::string& fragment
 TEST(MoePlan, PathFollowsRowsPerExpert) {
   // gpt-oss-120b: top-4 of 128, so rows per expert = tokens / 32.
   EXPECT_EQ(choose_moe_path(false, 8192, 4, 128), MoePath::reference);
-  EXPECT_EQ(choose_moe_path(true, 1, 4, 128), MoePath::decode_x1);
-  EXPECT_EQ(choose_moe_path(true, 6, 4, 128), MoePath::decode_x1);      // 0.1875
+  EXPECT_EQ(choose_moe_path(true, 1, 4, 128), MoePath::decode_x1);      // 4 grouped rows
+  EXPECT_EQ(choose_moe_path(true, 2, 4, 128), MoePath::decode_mma_n8);  // 8
   EXPECT_EQ(choose_moe_path(true, 7, 4, 128), MoePath::decode_mma_n8);  // 0.219
   EXPECT_EQ(choose_moe_path(true, 32, 4, 128), MoePath::decode_mma_n8);
   EXPECT_EQ(choose_moe_path(true, 144, 4, 128), MoePath::decode_mma_n8);   // 4.5
@@ -40,8 +40,8 @@ TEST(MoePlan, PathFollowsRowsPerExpert) {
   EXPECT_EQ(choose_moe_path(true, 2897, 4, 128), MoePath::prefill_wgmma);
   EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma);
   // gpt-oss-20b: top-4 of 32.
-  EXPECT_EQ(choose_moe_path(true, 1, 4, 32), MoePath::decode_x1);      // 0.125
-  EXPECT_EQ(choose_moe_path(true, 2, 4, 32), MoePath::decode_mma_n8);  // 0.25
+  EXPECT_EQ(choose_moe_path(true, 1, 4, 32), MoePath::decode_x1);      // 4 grouped rows
+  EXPECT_EQ(choose_moe_path(true, 2, 4, 32), MoePath::decode_mma_n8);  // 8
   EXPECT_EQ(choose_moe_path(true, 1024, 4, 32), MoePath::prefill_wgmma);
   expect_error([] { choose_moe_path(true, -1, 4, 128); }, "-1 tokens");
 }

@@ -81,8 +81,12 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, c
   // The GEMV's bound moved from 1 to 0.2 rows per expert on 2026-12-02 (cuda_bench at 2k context, the same binary
   // with both choices): decode_mma_n8 took batch 8 (0.25 rows) from 935 to 966 tokens/s and batch 16 (0.5) from
   // 1,258 to 1,431; at batch 1 (0.03: 4 experts, too few 256-row slices for 132 SMs) the GEMV stays. Batches 2-7
-  // were not measured; 0.2 keeps the GEMV up to batch 6 of gpt-oss-120b.
-  if (per_expert < 0.2) return MoePath::decode_x1;
+  // were not measured; 0.2 kept the GEMV up to batch 6 of gpt-oss-120b. With the tiled weights (2026-12-06, an H100,
+  // cuda_bench at 2k context, both choices in one call) decode_mma_n8 streams at 92-95% of the copy rate and took
+  // batch 2 (8 grouped rows) from 425 to 436 tokens/s and batch 4 from 599 to 624, while batch 1 (4 rows: 4 experts'
+  // 90 slices of 256 rows for 132 SMs) lost, 263 -> 250. What decides is how many experts' slices there are, not
+  // the mean, so the GEMV now serves steps of fewer than 8 grouped rows (batch 1 at top-4, of any expert count).
+  if (tokens * top_k < 8) return MoePath::decode_x1;
   if (per_expert <= 4.5) return MoePath::decode_mma_n8;
   if (per_expert <= 8) return MoePath::decode_mma_n16;
   if (per_expert <= 39.2) return MoePath::decode_mma_mixed;

@@ -96,8 +96,8 @@ int moe_mixed_class_max_tiles(int64_t rows, int cls, const MoeMixedBounds& bound
 MoeMixedBounds parse_moe_mixed_bounds(std::string_view text);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
-// (bf16; fp32 steps use the reference), from moe_bench's measurements on an H200 (docs/PERF.md): decode_x1 for
-// r < 0.2, decode_mma_n8 up to 4.5, n16 up to 8, decode_mma_mixed up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
+// (bf16; fp32 steps use the reference), from moe_bench's and cuda_bench's measurements (docs/PERF.md): decode_x1 for
+// fewer than 8 grouped rows (tokens k), decode_mma_n8 up to r = 4.5, n16 up to 8, decode_mma_mixed up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
 // decode_x2, the decode_wgmma tiles, decode_mma_n32 and prefill_mma win at no measured point of the built-in choice
 // and are kept for moe_bench's comparison.
 // A table given by the user replaces the built-in choice (moeserve's --moe-path-table, for benchmarking kernels
