@@ -41,4 +41,10 @@ void allow_dynamic_shared_memory(const void* kernel, int bytes) {
   set = bytes;
 }
 
+DeviceMemory device_memory() {
+  DeviceMemory m;
+  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));
+  return m;
+}
+
 }  // namespace moeserve::cuda

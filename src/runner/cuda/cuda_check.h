@@ -21,6 +21,12 @@ void select_cuda_device(int device);
 // (a once-per-process flag left every device but the first at the 48 KiB default: launches there failed).
 void allow_dynamic_shared_memory(const void* kernel, int bytes);
 
+// The current device's free and total memory (cudaMemGetInfo).
+struct DeviceMemory {
+  size_t free = 0, total = 0;
+};
+DeviceMemory device_memory();
+
 }  // namespace moeserve::cuda
 
 #define MOESERVE_CUDA_CHECK(call) ::moeserve::cuda::check_cuda((call), #call, __FILE__, __LINE__)

@@ -109,16 +109,10 @@ size_t CudaRunner::kv_block_bytes(int block_size) const {
 }
 
 size_t CudaRunner::device_memory_free() const {
-  size_t free_bytes = 0, total_bytes = 0;
-  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return free_bytes + kv_.bytes();  // allocate_kv_cache() gives the current pool back first
+  return device_memory().free + kv_.bytes();  // allocate_kv_cache() gives the current pool back first
 }
 
-size_t CudaRunner::device_memory_total() const {
-  size_t free_bytes = 0, total_bytes = 0;
-  MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return total_bytes;
-}
+size_t CudaRunner::device_memory_total() const { return device_memory().total; }
 
 void CudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   MOESERVE_CHECK(layout.block_size > 0 && layout.num_blocks > 0, "KV cache needs a positive block size and count");

@@ -17,8 +17,7 @@ constexpr const char* kOwner = "MTP drafter (CUDA)";
 int64_t pool_blocks(size_t block_bytes, const CudaDrafterOptions& options) {
   int64_t blocks = options.num_blocks;
   if (options.max_memory_fraction > 0) {
-    size_t free_bytes = 0, total_bytes = 0;
-    MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const size_t free_bytes = device_memory().free;
     blocks = std::min(blocks, static_cast<int64_t>(options.max_memory_fraction * static_cast<double>(free_bytes) /
                                                    static_cast<double>(block_bytes)));
   }

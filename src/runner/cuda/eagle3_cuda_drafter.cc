@@ -43,8 +43,7 @@ namespace {
 int64_t pool_blocks(const speculative::Eagle3Config& config, const CudaDrafterOptions& options) {
   int64_t blocks = options.num_blocks;
   if (options.max_memory_fraction > 0) {
-    size_t free_bytes = 0, total_bytes = 0;
-    MOESERVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const size_t free_bytes = device_memory().free;
     const auto cap = static_cast<int64_t>(options.max_memory_fraction * static_cast<double>(free_bytes) /
                                           static_cast<double>(CudaEagle3Drafter::kv_block_bytes(config, options.block_size)));
     blocks = std::min(blocks, cap);
