@@ -29,10 +29,6 @@ int64_t kv_blocks_for(const ModelRunner& runner, const EngineConfig& config) {
 
 namespace {
 
-// The token a step launched but not yet collected will sample, in its sequence's tokens until update() puts the
-// real one in its place; outside the vocabulary, so that a runner handed it fails rather than computing on it.
-constexpr int32_t kPlaceholderToken = -1;
-
 // Allocates the runner's pool before the block manager is built, so both agree on its size.
 int64_t allocate_pool(ModelRunner& runner, const EngineConfig& config) {
   MOESERVE_CHECK(config.block_size > 0, "block size must be positive");
@@ -179,15 +175,11 @@ void EngineCore::finish(Sequence& seq, FinishReason reason, RequestEvent event) 
   if (seq.on_event) seq.on_event(event);
 }
 
-namespace {
-
-RequestEvent error_event(std::string error) {
+void EngineCore::finish_with_error(Sequence& seq, std::string error) {
   RequestEvent event;
   event.error = std::move(error);
-  return event;
+  finish(seq, FinishReason::error, std::move(event));
 }
-
-}  // namespace
 
 EngineMetrics EngineCore::metrics() const {
   EngineMetrics snapshot = metrics_;
@@ -228,8 +220,7 @@ bool EngineCore::emit(Sequence& seq, const std::vector<int32_t>& tokens, std::ve
     FinishReason reason = FinishReason::none;
     const bool stop_token = std::find(stops.begin(), stops.end(), tokens[i]) != stops.end();
     if (!stop_token && seq.spec.grammar && !advance_grammar(seq, tokens[i])) {
-      finish(seq, FinishReason::error,
-             error_event(fmt::format("constrained decoding: token {} is outside the grammar", tokens[i])));
+      finish_with_error(seq, fmt::format("constrained decoding: token {} is outside the grammar", tokens[i]));
       return true;
     }
     const bool document_whole = seq.grammar_state && seq.spec.grammar->complete(*seq.grammar_state);
@@ -377,27 +368,6 @@ bool EngineCore::reached_length(const Sequence& seq) const {
          static_cast<int64_t>(seq.tokens.size()) >= runner_.config().max_position_embeddings;
 }
 
-void EngineCore::withdraw(Sequence& seq) {
-  kv_.release(seq);
-  scheduler_.remove(&seq);
-}
-
-void EngineCore::finish_cancelled() {
-  std::vector<Sequence*> cancelled;
-  for (auto& [id, seq] : sequences_)
-    if (seq->cancel_requested) cancelled.push_back(seq.get());
-  auto in_flight = [&](const Sequence* seq) {
-    return in_flight_ && std::any_of(in_flight_->plan.chunks.begin(), in_flight_->plan.chunks.end(),
-                                     [&](const ScheduledChunk& c) { return c.seq == seq; });
-  };
-  for (Sequence* seq : cancelled) {
-    if (in_flight(seq))
-      withdraw(*seq);
-    else
-      finish(*seq, FinishReason::cancelled);
-  }
-}
-
 void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) const {
   ForwardBatch& batch = prepared.batch;
   batch.return_logits = false;
@@ -453,91 +423,6 @@ void EngineCore::prepare(const SchedulerOutput& plan, PreparedStep& prepared) co
   }
 }
 
-bool EngineCore::can_schedule_ahead(const ScheduledStep& step) const {
-  // The host must see a step's tokens before it can prepare the next one when the next draw depends on them:
-  // speculative decoding (drafts verified and proposed after the step) and logits processing (penalties over the
-  // history, a grammar's mask). Such steps are followed synchronously.
-  return std::none_of(step.plan.chunks.begin(), step.plan.chunks.end(), [](const ScheduledChunk& c) {
-    const Sequence& seq = *c.seq;
-    return c.num_draft > 0 || seq.speculates() ||
-           (c.samples && (seq.spec.processing.active() || seq.spec.grammar != nullptr));
-  });
-}
-
-std::optional<ScheduledStep> EngineCore::schedule_step(StepReport& report) {
-  finish_cancelled();
-  ScheduledStep step;
-  step.plan = scheduler_.schedule(now_());
-  report.preempted = static_cast<int>(step.plan.preempted.size());
-  metrics_.preemptions += step.plan.preempted.size();
-  if (step.plan.chunks.empty()) return std::nullopt;
-  prepare(step.plan, step.prepared);
-  return step;
-}
-
-void EngineCore::drop_finished(ScheduledStep& step) const {
-  auto finished = [](const ScheduledChunk& c) { return c.seq->status == SequenceStatus::finished; };
-  if (std::none_of(step.plan.chunks.begin(), step.plan.chunks.end(), finished)) return;
-  SchedulerOutput kept;
-  kept.preempted = std::move(step.plan.preempted);
-  for (const ScheduledChunk& chunk : step.plan.chunks)
-    if (!finished(chunk)) kept.add(chunk);
-  // Their blocks went back when they finished; the others' are as scheduled. Their batch is prepared again.
-  step.plan = std::move(kept);
-  step.prepared = {};
-  prepare(step.plan, step.prepared);
-}
-
-void EngineCore::launch(ScheduledStep step) {
-  step.launched = Clock::now();
-  try {
-    runner_.launch(step.prepared.batch);
-  } catch (const std::exception& e) {
-    // The step failed as a whole: its requests end with the error, the engine carries on with the others.
-    for (const ScheduledChunk& chunk : step.plan.chunks) finish(*chunk.seq, FinishReason::error, error_event(e.what()));
-    return;
-  }
-  advance(step);
-  in_flight_ = std::move(step);
-}
-
-void EngineCore::advance(ScheduledStep& step) {
-  step.starts.resize(step.plan.chunks.size());
-  for (size_t c = 0; c < step.plan.chunks.size(); ++c) {
-    const ScheduledChunk& chunk = step.plan.chunks[c];
-    Sequence& seq = *chunk.seq;
-    step.starts[c] = seq.num_computed;
-    if (chunk.num_draft > 0) continue;  // a verify step's outcome is known only from its output
-    seq.num_computed += chunk.num_tokens;
-    // The token's own KV is computed by the step after; the blocks before it are now whole.
-    if (chunk.samples) seq.tokens.push_back(kPlaceholderToken);
-    kv_.commit(seq);
-    if (chunk.samples && reached_length(seq)) withdraw(seq);
-  }
-}
-
-void EngineCore::complete_in_flight(StepReport& report) {
-  ScheduledStep step = std::move(*in_flight_);
-  in_flight_.reset();
-  try {
-    runner_.collect(output_);
-  } catch (const std::exception& e) {
-    // The KV of full blocks advance() committed to the prefix cache may not have been written. A failure here
-    // comes from the device after the launch (a CUDA error), which fails the steps that follow as well.
-    for (const ScheduledChunk& chunk : step.plan.chunks)
-      if (chunk.seq->status != SequenceStatus::finished)
-        finish(*chunk.seq, FinishReason::error, error_event(e.what()));
-    return;
-  }
-  report.seconds = std::chrono::duration<double>(Clock::now() - step.launched).count();
-  report.sequences = static_cast<int>(step.plan.chunks.size());
-  report.decode_tokens = step.plan.decode_tokens;
-  report.prefill_tokens = step.plan.prefill_tokens;
-  update(step);
-  record_step(report);
-  finish_cancelled();  // those withdrawn while the step ran, their tokens now out
-}
-
 void EngineCore::update(const ScheduledStep& step) {
   const SchedulerOutput& plan = step.plan;
   const PreparedStep& prepared = step.prepared;
@@ -560,7 +445,7 @@ void EngineCore::update(const ScheduledStep& step) {
       try {
         emitted = verify(seq, row, step_tokens, token_row, fed_rows);
       } catch (const std::exception& e) {
-        finish(seq, FinishReason::error, error_event(e.what()));
+        finish_with_error(seq, e.what());
         row += step_tokens;
         token_row += step_tokens;
         continue;
@@ -589,8 +474,7 @@ void EngineCore::update(const ScheduledStep& step) {
       round->propose();
     } catch (const std::exception& e) {
       // The drafter's state for these sequences is unknown now: end them with the error, as a failed step does.
-      for (Sequence* seq : round->sequences())
-        finish(*seq, FinishReason::error, error_event(fmt::format("drafter: {}", e.what())));
+      for (Sequence* seq : round->sequences()) finish_with_error(*seq, fmt::format("drafter: {}", e.what()));
     }
   }
 }
@@ -603,30 +487,6 @@ void EngineCore::record_step(const StepReport& report) {
   metrics_.step_time.observe(report.seconds);
   metrics_.tokens_per_step.observe(metrics_.last_step_tokens);
   if (config_.learn_step_cost) cost_.observe(report.decode_tokens, report.prefill_tokens, report.seconds);
-}
-
-// vLLM v1's EngineCore.step(): schedule, execute, update from the output. With async scheduling the order turns
-// (vLLM's --async-scheduling): step N+1 is scheduled and prepared while the runner runs step N, as if every
-// sequence of step N had its token (advance() left a placeholder for it); then step N is collected and updated,
-// the sequences it finished are dropped from step N+1, whose decode inputs now hold the tokens just sampled, and
-// step N+1 is launched. Unless a stop token, an error or a grammar ends a request the host could not foresee, the
-// scheduler sees exactly what a synchronous step would show it, so steps and preemptions are the same; when one
-// does, step N+1 runs without that request where a synchronous step would have given its place to another.
-StepReport EngineCore::step() {
-  StepReport report;
-  const bool ahead = in_flight_ && can_schedule_ahead(*in_flight_);
-  std::optional<ScheduledStep> next;
-  if (ahead) next = schedule_step(report);
-  if (in_flight_) complete_in_flight(report);
-  if (!ahead)
-    next = schedule_step(report);
-  else if (next)
-    drop_finished(*next);
-  if (next && !next->plan.chunks.empty()) launch(std::move(*next));
-  if (!config_.async_scheduling && in_flight_) complete_in_flight(report);
-  update_gauges();
-  retired_.clear();
-  return report;
 }
 
 }  // namespace moeserve

@@ -104,6 +104,8 @@ class EngineCore {
   int64_t max_model_len() const;
   // Ends seq with `event` as its last event (its tokens, logprobs or error; id, time and reason are set here).
   void finish(Sequence& seq, FinishReason reason, RequestEvent event = {});
+  // finish() with FinishReason::error, `error` the message of its last event.
+  void finish_with_error(Sequence& seq, std::string error);
   // Appends a step's new tokens to seq, up to and including the first that ends it (stop token, max_tokens, the
   // context), and streams them as one event with their logprobs (one per token, or none) and, on the first event,
   // the prompt's. True when seq finished (and is gone).
