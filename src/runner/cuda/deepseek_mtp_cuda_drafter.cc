@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "runner/cuda/cuda_check.h"
+#include "runner/cuda/cuda_drafter_pool.h"
 #include "runner/cuda/kernels.h"
 #include "runner/eagle3_tree.h"
 #include "util/error.h"
@@ -12,19 +13,6 @@ namespace moeserve::cuda {
 namespace {
 
 constexpr const char* kOwner = "MTP drafter (CUDA)";
-
-// The pool's block count: the options', capped by the memory fraction.
-int64_t pool_blocks(size_t block_bytes, const CudaDrafterOptions& options) {
-  int64_t blocks = options.num_blocks;
-  if (options.max_memory_fraction > 0) {
-    const size_t free_bytes = device_memory().free;
-    blocks = std::min(blocks, static_cast<int64_t>(options.max_memory_fraction * static_cast<double>(free_bytes) /
-                                                   static_cast<double>(block_bytes)));
-  }
-  MOESERVE_CHECK(options.block_size > 0 && blocks > 0,
-                 "{}: KV pool needs a positive block size and count (got {} x {})", kOwner, blocks, options.block_size);
-  return blocks;
-}
 
 }  // namespace
 
@@ -37,7 +25,7 @@ DeepseekMtpCudaDrafter::DeepseekMtpCudaDrafter(DeepseekCudaRunner& target, Deeps
     : target_(target),
       weights_(std::move(weights)),
       block_bytes_(kv_block_bytes(target.model_config(), target.kv_dtype(), std::max(options.block_size, 1))),
-      cache_layout_{options.block_size, pool_blocks(block_bytes_, options)},
+      cache_layout_{options.block_size, drafter_pool_blocks(options, block_bytes_, kOwner)},
       kv_tables_(cache_layout_.num_blocks, options.block_size, kOwner,
                  [this](int32_t from, int32_t to, int32_t slots) {
                    // Ordered on the target's stream before anything that reads or writes the copy.

@@ -6,6 +6,7 @@
 #include <memory>
 #include <unordered_set>
 
+#include "runner/cuda/cuda_drafter_pool.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/kernels.h"
 #include "runner/eagle3_tree.h"
@@ -14,6 +15,7 @@
 namespace moeserve::cuda {
 namespace {
 
+constexpr const char* kOwner = "EAGLE-3 drafter (CUDA)";
 constexpr int kLargestGraphBatch = 256;
 
 int graph_bucket(int sequences) {
@@ -36,32 +38,13 @@ size_t CudaEagle3Drafter::kv_block_bytes(const speculative::Eagle3Config& config
   return static_cast<size_t>(block_size) * 2 * config.kv_dim() * 2;
 }
 
-namespace {
-
-// The pool's block count: the options' (as many token slots as the target's pool, when the engine makes it),
-// capped by the memory fraction.
-int64_t pool_blocks(const speculative::Eagle3Config& config, const CudaDrafterOptions& options) {
-  int64_t blocks = options.num_blocks;
-  if (options.max_memory_fraction > 0) {
-    const size_t free_bytes = device_memory().free;
-    const auto cap = static_cast<int64_t>(options.max_memory_fraction * static_cast<double>(free_bytes) /
-                                          static_cast<double>(CudaEagle3Drafter::kv_block_bytes(config, options.block_size)));
-    blocks = std::min(blocks, cap);
-  }
-  MOESERVE_CHECK(options.block_size > 0 && blocks > 0,
-                 "EAGLE-3 drafter (CUDA): KV pool needs a positive block size and count (got {} x {})", blocks,
-                 options.block_size);
-  return blocks;
-}
-
-}  // namespace
-
 CudaEagle3Drafter::CudaEagle3Drafter(speculative::Eagle3Config config, Eagle3DeviceWeights weights,
                                      const CudaDrafterOptions& options)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       options_(options),
-      kv_tables_(pool_blocks(config_, options), options.block_size, "EAGLE-3 drafter (CUDA)",
+      kv_tables_(drafter_pool_blocks(options, kv_block_bytes(config_, options.block_size), kOwner), options.block_size,
+                 kOwner,
                  [this](int32_t from, int32_t to, int32_t slots) {
                    // Ordered on the drafter's stream before anything that reads or writes the copy.
                    const size_t block = kv_block_bytes(config_, kv_tables_.block_size());
