@@ -216,6 +216,14 @@ TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   EXPECT_EQ(small.weight_tiles, 1);
   EXPECT_EQ(small.blocks, moe_max_tiles(3, 16, 4));
   EXPECT_EQ(moe_prefill_wgmma_grid(0, 5760, 2880, 128, 132).blocks, 0);
+  // The 256-row variant: 128 weight rows an item, 5,760 = 45 of them, 2,880 = 22.5 (23 items, the last half used).
+  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_m256), 256);
+  EXPECT_EQ(moe_prefill_wgmma_m256_grid(32768, 5760, 2880, 128, 132).weight_tiles, 45);
+  EXPECT_EQ(moe_prefill_wgmma_m256_grid(32768, 2880, 2880, 128, 132).weight_tiles, 23);
+  EXPECT_EQ(moe_prefill_wgmma_m256_grid(32768, 5760, 2880, 128, 132).blocks, 132);
+  // 300 rows over 4 experts: at most 300 / 256 + 4 = 5 tiles, x 1 weight tile.
+  EXPECT_EQ(moe_prefill_wgmma_m256_grid(300, 96, 160, 4, 132).blocks, moe_max_tiles(300, 256, 4));
+  expect_error([] { moe_prefill_wgmma_m256_grid(64, 0, 2880, 128, 132); }, "moe_prefill_wgmma_m256: out_features 0");
   expect_error([] { moe_decode_wgmma_grid(64, 16, 2880, 2880, 128, 0); }, "0 multiprocessors");
   expect_error([] { moe_prefill_wgmma_grid(64, 0, 2880, 128, 132); }, "out_features 0");
   // 2^30 rows of a 2^24-wide input on one SM: more 64-k steps than an int counts.

@@ -354,6 +354,8 @@ void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
 // The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a).
 void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params);
+// The same kernel over 256-row tiles x 128 weight rows (MoePath::prefill_wgmma_m256; bf16 activations only).
+void launch_moe_prefill_wgmma_m256(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
 // The launcher of `path` (moe_dispatch.cc); `type` matters to the reference only.

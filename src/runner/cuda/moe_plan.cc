@@ -28,6 +28,7 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_mma_mixed: return "decode-mma-mixed";
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
+    case MoePath::prefill_wgmma_m256: return "prefill-wgmma-m256";
   }
   return "";
 }
@@ -58,6 +59,7 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_mma_mixed: return kMoeMixedTileRows;
     case MoePath::prefill_mma:
     case MoePath::prefill_wgmma: return kMoePrefillTileRows;
+    case MoePath::prefill_wgmma_m256: return kMoePrefillM256TileRows;
   }
   return 8;
 }
@@ -197,6 +199,12 @@ MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_fe
                                int multiprocessors) {
   return persistent_grid("moe_prefill_wgmma", rows, kMoePrefillTileRows, out_features, in_features,
                          kMoePrefillWgmmaTileN, num_experts, multiprocessors);
+}
+
+MoeGrid moe_prefill_wgmma_m256_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
+                                    int multiprocessors) {
+  return persistent_grid("moe_prefill_wgmma_m256", rows, kMoePrefillM256TileRows, out_features, in_features,
+                         kMoePrefillM256TileN, num_experts, multiprocessors);
 }
 
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,

@@ -25,6 +25,8 @@ namespace moeserve::cuda {
 //   and the cold ones narrow tiles in the same step, where the other paths pick one width by the mean.
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
+// prefill_wgmma_m256: the same kernel over 256-row tiles x 128 weight rows (bf16 only), so that each weight value
+//   the producers dequantise serves 256 rows of MACs instead of 128 (the conversion bounds prefill_wgmma).
 enum class MoePath {
   reference,
   decode_x1,
@@ -39,13 +41,14 @@ enum class MoePath {
   decode_mma_n64,
   decode_mma_mixed,
   prefill_mma,
-  prefill_wgmma
+  prefill_wgmma,
+  prefill_wgmma_m256
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
-    MoePath::prefill_mma,    MoePath::prefill_wgmma};
+    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256};
 const char* moe_path_name(MoePath path);
 // The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
 // block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into
@@ -58,6 +61,8 @@ constexpr bool moe_path_takes_fp8(MoePath path) {
 MoePath parse_moe_path(std::string_view name);
 
 inline constexpr int kMoePrefillTileRows = 128;        // both prefill paths
+inline constexpr int kMoePrefillM256TileRows = 256;    // prefill_wgmma_m256's tiles
+inline constexpr int kMoePrefillM256TileN = 128;       // its weight rows an item (n128: 5,760 / 45, 2,880 / 22.5)
 inline constexpr int kMoePrefillWgmmaTileN = 192;      // weight rows of a prefill_wgmma item (wgmma n192; divides
                                                        // gpt-oss's 5,760 and 2,880, where 256 would waste 2% / 6%)
 inline constexpr int kMoeDecodeWgmmaWeightRows = 512;  // weight rows of a decode_wgmma item (16-64-row tiles)
@@ -126,6 +131,8 @@ struct MoeGrid {
 // Throws when a CTA's count of 64-k steps (its items x in_features / 64) would not fit an int.
 MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
                                int multiprocessors);
+MoeGrid moe_prefill_wgmma_m256_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,
+                                    int multiprocessors);
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
                               int num_experts, int multiprocessors);
 

@@ -1,5 +1,7 @@
 // Expert projections for large batches (prefill) on Hopper's wgmma: a persistent, warp-specialised grouped GEMM
-// over items of (128 grouped rows of one expert, from the device-built tile list) x (192 weight rows).
+// over items of (128 grouped rows of one expert, from the device-built tile list) x (192 weight rows); the same
+// kernel over 256 rows x 128 weight rows for prefill_wgmma_m256 (TileShape below: each converted weight value then
+// serves 256 rows, and each consumer warpgroup runs two m64 sub-tiles).
 //   Two producer warpgroups take alternate 64-k steps (version 3; version 2 had one, which bounded it: ncu on an
 //   H200 showed its consumers waiting for "full" ~73% of their cycles). Per step a group copies the item's
 //   activation rows (gathered through row_token for the first projection; cp.async, one own step ahead) into a
@@ -37,8 +39,6 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kTileM = kMoePrefillTileRows;  // grouped rows: two consumer warpgroups of m64
-constexpr int kTileN = kMoePrefillWgmmaTileN;
 // Two producer warpgroups take alternate steps (group g % 2 owns A/B stages g % 2 and g % 2 + 2): dequantising a
 // step's 192 x 64 weights takes one warpgroup longer than the consumers' wgmmas over it (ncu, H200: the single
 // producer of version 2 issued ~24% of its cycles and waited on its scale loads for ~15%; the consumers waited
@@ -49,15 +49,30 @@ constexpr int kThreads = kProducerGroups * kProducerThreads + 32 * kConsumerWarp
 // setmaxnreg: the CTA's pool is 128 x 512 (launch bounds); 2 x producer + 2 x consumer must not exceed 512. The
 // producers bound the kernel; measured on an H200 (moe_bench, 256 / 1,024 rows per expert): 104 / 152 runs FP8 4%
 // faster than 88 / 168 (more blocks' conversions in flight), bf16 the same; 112 and 120 gain nothing more.
-constexpr int kProducerRegisters = 104, kConsumerRegisters = 152;
-static_assert(kProducerGroups * kProducerRegisters + 2 * kConsumerRegisters <= 512);
+// Tile shapes: kM grouped rows (two consumer warpgroups of kM / 128 m64 sub-tiles each) x kN weight rows, and the
+// register split. 128 x 192 (prefill_wgmma): 104 / 152. 256 x 128 (prefill_wgmma_m256, bf16 only: FP8's raw stages
+// would not fit beside 256-row A stages): each weight value the producers convert serves twice the rows, and the
+// consumers' accumulators are 2 x 64: below 160 registers ptxas serialises their wgmmas (C7512), and the 96 left
+// to the producers spill ~100 bytes (their 16 A rows' indices; ptxas -v), which 88 / 168 and 72 / 184 do too.
+template <int kM, int kN, int kProducerRegs, int kConsumerRegs>
+struct TileShape {
+  static constexpr int kTileM = kM, kTileN = kN;
+  static constexpr int kSubTiles = kM / 128;  // m64 wgmmas of a consumer warpgroup per k slab
+  static constexpr int kAccumulators = kN / 2;  // fp32 a thread holds per m64 x kN
+  static constexpr int kProducerRegisters = kProducerRegs, kConsumerRegisters = kConsumerRegs;
+  static_assert(kProducerGroups * kProducerRegisters + 2 * kConsumerRegisters <= 512);
+  static_assert(kM % 128 == 0 && (kN == 192 || kN == 128));
+};
+using Shape128 = TileShape<kMoePrefillTileRows, kMoePrefillWgmmaTileN, 104, 152>;
+using Shape256 = TileShape<kMoePrefillM256TileRows, kMoePrefillM256TileN, 96, 160>;
 
 // The layout of one element type: k per step (one 128-byte swizzle row), MXFP4 blocks a weight row has per step, and
 // the shared-memory map. bf16: per block the aligned word holding its scale byte and the byte's bit offset; e4m3:
 // per weight row the word of its four scale bytes (tiled: one chunk's), a spare word, the word holding its s_max
 // byte, and s_max's byte index at byte 13.
-template <bool kFp8>
+template <bool kFp8, typename S>
 struct Layout {
+  static constexpr int kTileM = S::kTileM, kTileN = S::kTileN;
   static constexpr int kElementBytes = kFp8 ? 1 : 2;
   static constexpr int kTileK = kSwizzleRowBytes / kElementBytes;
   static constexpr int kBlocksPerStep = kTileK / 32;
@@ -78,14 +93,15 @@ struct Layout {
 };
 
 using Item = MoeItem;
+template <typename S>
 __device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles) {
-  return moe_item_at(p, item, n_tiles, kTileM, kTileN);
+  return moe_item_at(p, item, n_tiles, S::kTileM, S::kTileN);
 }
 
 // Shared memory: A stages, B stages, each producer group's raw stages, then the barriers (full, empty).
-template <bool kFp8>
+template <bool kFp8, typename S>
 struct Shared {
-  using L = Layout<kFp8>;
+  using L = Layout<kFp8, S>;
   unsigned char* base;
   uint64_t* full;
   uint64_t* empty;
@@ -107,13 +123,13 @@ struct Shared {
 // samples waiting on "full"; the FP8 producers issued ~1,400 instructions an own step, ~1,170 since), so the index
 // work is kept out of the steps: each copy walks a cursor (item, step) instead of dividing by the step count, the
 // item's pointers are set once per item, and a thread's rows are a constant stride apart.
-template <bool kFp8>
+template <bool kFp8, typename S>
 struct Producer {
-  using L = Layout<kFp8>;
+  using L = Layout<kFp8, S>;
   static constexpr int kB = L::kBlocksPerStep;
   static constexpr int kRowStride = kProducerThreads / kB;  // weight rows between a thread's blocks
   const MoeGemmParams& p;
-  Shared<kFp8> s;
+  Shared<kFp8, S> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
   const uint8_t* row_max_end;  // one past row_scale_max (FP8): a word reaching past it is read byte-wise
@@ -151,7 +167,7 @@ struct Producer {
   Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
-    const Item it = item_at(p, item_of_local(local), n_tiles);
+    const Item it = item_at<S>(p, item_of_local(local), n_tiles);
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i) {
       const int r = t / 8 + 16 * i;
@@ -161,7 +177,7 @@ struct Producer {
   }
 
   __device__ void start_raw_item(int local) {
-    const Item it = item_at(p, item_of_local(local), n_tiles);
+    const Item it = item_at<S>(p, item_of_local(local), n_tiles);
     const int64_t N = p.w.out_features;
     const int64_t expert_first = it.expert * N * mxfp4_padded_blocks(blocks_per_row);
     expert_blocks = p.w.blocks + expert_first * 16;
@@ -240,7 +256,7 @@ struct Producer {
       if constexpr (!kFp8) {
         // The aligned word holding this block's scale byte (its chunk's word), and the byte's bit offset.
         cp_async_4(meta + q * 4, ok ? expert_scales + (index & ~3u) : p.w.scales, ok);
-        meta[kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (index & 3u));
+        meta[L::kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (index & 3u));
       } else {
         // Per weight row (16 bytes): the word of the step's four scale bytes (b = 0: the step is one chunk, so
         // they are one aligned word), the word holding s_max (b = 2), then the two byte indices.
@@ -275,7 +291,7 @@ struct Producer {
       unsigned char* row = tile + i * kRowStride * kSwizzleRowBytes;
       if constexpr (!kFp8) {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(meta + q * 4);
-        const uint32_t scale = (word >> meta[kTileN * kB * 4 + q]) & 0xffu;
+        const uint32_t scale = (word >> meta[L::kTileN * kB * 4 + q]) & 0xffu;
         const uint32_t factor = mxfp4_scale_bf16x2(scale);
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -336,22 +352,31 @@ struct Producer {
 
 // ---- consumers --------------------------------------------------------------------------------------------------------
 // FP8: output (row r, column n) is acc x_scale[x row of r] 2^(s_max(n) - 133), before the bias.
-template <bool kFp8, bool kSwiglu>
-__device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (&acc)[96], int group, int warp,
-                           int lane) {
+// Warpgroup `group`'s rows: m64 sub-tile u holds rows group kM / 2 + 64 u + 16 warp + (g, g + 8).
+template <typename S>
+__device__ __forceinline__ int tile_row(int group, int sub, int warp, int g, int h) {
+  return group * (S::kTileM / 2) + 64 * sub + warp * 16 + g + 8 * h;
+}
+
+template <bool kFp8, bool kSwiglu, typename S>
+__device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (&acc)[S::kSubTiles][S::kAccumulators],
+                           int group, int warp, int lane) {
   const int64_t N = p.w.out_features;
   const float* bias = p.w.bias + it.expert * N;
   const int g = lane / 4, c = lane % 4;
-  float row_scale[2] = {1.0f, 1.0f};
-  if constexpr (kFp8) {
+  float row_scale[S::kSubTiles][2];
+#pragma unroll
+  for (int u = 0; u < S::kSubTiles; ++u) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = group * 64 + warp * 16 + g + 8 * h;
-      if (r < it.rows) row_scale[h] = p.x_scale[p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r];
+      const int r = tile_row<S>(group, u, warp, g, h);
+      row_scale[u][h] = 1.0f;
+      if constexpr (kFp8)
+        if (r < it.rows) row_scale[u][h] = p.x_scale[p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r];
     }
   }
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) {
+  for (int j = 0; j < S::kTileN / 8; ++j) {
     const int64_t col = it.n0 + 8 * j + 2 * c;  // even, and N is even: col + 1 < N too
     if (col >= N) continue;
     const float2 b = *reinterpret_cast<const float2*>(bias + col);
@@ -362,12 +387,14 @@ __device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (
                            ldexpf(1.0f, largest[1] - kMxfp4E4m3RowExponentBias));
     }
 #pragma unroll
+    for (int u = 0; u < S::kSubTiles; ++u)
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = group * 64 + warp * 16 + g + 8 * h;
+      const int r = tile_row<S>(group, u, warp, g, h);
       if (r < it.rows) {
         const int64_t row = it.row0 + r;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if constexpr (kFp8) v0 = v0 * row_scale[h] * column.x, v1 = v1 * row_scale[h] * column.y;
+        float v0 = acc[u][4 * j + 2 * h], v1 = acc[u][4 * j + 2 * h + 1];
+        if constexpr (kFp8) v0 = v0 * row_scale[u][h] * column.x, v1 = v1 * row_scale[u][h] * column.y;
         v0 += b.x, v1 += b.y;
         if constexpr (kSwiglu) {
           static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
@@ -380,30 +407,45 @@ __device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (
   }
 }
 
-template <bool kFp8, bool kSwiglu>
-__device__ void consume(const MoeGemmParams& p, const Shared<kFp8>& s, int n_tiles, int items, int ksteps) {
-  using L = Layout<kFp8>;
+// One wgmma of 32 bytes of k (k16 bf16 or k32 e4m3) over an m64 sub-tile.
+template <bool kFp8, int kN>
+__device__ __forceinline__ void wgmma_slab(float (&acc)[kN / 2], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (kN == 192) {
+    if constexpr (kFp8)
+      wgmma_m64n192k32_e4m3_ss(acc, a, b, accumulate);
+    else
+      wgmma_m64n192k16_ss(acc, a, b, accumulate);
+  } else {
+    static_assert(kN == 128 && !kFp8, "n128 is bf16 only");
+    wgmma_m64n128k16_ss(acc, a, b, accumulate);
+  }
+}
+
+template <bool kFp8, bool kSwiglu, typename S>
+__device__ void consume(const MoeGemmParams& p, const Shared<kFp8, S>& s, int n_tiles, int items, int ksteps) {
+  using L = Layout<kFp8, S>;
   const int group = threadIdx.x / 128 - kProducerGroups, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t base = shared_address(s.base);
-  float acc[96];
+  float acc[S::kSubTiles][S::kAccumulators];
   int g = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     for (int step = 0; step < ksteps; ++step, ++g) {
       const int stage = g % kStages;
       mbarrier_wait_or_trap(&s.full[stage], (g / kStages) & 1);
       fence_proxy_async_shared();  // the stage's generic-proxy writes, now observed, before wgmma reads them
-      const uint32_t a = base + stage * L::kABytes + group * 64 * kSwizzleRowBytes;
+      const uint32_t a = base + stage * L::kABytes + group * (S::kTileM / 2) * kSwizzleRowBytes;
       const uint32_t b = base + L::kBOffset + stage * L::kBBytes;
       wgmma_fence_registers(acc);
       wgmma_fence();
-      // Four instructions of 32 bytes of k each: k16 of bf16 or k32 of e4m3.
+      // Four slabs of 32 bytes of k each: k16 of bf16 or k32 of e4m3. Every sub-tile, also past a partial tile's
+      // rows: skipping them on the item's row count made ptxas serialise the wgmmas (C7520).
 #pragma unroll
       for (int slab = 0; slab < 4; ++slab) {
-        const uint64_t da = sw128_descriptor(a + 32 * slab), db = sw128_descriptor(b + 32 * slab);
-        if constexpr (kFp8)
-          wgmma_m64n192k32_e4m3_ss(acc, da, db, step > 0 || slab > 0);
-        else
-          wgmma_m64n192k16_ss(acc, da, db, step > 0 || slab > 0);
+        const uint64_t db = sw128_descriptor(b + 32 * slab);
+#pragma unroll
+        for (int u = 0; u < S::kSubTiles; ++u)
+          wgmma_slab<kFp8, S::kTileN>(acc[u], sw128_descriptor(a + 64 * u * kSwizzleRowBytes + 32 * slab), db,
+                                      step > 0 || slab > 0);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's batch is done: its stage can be refilled
@@ -413,17 +455,17 @@ __device__ void consume(const MoeGemmParams& p, const Shared<kFp8>& s, int n_til
     wgmma_wait<0>();
     wgmma_fence_registers(acc);
     if (lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
-    store_tile<kFp8, kSwiglu>(p, item_at(p, item, n_tiles), acc, group, warp, lane);
+    store_tile<kFp8, kSwiglu, S>(p, item_at<S>(p, item, n_tiles), acc, group, warp, lane);
   }
 }
 
-template <bool kFp8, bool kSwiglu>
+template <bool kFp8, bool kSwiglu, typename S>
 __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                          int n_tiles) {
-  using L = Layout<kFp8>;
+  using L = Layout<kFp8, S>;
   pdl_prologue();
   extern __shared__ unsigned char shared_bytes[];
-  Shared<kFp8> s;
+  Shared<kFp8, S> s;
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + kStages;
@@ -431,10 +473,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
   const int items = *p.routing.num_tiles * n_tiles;
   const int ksteps = static_cast<int>((p.w.in_features + L::kTileK - 1) / L::kTileK);
   if (threadIdx.x < kProducerGroups * kProducerThreads) {
-    warpgroup_registers_release<kProducerRegisters>();
+    warpgroup_registers_release<S::kProducerRegisters>();
     const int blocks_per_row = static_cast<int>(p.w.in_features / 32);
     const int64_t weight_rows = static_cast<int64_t>(p.routing.num_experts) * p.w.out_features;
-    Producer<kFp8> producer{p,
+    Producer<kFp8, S> producer{p,
                             s,
                             n_tiles,
                             ksteps,
@@ -444,19 +486,20 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
                             kFp8 ? p.w.row_scale_max + weight_rows : nullptr};
     producer.run(cta_item_count(items) * ksteps);
   } else {
-    warpgroup_registers_claim<kConsumerRegisters>();
-    consume<kFp8, kSwiglu>(p, s, n_tiles, items, ksteps);
+    warpgroup_registers_claim<S::kConsumerRegisters>();
+    consume<kFp8, kSwiglu, S>(p, s, n_tiles, items, ksteps);
   }
 }
 
-template <bool kFp8, bool kSwiglu>
+template <bool kFp8, bool kSwiglu, typename S>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu>;
-  allow_dynamic_shared_memory<kernel>(Layout<kFp8>::kSharedBytes);
-  const MoeGrid grid = moe_prefill_wgmma_grid(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts,
-                                              device_multiprocessors());
-  MOESERVE_CUDA_CHECK(
-      cuda_launch(kernel, grid.blocks, kThreads, Layout<kFp8>::kSharedBytes, stream, p, grid.weight_tiles));
+  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu, S>;
+  constexpr int kBytes = Layout<kFp8, S>::kSharedBytes;
+  allow_dynamic_shared_memory<kernel>(kBytes);
+  const auto grid_of = std::is_same_v<S, Shape256> ? moe_prefill_wgmma_m256_grid : moe_prefill_wgmma_grid;
+  const MoeGrid grid =
+      grid_of(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts, device_multiprocessors());
+  MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid.blocks, kThreads, kBytes, stream, p, grid.weight_tiles));
 }
 
 }  // namespace
@@ -466,10 +509,17 @@ void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params) 
     fail_cuda("moe_prefill_wgmma", "FP8 activations need x_scale and the weights' row_scale_max", __FILE__, __LINE__);
   launch_checked("moe_prefill_wgmma", params, [&](auto swiglu) {
     if (params.x_fp8 != nullptr)
-      launch_typed<true, decltype(swiglu)::value>(stream, params);
+      launch_typed<true, decltype(swiglu)::value, Shape128>(stream, params);
     else
-      launch_typed<false, decltype(swiglu)::value>(stream, params);
+      launch_typed<false, decltype(swiglu)::value, Shape128>(stream, params);
   });
+}
+
+void launch_moe_prefill_wgmma_m256(cudaStream_t stream, const MoeGemmParams& params) {
+  if (params.x_fp8 != nullptr)
+    fail_cuda("moe_prefill_wgmma_m256", "takes bf16 activations only (FP8: prefill_wgmma)", __FILE__, __LINE__);
+  launch_checked("moe_prefill_wgmma_m256", params,
+                 [&](auto swiglu) { launch_typed<false, decltype(swiglu)::value, Shape256>(stream, params); });
 }
 
 }  // namespace moeserve::cuda

@@ -179,6 +179,8 @@ __device__ __forceinline__ void wgmma_fence_registers(float (&registers)[kArrays
 __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate);
 // The same for m64 n192 k32 with e4m3 operands (FP8 has no transposed forms: both K-major, as here).
 __device__ __forceinline__ void wgmma_m64n192k32_e4m3_ss(float (&d)[96], uint64_t a, uint64_t b, bool accumulate);
+// m64 n128 k16, bf16, both operands in shared memory (the grouped GEMM's 256-row tiles).
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate);
 
 // The same with A from registers (four bf16x2: rows g / g + 8, k pairs c / c + 4), for n = 8, 16, 32, 64, 128.
 template <int kN>

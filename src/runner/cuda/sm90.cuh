@@ -117,6 +117,7 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                    \
   "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
 
+// MOESERVE_WGMMA_D64 stays defined: moe_wgmma_instructions.cuh's m64n128 shared-memory wgmma uses it too.
 #define MOESERVE_WGMMA_D64                                                                                            \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                     \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),               \
@@ -164,7 +165,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_mn_major_b(float (&d)[32], const
 }
 #undef MOESERVE_WGMMA_M64N128K16
 #undef MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B
-#undef MOESERVE_WGMMA_D64
 #undef MOESERVE_WGMMA_D32
 
 }  // namespace moeserve::cuda::sm90

@@ -328,9 +328,9 @@ class MoeCase {
 // Every bf16 path: the tensor-core ones and the reference kernel in bf16.
 const std::vector<MoePath> kBf16Paths(std::begin(cuda::kMoePaths), std::end(cuda::kMoePaths));
 
-// Expert row counts at the edges of every tile size in use (8, 16, 32, 64, 128): 0, 1, tile - 1, tile, tile + 1.
+// Expert row counts at the edges of every tile size in use (8, 16, 32, 64, 128, 256): 0, 1, tile - 1, tile, tile + 1.
 std::vector<int> edge_counts(int E) {
-  std::vector<int> counts = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 0, 2};
+  std::vector<int> counts = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 0, 2, 255, 256, 257};
   counts.resize(E, 0);
   return counts;
 }
@@ -382,6 +382,13 @@ TEST_F(CudaMoe, EveryPathMatchesCpuOnSkewedRouting) {
 TEST_F(CudaMoe, EveryPathMatchesCpuAtTileEdges) {
   // Odd widths: tails of K (96, 160) and of the weight tiles; top-2 so that T >= 129.
   check(Precision::bf16, kBf16Paths, kManyPairs, counted_routing(rng_, {1, 8, 16, 17, 33, 65, 129, 0}, 2), "edge counts");
+}
+
+// The 256-row tiles' edges (prefill_wgmma_m256, and the other grouped GEMMs beside it): counts about 256 and 512,
+// one row, and an empty expert; top-4 over 513 tokens (2,052 rows).
+TEST_F(CudaMoe, EveryPathMatchesCpuAtWideTileEdges) {
+  check(Precision::bf16, {MoePath::prefill_wgmma, MoePath::prefill_wgmma_m256, MoePath::prefill_mma}, kManyPairs,
+        counted_routing(rng_, {255, 256, 257, 511, 512, 1, 0, 260}, 4), "wide edge counts");
 }
 
 // decode_mma_mixed with bounds that put the edge counts in each width: all 32-row tiles (but 1-row experts), mostly
