@@ -2,7 +2,7 @@
 // the same functions the kernels call. Rows of every (block, layer, row) tile the pool without overlap, a position
 // goes through its block table, and the plan's choices (keys per split, splits, partial size, shape checks) hold
 // at DeepSeek-V3's and a small model's widths. The kernels are checked against the CPU on a GPU
-// (tests/runner/cuda/mla_test.cc).
+// (tests/runner/cuda/mla_decode_test.cc, mla_absorb_test.cc).
 #include <gtest/gtest.h>
 
 #include <vector>

@@ -35,7 +35,7 @@
 // partial, 7.6 times the rows' bytes, are what a longer split would amortise; that needs the output accumulated
 // across key chunks, which 128 heads x 512 fp32 columns (256 KB) cannot be in one block's registers: FlashMLA's
 // shape, 64 heads a block over long key ranges with an online softmax, is the next version.
-// Error against version 1 (fp32): q~ and p rounded to bf16 (8 significant bits); tests/runner/cuda/mla_test.cc
+// Error against version 1 (fp32): q~ and p rounded to bf16 (8 significant bits); tests/runner/cuda/mla_decode_test.cc
 // derives the bound.
 // CPU reference: cpu::MlaAttention's absorbed form (attend_absorbed), between its two projections.
 #include <cmath>

@@ -1,7 +1,8 @@
-// The MLA kernels (mla_cache_write.cu, mla_decode.cu, mla_decode_mma.cu, mla_absorb.cu) against the CPU, over a
-// paged latent cache with scattered block tables, several sequences of different lengths in one step, chunked
-// steps (a row sees the step's earlier rows) and contexts from 1 to 3,000, at DeepSeek-V3's widths (128 heads,
-// latent 512, rope 64) and the tiny model's (4 heads, latent 144, rope 16).
+// The MLA cache write and decode kernels (mla_cache_write.cu, mla_decode.cu, mla_decode_mma.cu) against the CPU,
+// and absorb -> decode -> un-absorb end to end (mla_absorb.cu's own tests: mla_absorb_test.cc), over a paged latent
+// cache with scattered block tables, several sequences of different lengths in one step, chunked steps (a row sees
+// the step's earlier rows) and contexts from 1 to 3,000, at DeepSeek-V3's widths (128 heads, latent 512, rope 64)
+// and the tiny model's (4 heads, latent 144, rope 16).
 //
 // Cache write: against cpu::rms_norm and cpu::rope_adjacent_pairs (what cpu::MlaAttention::forward writes), per
 // element within the rounding of the cache's type (f32, bf16, fp8 e4m3 with a scale other than 1) plus 1e-5 of the
@@ -29,12 +30,6 @@
 // exact in bf16; the fp8 scale is a factor of the query's and the output's). Against the fp32 cache the two
 // roundings add: 2e-2 + 2e-2 (bf16), 0.25 + 2e-2 (fp8). The tiny widths (sqrt(160) products, a smaller scale)
 // sit inside the same bounds. Every slot no query may see holds NaN.
-// Absorption and un-absorption (mla_absorb.cu), kv_b fp8 (block-scaled), bf16 and fp32, T = 1, 7, 64: per element
-// against the CPU's own steps on the same kv_b values (cpu::add_scaled_row for q~, cpu::row_dot for W_UV o~,
-// cpu::rope_adjacent_pairs for q_pe). Two fp32 sums of the same K products, each in some order of fmas, differ by
-// at most 2 gamma_K sum_k |a_k w_k| (gamma_K ~ K 2^-24, the textbook bound for any summation order); a bf16 output
-// adds its rounding, half an ulp <= 2^-8 of the value. The RoPE: cosf and sinf within 2 ulp (CUDA's table), glibc's
-// within 1, and a few fp32 roundings: 1e-6 of factor * (|x0| + |x1|) is about twice that.
 // End to end: q (cpu::linear of x, the call forward makes) and a paged bf16 latent cache through launch_mla_absorb,
 // launch_mla_decode (both versions) and launch_mla_unabsorb, against cpu::MlaAttention::forward in its absorbed
 // form on the same latents (o_proj the identity, so forward's output is the heads' outputs). The bound is the
@@ -43,20 +38,17 @@
 // q and W_UK only).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
-#include <optional>
-
 #include "cuda_test_util.h"
+#include "mla_test_util.h"
 #include "model/deepseek_v3/config.h"
 #include "model/deepseek_v3/make_tiny.h"
 #include "runner/cpu/deepseek_v3_ops.h"
 #include "runner/cpu/mla.h"
 #include "runner/cpu/ops.h"
-#include "runner/cuda/fp8_gemm.h"
-#include "util/bfloat16.h"
 #include "util/thread_pool.h"
 
 namespace moeserve {
@@ -64,6 +56,12 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::KvDtype;
+using cuda::MlaWeightType;
+using testing::CudaMla;
+using testing::KvbWeight;
+using testing::MlaWidths;
+using testing::tiny_widths;
+using testing::v3_widths;
 
 constexpr int kBlockSize = 16;
 constexpr int kLayers = 2;  // the kernels run layer 1: a wrong layer stride shows
@@ -71,22 +69,8 @@ constexpr int kLayer = 1;
 constexpr float kFp8Scale = 0.02f;  // values up to ~6 stored as up to ~300 of e4m3's 448
 constexpr double kLatentNormEps = 1e-6;  // kv_a_layernorm's (cpu/mla.cc)
 
-// The widths under test with their YaRN RoPE and softmax scale: DeepSeek-R1's (V3's: 128 heads, latent 512, rope
-// 64) and the tiny model's (4 heads, half a pass of kMlaHeadsPerPass and a quarter of version 2's 16-head slab;
-// latent 144, rope 16), also with 132 heads (version 1: a last pass of 4 heads; version 2: a second block of
-// heads whose first slab is a quarter full).
-struct MlaWidths {
-  std::string name;
-  deepseek_v3::Config config;
-};
-const MlaWidths& v3_widths() {
-  static const MlaWidths w{"v3", deepseek_v3::tiny_config({.shape = "deepseek-r1"})};
-  return w;
-}
-const MlaWidths& tiny_widths() {
-  static const MlaWidths w{"tiny", deepseek_v3::tiny_config({})};
-  return w;
-}
+// The tiny widths with 132 heads (version 1: a last pass of 4 heads; version 2: a second block of heads whose first
+// slab is a quarter full).
 const MlaWidths& tiny_132_heads() {
   static const MlaWidths w = [] {
     MlaWidths widths{"tiny-132-heads", deepseek_v3::tiny_config({})};
@@ -262,11 +246,6 @@ const std::vector<MlaCase>& write_cases() {
   return all;
 }
 
-class CudaMla : public ::testing::Test {
- protected:
-  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
-  std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 170u};
-};
 
 TEST_F(CudaMla, CacheWriteMatchesTheCpu) {
   for (const MlaWidths* w : {&v3_widths(), &tiny_widths()})
@@ -398,188 +377,6 @@ TEST_P(CudaMlaDecode, DecodeTinyWidths) {
   expect_decode_case(tiny_widths(), {"prefill and chunks", {70, 200, 33, 3000}, {70, 40, 16, 5}}, GetParam(),
                      rng_);
   expect_decode_case(tiny_132_heads(), {"decode", {1, 70, 300}, {1, 1, 1}}, GetParam(), rng_);
-}
-
-// ---- absorption and un-absorption ------------------------------------------------------------------------------
-
-using cuda::MlaWeightType;
-const char* weight_name(MlaWeightType type) {
-  return type == MlaWeightType::f32 ? "f32" : type == MlaWeightType::bf16 ? "bf16" : "fp8";
-}
-
-// A random kv_b of config's shape as the CPU reads it (linear) and as the device holds it (view): fp8, e4m3 of
-// N(0, 1) values with each 128 x 128 block's scale 2^u / sqrt(L), u uniform in [-1, 1] (a misplaced scale shows),
-// uploaded as fp8_gemm.h's Fp8DeviceWeight holds FP8 weights; bf16 and f32, N(0, 1 / L). `magnitude` is |kv_b|
-// in the same format: the bounds' sums of |a w| through the same CPU functions.
-struct KvbWeight {
-  std::vector<uint8_t> bytes, magnitude_bytes;
-  deepseek_v3::Linear linear, magnitude;
-  DeviceBuffer dense;
-  std::optional<cuda::Fp8DeviceWeight> fp8;
-  cuda::MlaKvbView view;
-
-  KvbWeight(std::mt19937& rng, const deepseek_v3::Config& c, MlaWeightType type) {
-    const int64_t rows = static_cast<int64_t>(c.num_heads) * c.kv_b_rows_per_head(), cols = c.kv_lora_rank;
-    view = {nullptr, nullptr, type, c.num_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank};
-    const float sigma = type == MlaWeightType::fp8_block ? 1.0f : 1.0f / std::sqrt(static_cast<float>(cols));
-    const auto w = testing::random_floats(rng, static_cast<size_t>(rows * cols), 0.0f, sigma);
-    const size_t element = type == MlaWeightType::f32 ? 4 : type == MlaWeightType::bf16 ? 2 : 1;
-    bytes.resize(w.size() * element);
-    magnitude_bytes.resize(bytes.size());
-    for (size_t i = 0; i < w.size(); ++i) {
-      if (type == MlaWeightType::fp8_block) {
-        bytes[i] = float_to_fp8_e4m3(w[i]);
-        magnitude_bytes[i] = bytes[i] & 0x7f;
-      } else if (type == MlaWeightType::bf16) {
-        const uint16_t bits = float_to_bf16(w[i]), abs_bits = bits & 0x7fff;
-        std::memcpy(bytes.data() + 2 * i, &bits, 2);
-        std::memcpy(magnitude_bytes.data() + 2 * i, &abs_bits, 2);
-      } else {
-        const float abs_value = std::fabs(w[i]);
-        std::memcpy(bytes.data() + 4 * i, &w[i], 4);
-        std::memcpy(magnitude_bytes.data() + 4 * i, &abs_value, 4);
-      }
-    }
-    for (auto [l, data] : {std::pair{&linear, bytes.data()}, std::pair{&magnitude, magnitude_bytes.data()}}) {
-      l->is_fp8 = type == MlaWeightType::fp8_block;
-      if (l->is_fp8) {
-        l->fp8.data = data;
-        l->fp8.rows = rows;
-        l->fp8.cols = cols;
-      } else {
-        l->dense = Matrix{type == MlaWeightType::bf16 ? DType::BF16 : DType::F32, data, rows, cols};
-      }
-    }
-    if (type == MlaWeightType::fp8_block) {
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      linear.fp8.scales.resize(linear.fp8.scale_rows() * linear.fp8.scale_cols());
-      for (float& scale : linear.fp8.scales) scale = std::exp2(u(rng)) / std::sqrt(static_cast<float>(cols));
-      magnitude.fp8.scales = linear.fp8.scales;
-      fp8.emplace(linear.fp8);
-      view.values = fp8->view().values;
-      view.scales = fp8->view().scales;
-    } else {
-      dense = cuda::to_device(bytes);
-      view.values = dense.get();
-    }
-  }
-};
-
-// Two fp32 sums of the same K products differ by at most this times sum |a w| (2 gamma_K, with room for the
-// magnitude's own fp32 sum).
-double sum_bound(int K) { return 2.1 * K * 0x1p-24; }
-// error / bound, with an all-zero bound (no products) passing only an exact result.
-double fraction_of(double error, double bound) { return bound > 0 ? error / bound : error == 0 ? 0.0 : INFINITY; }
-
-// Absorption of T tokens at random positions: the worst element's error as a fraction of its bound.
-double absorb_error(const deepseek_v3::Config& c, const KvbWeight& kv_b, int T, std::mt19937& rng, ThreadPool& pool) {
-  const int H = c.num_heads, nope = c.qk_nope_head_dim, R = c.qk_rope_head_dim, qk = c.qk_head_dim(),
-            L = c.kv_lora_rank, per_head = c.kv_b_rows_per_head();
-  const auto q = testing::random_floats(rng, static_cast<size_t>(T) * H * qk);
-  std::vector<int32_t> positions(T);
-  std::uniform_int_distribution<int32_t> position(0, 4095);
-  for (int32_t& p : positions) p = position(rng);
-  const auto inv_freq = c.rope_inverse_frequencies();
-  const float factor = 1.25f * c.rope_attention_factor();  // as the cache write's test: a factor left out shows
-  DeviceBuffer q_d = cuda::to_device(q), positions_d = cuda::to_device(positions),
-               inv_freq_d = cuda::to_device(inv_freq), q_latent_d(static_cast<size_t>(T) * H * L * 4),
-               q_rope_d(static_cast<size_t>(T) * H * R * 4);
-  cuda::StepView step;
-  step.num_tokens = T;
-  step.positions = positions_d.as<int32_t>();
-  cuda::launch_mla_absorb(nullptr,
-                          {q_d.as<float>(), R, inv_freq_d.as<float>(), factor, kv_b.view, q_latent_d.as<float>(),
-                           q_rope_d.as<float>()},
-                          step);
-  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto q_latent = cuda::to_host<float>(q_latent_d.get(), static_cast<size_t>(T) * H * L);
-  const auto q_rope = cuda::to_host<float>(q_rope_d.get(), static_cast<size_t>(T) * H * R);
-
-  std::vector<double> worst(static_cast<size_t>(T) * H, 0.0);
-  pool.parallel_for(worst.size(), 1, [&](size_t begin, size_t end) {
-    std::vector<float> ref(L), magnitude(L), rotated(R);
-    for (size_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item) / H, h = static_cast<int>(item) % H;
-      const float* q_nope = q.data() + item * qk;
-      std::fill(ref.begin(), ref.end(), 0.0f);
-      std::fill(magnitude.begin(), magnitude.end(), 0.0f);
-      for (int d = 0; d < nope; ++d) {
-        cpu::add_scaled_row(kv_b.linear, static_cast<int64_t>(h) * per_head + d, q_nope[d], ref.data());
-        cpu::add_scaled_row(kv_b.magnitude, static_cast<int64_t>(h) * per_head + d, std::fabs(q_nope[d]),
-                            magnitude.data());
-      }
-      for (int k = 0; k < L; ++k)
-        worst[item] = std::max(worst[item], fraction_of(std::fabs(q_latent[item * L + k] - ref[k]),
-                                                        sum_bound(nope) * magnitude[k]));
-      std::copy_n(q_nope + nope, R, rotated.begin());
-      cpu::rope_adjacent_pairs(rotated.data(), 1, R, R, positions[t], inv_freq, factor);
-      for (int j = 0; j < R; ++j) {
-        const double bound = 1e-6 * factor * (std::fabs(q_nope[nope + j]) + std::fabs(q_nope[nope + (j ^ 1)]));
-        worst[item] = std::max(worst[item], fraction_of(std::fabs(q_rope[item * R + j] - rotated[j]), bound));
-      }
-    }
-  });
-  return *std::max_element(worst.begin(), worst.end());
-}
-
-// Un-absorption of T tokens into `out_type`: the worst element's error as a fraction of its bound.
-double unabsorb_error(const deepseek_v3::Config& c, const KvbWeight& kv_b, int T, cuda::Precision out_type,
-                      std::mt19937& rng, ThreadPool& pool) {
-  const int H = c.num_heads, nope = c.qk_nope_head_dim, V = c.v_head_dim, L = c.kv_lora_rank,
-            per_head = c.kv_b_rows_per_head();
-  const auto latent_out = testing::random_floats(rng, static_cast<size_t>(T) * H * L);
-  const size_t outputs = static_cast<size_t>(T) * H * V;
-  DeviceBuffer latent_out_d = cuda::to_device(latent_out), out_d(outputs * cuda::element_bytes(out_type));
-  cuda::launch_mla_unabsorb(nullptr, out_type, {latent_out_d.as<float>(), kv_b.view, out_d.get()}, T);
-  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto out = testing::download_as(out_type, out_d.get(), outputs);
-
-  const double rounding = out_type == cuda::Precision::bf16 ? 0x1p-8 : 0.0;
-  std::vector<double> worst(static_cast<size_t>(T) * H, 0.0);
-  pool.parallel_for(worst.size(), 1, [&](size_t begin, size_t end) {
-    std::vector<float> abs_latent(L);
-    for (size_t item = begin; item < end; ++item) {
-      const int h = static_cast<int>(item) % H;
-      const float* o = latent_out.data() + item * L;
-      for (int k = 0; k < L; ++k) abs_latent[k] = std::fabs(o[k]);
-      for (int e = 0; e < V; ++e) {
-        const int64_t row = static_cast<int64_t>(h) * per_head + nope + e;
-        const double ref = cpu::row_dot(kv_b.linear, row, o);
-        const double sums = sum_bound(L) * cpu::row_dot(kv_b.magnitude, row, abs_latent.data());
-        const double bound = rounding * std::fabs(ref) + (1.0 + rounding) * sums;
-        worst[item] = std::max(worst[item], fraction_of(std::fabs(out[item * V + e] - ref), bound));
-      }
-    }
-  });
-  return *std::max_element(worst.begin(), worst.end());
-}
-
-constexpr MlaWeightType kWeightTypes[] = {MlaWeightType::fp8_block, MlaWeightType::bf16, MlaWeightType::f32};
-
-TEST_F(CudaMla, AbsorbMatchesTheCpu) {
-  ThreadPool pool(0);
-  for (const MlaWidths* w : {&v3_widths(), &tiny_widths()})
-    for (MlaWeightType type : kWeightTypes) {
-      const KvbWeight kv_b(rng_, w->config, type);
-      for (int T : {1, 7, 64})
-        testing::expect_error_within("mla absorb " + w->name + " kv_b " + weight_name(type) + " T " +
-                                         std::to_string(T) + " (worst element / its bound)",
-                                     absorb_error(w->config, kv_b, T, rng_, pool), 1.0);
-    }
-}
-
-TEST_F(CudaMla, UnabsorbMatchesTheCpu) {
-  ThreadPool pool(0);
-  for (const MlaWidths* w : {&v3_widths(), &tiny_widths()})
-    for (MlaWeightType type : kWeightTypes) {
-      const KvbWeight kv_b(rng_, w->config, type);
-      for (cuda::Precision out_type : {cuda::Precision::f32, cuda::Precision::bf16})
-        for (int T : {1, 7, 64})
-          testing::expect_error_within("mla unabsorb " + w->name + " kv_b " + weight_name(type) + " out " +
-                                           testing::precision_name(out_type) + " T " + std::to_string(T) +
-                                           " (worst element / its bound)",
-                                       unabsorb_error(w->config, kv_b, T, out_type, rng_, pool), 1.0);
-    }
 }
 
 // absorb -> decode -> un-absorb against cpu::MlaAttention::forward (absorbed) with `heads` heads of the widths,
