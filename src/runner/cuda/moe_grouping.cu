@@ -8,7 +8,6 @@
 // instead (route_group_kernel): counts in shared memory, the same scan, and rows placed in (token, slot) order.
 // CPU reference: the grouping in CpuRunner::moe_layer.
 #include <algorithm>
-#include <cmath>
 
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
