@@ -408,14 +408,13 @@ void CudaRunner::launch(const ForwardBatch& batch) {
   if (bucket == 0) {
     enqueue(meta_, plan, batch.capture_layers);
   } else {
-    GraphKey key{bucket, q_len, batch.capture_layers};
-    if (auto it = graphs_.find(key); it != graphs_.end()) {
+    if (auto it = graphs_.find(GraphKeyRef{bucket, q_len, batch.capture_layers}); it != graphs_.end()) {
       MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     } else {
       // First step of this shape: run it directly (which also makes every cuBLASLt plan), then capture.
       enqueue(meta_, plan, batch.capture_layers);
       const cudaGraphExec_t exec = capture_graph(stream_, [&] { enqueue(meta_, plan, batch.capture_layers); });
-      graphs_.emplace(std::move(key), exec);
+      graphs_.emplace(GraphKey{bucket, q_len, batch.capture_layers}, exec);
     }
   }
   // The captured layers' rows of the real tokens (graph padding's follow them).

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "runner/cuda/blas.h"
@@ -157,9 +158,19 @@ class CudaRunner : public ModelRunner {
   struct GraphKey {
     int bucket = 0, q_len = 0;
     std::vector<int> capture_layers;
-    auto operator<=>(const GraphKey&) const = default;
   };
-  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  // A step's key to look up: the batch's own layer list, not a copy of it every graphed step.
+  struct GraphKeyRef {
+    int bucket, q_len;
+    const std::vector<int>& capture_layers;
+  };
+  // Orders GraphKey and GraphKeyRef alike (bucket, q_len, then the layer lists lexicographically): find() takes either.
+  struct GraphKeyLess {
+    using is_transparent = void;
+    static auto fields(const auto& key) { return std::tie(key.bucket, key.q_len, key.capture_layers); }
+    bool operator()(const auto& a, const auto& b) const { return fields(a) < fields(b); }
+  };
+  std::map<GraphKey, cudaGraphExec_t, GraphKeyLess> graphs_;
   Communicator* communicator_ = nullptr;   // the rank's group, or null alone
 };
 
