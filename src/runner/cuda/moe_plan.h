@@ -26,7 +26,8 @@ namespace moeserve::cuda {
 // prefill_mma: the mma.sync grouped GEMM over 128-row tiles (moe_prefill.cu).
 // prefill_wgmma: the warp-specialised wgmma grouped GEMM over 128-row tiles (moe_prefill_wgmma.cu).
 // prefill_wgmma_m256: the same kernel over 256-row tiles x 128 weight rows (bf16 only), so that each weight value
-//   the producers dequantise serves 256 rows of MACs instead of 128 (the conversion bounds prefill_wgmma).
+//   the producers dequantise serves 256 rows of MACs instead of 128. 2-6% faster than prefill_wgmma at 256-1,024
+//   evenly spread rows per expert, slower under skewed routing and end to end (docs/PERF.md): kept for moe_bench.
 enum class MoePath {
   reference,
   decode_x1,
