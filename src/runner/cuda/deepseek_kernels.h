@@ -3,7 +3,8 @@
 // projections on cuBLASLt): the routed experts over FP8 block-scaled weights, the MoE combine with the shared
 // expert, SwiGLU of two projections, MLA attention over an fp32 latent cache, and the e4m3 fill of synthetic
 // weights. Each launcher lives in its own .cu file and enqueues on `stream` without synchronising; each is tested
-// against its CPU counterpart (tests/runner/cuda/deepseek_runner_test.cc).
+// against its CPU counterpart (tests/runner/cuda/deepseek_runner_test.cc; the routed experts' version 2 in
+// deepseek_experts_wgmma_test.cc).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,6 +54,10 @@ struct DeepseekExpertParams {
   // The grouping (launch_group_by_expert with kDeepseekExpertTileRows); tile_expert null: one matrix (w.count 1)
   // over rows 0 .. rows - 1 in order, which is a dense projection (the f32 path's FP8 projections).
   MoeRouting routing;
+  // Version 2 only (routed experts on the FP8 path): x has x_rows rows (the tokens, which x_row indexes; rows
+  // without x_row), quantised by the launcher into x_fp8 (fp8_activation_scale_count(x_rows, K) scales).
+  Fp8Activations x_fp8;
+  int x_rows = 0;
 };
 // Version 1, correctness first, on CUDA cores: a block takes one tile of up to 16 rows of one expert and 128
 // outputs (one row of 128 x 128 weight blocks), each thread one output (gate and up with SwiGLU) for all the
@@ -60,7 +65,26 @@ struct DeepseekExpertParams {
 // inputs are summed in fp32, then times the block's scale added into an fp32 accumulator (DeepSeek's per-block
 // promotion). K must be a multiple of 16. CPU reference: cpu::linear over the expert's deepseek_v3::Linear (then
 // cpu::silu_mul).
-void launch_deepseek_experts(cudaStream_t stream, const DeepseekExpertParams& params);
+//
+// Version 2 (deepseek_experts_wgmma.cu), the tensor-core grouped GEMM of issue 17: x quantised per token per 128
+// columns (act_quant, launch_fp8_quantize_activations, into params.x_fp8), then tiles of up to 128 rows of one
+// expert x 128 weight rows (64 gate and 64 up rows with SwiGLU) on wgmma m64n128k32 e4m3, each 128-column block of K
+// into a block accumulator that the CUDA cores scale by the row's activation scale and the weight block's scale and
+// add into an fp32 accumulator (DeepSeek's promotion: Hopper's FP8 tensor cores do not accumulate in full fp32).
+// It serves the routed experts of the FP8 path (x bf16, fp8_block weights, a grouping; any grouping tile, it reads
+// only expert_offsets); the f32 path's W8A32 products and the dense projections run version 1 under either choice.
+// CPU reference: the same, on the activations act_quant rounded (quantize_activations_fp8).
+enum class DeepseekExpertsVersion { v1, v2 };
+// Version 1 stays the default until a GPU has run version 2's tests (deepseek_experts_wgmma_test.cc): written and
+// compiled for sm_90a, not yet run. MOESERVE_DEEPSEEK_EXPERTS=v2 selects version 2, v1 (or unset, empty) version 1;
+// read at the first call, any other value fails there, naming the variable.
+inline constexpr DeepseekExpertsVersion kDeepseekExpertsDefault = DeepseekExpertsVersion::v1;
+DeepseekExpertsVersion deepseek_experts_version();
+void launch_deepseek_experts(cudaStream_t stream, const DeepseekExpertParams& params,
+                             DeepseekExpertsVersion version = deepseek_experts_version());
+// Version 2 alone (launch_deepseek_experts' dispatch calls it): fails naming what is missing unless the weights are
+// fp8_block, the rows grouped, x bf16 (and SwiGLU's output) and x_fp8 / x_rows set.
+void launch_deepseek_experts_wgmma(cudaStream_t stream, const DeepseekExpertParams& params);
 
 // ---- deepseek_moe_combine.cu: the MoE layer's output ---------------------------------------------------------------
 // out[t] = sum_j weights[t, j] y[slot_row[t, j]] (the slots in order, from zero) + shared[t] (when non-null): the

@@ -22,9 +22,9 @@
 //   with the fp8 cache; an earlier estimate of 6.4e-2 counted two projections in series and failed at 0.1); a token
 //   whose router choice lies within that error of a tie may take another expert and move by tens of percent, so the
 //   worst row and the rows above 5e-2 are reported only.
-// Expert kernel, per grouped row against cpu::linear (+ cpu::silu_mul) over the same weights and inputs: fp32
-// sums of at most 272 products in another order, 1e-5 relative; bf16 SwiGLU output adds its rounding, 2^-9 of each
-// value: 2.5e-3.
+// Expert kernel (version 1; version 2 in deepseek_experts_wgmma_test.cc), per grouped row against cpu::linear
+// (+ cpu::silu_mul) over the same weights and inputs: fp32 sums of at most 272 products in another order, 1e-5
+// relative; bf16 SwiGLU output adds its rounding, 2^-9 of each value: 2.5e-3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,29 +167,6 @@ INSTANTIATE_TEST_SUITE_P(Precisions, DeepseekCudaRunnerTest,
 
 // ---- the routed-expert kernel ------------------------------------------------------------------------------------
 
-// E random FP8 matrices [N, K] in the checkpoint's format (random_fp8_weight.h), as the CPU reads them and stacked
-// as the device holds them.
-struct RandomExperts {
-  std::vector<testing::RandomFp8Weight> weights;
-  DeviceBuffer values, scales;
-  cuda::DeviceMatrix device;
-
-  RandomExperts(std::mt19937& rng, int E, int64_t N, int64_t K) {
-    std::vector<uint8_t> all_values;
-    std::vector<float> all_scales;
-    weights.reserve(E);
-    for (int e = 0; e < E; ++e) {
-      const testing::RandomFp8Weight& w = weights.emplace_back(rng, N, K);
-      all_values.insert(all_values.end(), w.bytes.begin(), w.bytes.end());
-      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(w.linear.fp8);
-      all_scales.insert(all_scales.end(), s.begin(), s.end());
-    }
-    values = cuda::to_device(all_values);
-    scales = cuda::to_device(all_scales);
-    device = {cuda::WeightType::fp8_block, values.get(), scales.as<float>(), N, K, E};
-  }
-};
-
 class DeepseekCudaRunnerExperts : public ::testing::Test {
  protected:
   void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
@@ -213,7 +190,7 @@ double worst_row_error(const std::vector<float>& out, const std::vector<float>& 
 TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
   constexpr int E = 6, k = 2, T = 41;
   constexpr int64_t I = 208, H = 272;
-  const RandomExperts gate(rng_, E, I, H), up(rng_, E, I, H), down(rng_, E, H, I);
+  const testing::RandomFp8Experts gate(rng_, E, I, H), up(rng_, E, I, H), down(rng_, E, H, I);
   // The pairs sorted by expert, token t taking pairs t and t + T: distinct experts, counts {1, 15, 16, 17, 33, 0}.
   std::vector<int32_t> sorted;
   for (auto [e, n] : {std::pair{0, 1}, std::pair{1, 15}, std::pair{2, 16}, std::pair{3, 17}, std::pair{4, 33}}) sorted.insert(sorted.end(), n, e);
@@ -248,7 +225,7 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
     p.out_type = type;
     p.rows = T * k;
     p.routing = routing;
-    cuda::launch_deepseek_experts(nullptr, p);
+    cuda::launch_deepseek_experts(nullptr, p, cuda::DeepseekExpertsVersion::v1);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> act = testing::download_as(type, act_d.get(), T * k * I);
     // Down, on the device's own intermediates (so each projection is checked alone).
@@ -259,7 +236,7 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
     q.x_row = nullptr;
     q.out = y_d.get();
     q.out_type = Precision::f32;
-    cuda::launch_deepseek_experts(nullptr, q);
+    cuda::launch_deepseek_experts(nullptr, q, cuda::DeepseekExpertsVersion::v1);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> y = cuda::to_host<float>(y_d.get(), T * k * H);
 
@@ -284,7 +261,7 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
   }
 
   // One matrix over rows in order (the f32 path's dense FP8 projections): 37 rows, a partial last tile.
-  const RandomExperts dense(rng_, 1, I, H);
+  const testing::RandomFp8Experts dense(rng_, 1, I, H);
   const std::vector<float> x = testing::random_floats(rng_, 37 * H);
   DeviceBuffer x_d = cuda::to_device(x), y_d(37 * I * 4);
   cuda::DeepseekExpertParams p;
@@ -292,7 +269,7 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
   p.x = x_d.get();
   p.out = y_d.get();
   p.rows = 37;
-  cuda::launch_deepseek_experts(nullptr, p);
+  cuda::launch_deepseek_experts(nullptr, p, cuda::DeepseekExpertsVersion::v1);
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> want(37 * I);
   cpu::linear(pool, x.data(), 37, dense.weights[0].linear, want.data());

@@ -1,6 +1,7 @@
-// A random FP8 weight in DeepSeek's checkpoint format, for the DeepSeek CUDA tests (deepseek_ops_test.cc's
-// projections, deepseek_runner_test.cc's routed experts). Not tests/deepseek_test_util.h: that library builds
-// without CUDA, and this helper draws through cuda_test_util.h's random_floats.
+// Random FP8 weights in DeepSeek's checkpoint format, for the DeepSeek CUDA tests (deepseek_ops_test.cc's
+// projections; deepseek_runner_test.cc's and deepseek_experts_wgmma_test.cc's routed experts). Not
+// tests/deepseek_test_util.h: that library builds without CUDA, and this helper draws through cuda_test_util.h's
+// random_floats.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "cuda_test_util.h"
 #include "model/deepseek_v3/weights.h"
 #include "model/fp8_blocks.h"
+#include "runner/cuda/deepseek_kernels.h"
 
 namespace moeserve::testing {
 
@@ -45,6 +47,29 @@ struct RandomFp8Weight {
   RandomFp8Weight(const RandomFp8Weight&) = delete;
   RandomFp8Weight& operator=(const RandomFp8Weight&) = delete;
   RandomFp8Weight(RandomFp8Weight&&) = default;  // the bytes' buffer moves with them
+};
+
+// E random FP8 matrices [N, K] as the CPU reads them (weights[e].linear) and stacked as the device holds them
+// (`device`: the values, and the scales in cuBLASLt's layout, fp8_weight_scales_for_cublaslt).
+struct RandomFp8Experts {
+  std::vector<RandomFp8Weight> weights;
+  cuda::DeviceBuffer values, scales;
+  cuda::DeviceMatrix device;
+
+  RandomFp8Experts(std::mt19937& rng, int E, int64_t N, int64_t K) {
+    std::vector<uint8_t> all_values;
+    std::vector<float> all_scales;
+    weights.reserve(E);
+    for (int e = 0; e < E; ++e) {
+      const RandomFp8Weight& w = weights.emplace_back(rng, N, K);
+      all_values.insert(all_values.end(), w.bytes.begin(), w.bytes.end());
+      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(w.linear.fp8);
+      all_scales.insert(all_scales.end(), s.begin(), s.end());
+    }
+    values = cuda::to_device(all_values);
+    scales = cuda::to_device(all_scales);
+    device = {cuda::WeightType::fp8_block, values.get(), scales.as<float>(), N, K, E};
+  }
 };
 
 }  // namespace moeserve::testing
