@@ -34,6 +34,10 @@ struct CudaRunnerOptions {
   // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
   // built-in choice measured on an H200. For benchmarking kernels end to end.
   std::string moe_path_table;
+  // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v1" (CUDA cores, the
+  // default) or "v2" (the FP8 grouped GEMM on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest
+  // stays on v1 under either); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v1). For tests and benchmarks.
+  std::string deepseek_experts;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
   // (tensor_parallel_cuda_runner.h).
   int tensor_parallel_size = 1;

@@ -29,6 +29,13 @@ constexpr int kEverySequenceInTiles = 1;
 
 int padded(int tokens) { return (tokens + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
 
+// The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h).
+DeepseekExpertsVersion experts_version_of(const CudaRunnerOptions& options) {
+  return options.deepseek_experts.empty()
+             ? deepseek_experts_version()
+             : parse_deepseek_experts_version(options.deepseek_experts, "CudaRunnerOptions::deepseek_experts");
+}
+
 // What the factories check before any device is touched: the options this runner takes.
 void check_options(const CudaRunnerOptions& options) {
   MOESERVE_CHECK(options.tensor_parallel_size == 1 && !options.expert_parallel,
@@ -39,6 +46,7 @@ void check_options(const CudaRunnerOptions& options) {
                  "(DeepSeek's act_quant); use auto",
                  options.activation_dtype);
   parse_kv_dtype(options.kv_cache_dtype, parse_precision(options.precision));
+  experts_version_of(options);
 }
 
 MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
@@ -67,6 +75,7 @@ DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDevic
       weights_(std::move(weights)),
       precision_(parse_precision(options.precision)),
       kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision_)),
+      experts_version_(experts_version_of(options)),
       groups_(kv_groups_of(engine_config_)) {
   const deepseek_v3::Config& c = config_;
   MOESERVE_CHECK(weights_.precision == precision_, "DeepSeek CUDA runner: weights made for another precision");
@@ -167,8 +176,15 @@ void DeepseekCudaRunner::ensure_capacity(const Plan& plan, size_t capture_layers
   grow(expert_weights_, T * k * 4);
   grow(moe_act_, T * k * moe_I * A);
   grow(moe_y_, T * k * H * 4);
-  grow(fp8_values_, P * widest_input);
-  grow(fp8_scales_, fp8_activation_scale_count(P, widest_input) * 4);
+  // act_quant's output: the FP8 projections' inputs (P rows of at most widest_input) and, on version 2, the routed
+  // experts' (gate/up: T rows of H, within the former; down: T k rows of moe_I). DeepSeek-R1: 18,432 B + 576 B of
+  // scales a padded token (the dense MLP's down, input 18,432), which covers down's 8 x 2,048 B + 512 B; the tiny
+  // model: 320 B + 12 B, under down's 4 x 96 B + 16 B. Version 2 launches one grid row per 128 rows of an expert, at
+  // most T k / 128 + E, within its 65,535 for any step under ~1 M tokens (R1's k 8, E 256).
+  const size_t routed_rows = experts_version_ == DeepseekExpertsVersion::v2 ? T * k : 0;
+  grow(fp8_values_, std::max(P * widest_input, routed_rows * moe_I));
+  grow(fp8_scales_, 4 * static_cast<size_t>(std::max(fp8_activation_scale_count(P, widest_input),
+                                                     fp8_activation_scale_count(routed_rows, moe_I))));
   grow(logits_in_, rows * H * A);
   grow(logits_, rows * c.vocab_size * 4);
   grow(sampled_, rows * 4);
@@ -182,8 +198,7 @@ void DeepseekCudaRunner::project(const void* x, int rows, const DeviceMatrix& w,
     return;
   }
   if (precision_ == Precision::bf16) {
-    fp8_block_linear(stream_, blas_, Precision::bf16, x, padded(rows), w.fp8_view(),
-                     {fp8_values_.as<uint8_t>(), fp8_scales_.as<float>()}, Precision::f32, y);
+    fp8_block_linear(stream_, blas_, Precision::bf16, x, padded(rows), w.fp8_view(), fp8_scratch(), Precision::f32, y);
     return;
   }
   DeepseekExpertParams p;  // one matrix over the rows in order: W8A32, as the CPU reference
@@ -192,7 +207,11 @@ void DeepseekCudaRunner::project(const void* x, int rows, const DeviceMatrix& w,
   p.x_type = Precision::f32;
   p.out = y;
   p.rows = rows;
-  launch_deepseek_experts(stream_, p);
+  launch_deepseek_experts(stream_, p, experts_version_);  // version 1 under either: a dense f32 projection
+}
+
+Fp8Activations DeepseekCudaRunner::fp8_scratch() const {
+  return {fp8_values_.as<uint8_t>(), fp8_scales_.as<float>()};
 }
 
 void DeepseekCudaRunner::mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
@@ -269,15 +288,18 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
   gate_up.out_type = precision_;
   gate_up.rows = T * k;
   gate_up.routing = routing;
-  launch_deepseek_experts(stream_, gate_up);
+  gate_up.x_fp8 = fp8_scratch();  // version 2 quantises x's T rows there (ensure_capacity sizes it)
+  gate_up.x_rows = T;
+  launch_deepseek_experts(stream_, gate_up, experts_version_);
   DeepseekExpertParams down = gate_up;
   down.w = w.down;
   down.up = {};
   down.x = moe_act_.get();
   down.x_row = nullptr;
+  down.x_rows = T * k;  // one row per grouped row: the gate/up output
   down.out = moe_y_.get();
   down.out_type = Precision::f32;
-  launch_deepseek_experts(stream_, down);
+  launch_deepseek_experts(stream_, down, experts_version_);
 
   if (w.has_shared) mlp(w.shared_gate, w.shared_up, w.shared_down, plan, shared_out_.as<float>());
   const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};

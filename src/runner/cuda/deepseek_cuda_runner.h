@@ -13,7 +13,8 @@
 //
 // Precision::bf16: bf16 activations into every product, the FP8 projections on cuBLASLt with DeepSeek's act_quant
 // (fp8_gemm.h; the token count padded to a multiple of 4, which cuBLASLt's scale layout needs), the routed
-// experts W8A16 (deepseek_experts.cu), a bf16 or fp8 e4m3 latent cache (--kv-cache-dtype) through launch_mla_decode.
+// experts W8A16 on version 1 (deepseek_experts.cu) or, with deepseek_experts v2, W8A8 after act_quant on wgmma
+// (deepseek_experts_wgmma.cu), a bf16 or fp8 e4m3 latent cache (--kv-cache-dtype) through launch_mla_decode.
 // Precision::f32: fp32 activations and latent cache, every FP8 projection W8A32 on deepseek_experts.cu (no
 // activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
 // fp32 rounding.
@@ -44,7 +45,8 @@ namespace moeserve::cuda {
 
 class DeepseekCudaRunner : public ModelRunner {
  public:
-  // options: device, precision, kv_cache_dtype; the others are GPT-OSS's or not yet taken (cuda_graphs).
+  // options: device, precision, kv_cache_dtype, deepseek_experts; the others are GPT-OSS's or not yet taken
+  // (cuda_graphs).
   DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDeviceWeights weights, const CudaRunnerOptions& options);
   ~DeepseekCudaRunner() override;
 
@@ -102,12 +104,14 @@ class DeepseekCudaRunner : public ModelRunner {
   // out = down(silu(gate x) * up x) for x = normed_.
   void mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const Plan& plan, float* out);
   MlaCacheView cache_view() const;
+  Fp8Activations fp8_scratch() const;  // act_quant's output for the FP8 projections and version 2's experts
 
   deepseek_v3::Config config_;
   ModelConfig engine_config_;
   DeepseekDeviceWeights weights_;
   Precision precision_;
   KvDtype kv_dtype_;
+  DeepseekExpertsVersion experts_version_;
   KvGroups groups_;
   int multiprocessors_ = 0;
   cudaStream_t stream_ = nullptr;

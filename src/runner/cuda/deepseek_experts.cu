@@ -14,9 +14,9 @@
 // decode step (1-16 rows per expert) reads each expert's weights once, but from one uncoalesced 16-byte load per
 // thread per 16 values, and the FMAs run on CUDA cores. A bandwidth-bound decode path is still to build.
 // Version 2 (deepseek_experts_wgmma.cu): the tensor-core grouped GEMM of issue 17 (wgmma e4m3 with fp32 promotion
-// per K block) for the FP8 path's routed experts, chosen by MOESERVE_DEEPSEEK_EXPERTS=v2 (deepseek_kernels.h); not
-// yet run on a GPU, so version 1 stays the default. The DeepSeek CUDA runner does not give it its act_quant scratch
-// (x_fp8, x_rows) yet: with v2 chosen, its bf16 MoE layers fail naming what is missing.
+// per K block) for the FP8 path's routed experts, chosen in the DeepSeek CUDA runner by
+// CudaRunnerOptions::deepseek_experts or MOESERVE_DEEPSEEK_EXPERTS=v2 (deepseek_kernels.h); not yet run on a GPU, so
+// version 1 stays the default.
 // CPU reference: cpu::linear over the expert's deepseek_v3::Linear, then cpu::silu_mul.
 #include <algorithm>
 #include <cstdlib>
@@ -183,14 +183,18 @@ void check_params(const DeepseekExpertParams& p) {
 
 }  // namespace
 
+DeepseekExpertsVersion parse_deepseek_experts_version(std::string_view name, std::string_view source) {
+  if (name.empty()) return kDeepseekExpertsDefault;
+  MOESERVE_CHECK(name == "v1" || name == "v2", "{} \"{}\": expected v1 or v2 (the DeepSeek routed experts' kernel)",
+                 source, name);
+  return name == "v1" ? DeepseekExpertsVersion::v1 : DeepseekExpertsVersion::v2;
+}
+
 DeepseekExpertsVersion deepseek_experts_version() {
   // A bad value throws out of the initialisation, so every call fails alike until the variable is fixed.
   static const DeepseekExpertsVersion version = [] {
     const char* value = std::getenv("MOESERVE_DEEPSEEK_EXPERTS");
-    const std::string_view name = value != nullptr ? value : "";
-    if (name.empty()) return kDeepseekExpertsDefault;
-    if (name != "v1" && name != "v2") fail_cuda("MOESERVE_DEEPSEEK_EXPERTS", "expected v1 or v2", __FILE__, __LINE__);
-    return name == "v1" ? DeepseekExpertsVersion::v1 : DeepseekExpertsVersion::v2;
+    return parse_deepseek_experts_version(value != nullptr ? value : "", "MOESERVE_DEEPSEEK_EXPERTS");
   }();
   return version;
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "runner/cuda/fp8_block_layout.h"
 #include "runner/cuda/fp8_gemm.h"
@@ -75,13 +76,15 @@ struct DeepseekExpertParams {
 // only expert_offsets); the f32 path's W8A32 products and the dense projections run version 1 under either choice.
 // CPU reference: the same, on the activations act_quant rounded (quantize_activations_fp8).
 enum class DeepseekExpertsVersion { v1, v2 };
-// Version 1 stays the default until a GPU has run version 2's tests (deepseek_experts_wgmma_test.cc): written and
-// compiled for sm_90a, not yet run. MOESERVE_DEEPSEEK_EXPERTS=v2 selects version 2, v1 (or unset, empty) version 1;
-// read at the first call, any other value fails there, naming the variable.
+// Version 1 stays the default until a GPU has run version 2's tests (deepseek_experts_wgmma_test.cc and the runner's
+// bf16_experts_v2 cases in deepseek_runner_test.cc): written and compiled for sm_90a, not yet run.
 inline constexpr DeepseekExpertsVersion kDeepseekExpertsDefault = DeepseekExpertsVersion::v1;
+// "v2" is version 2, "v1" (or empty) version 1; any other name fails, naming `source` (the variable or option).
+DeepseekExpertsVersion parse_deepseek_experts_version(std::string_view name, std::string_view source);
+// MOESERVE_DEEPSEEK_EXPERTS, for users and benchmarks (the DeepSeek CUDA runner reads it when its
+// CudaRunnerOptions::deepseek_experts is empty): read at the first call; a bad value fails there and at every call.
 DeepseekExpertsVersion deepseek_experts_version();
-void launch_deepseek_experts(cudaStream_t stream, const DeepseekExpertParams& params,
-                             DeepseekExpertsVersion version = deepseek_experts_version());
+void launch_deepseek_experts(cudaStream_t stream, const DeepseekExpertParams& params, DeepseekExpertsVersion version);
 // Version 2 alone (launch_deepseek_experts' dispatch calls it): fails naming what is missing unless the weights are
 // fp8_block, the rows grouped, x bf16 (and SwiGLU's output) and x_fp8 / x_rows set.
 void launch_deepseek_experts_wgmma(cudaStream_t stream, const DeepseekExpertParams& params);
