@@ -21,7 +21,9 @@ struct CudaDrafterOptions {
   // ... and at most this fraction of the device's free memory at construction (0: no cap). The pool is allocated
   // when the drafter is made, so a target pool sized afterwards from free memory leaves room for it.
   double max_memory_fraction = 0;
-  bool cuda_graphs = true;  // capture chain draft steps per (batch-size bucket, draft length); MTP: must be false
+  // Capture chain draft steps per (batch-size bucket, draft length); the MTP head's only where its target's steps
+  // are graphed (CudaRunnerOptions::deepseek_graphs).
+  bool cuda_graphs = true;
 };
 
 // The head of a checkpoint; the target's embedding (and unembedding, for a head without lm_head) is uploaded.
@@ -38,7 +40,7 @@ std::unique_ptr<speculative::Drafter> make_synthetic_cuda_eagle3_drafter(const M
 
 // DeepSeek's MTP head (the checkpoint's MTP layer, uploaded; the embedding and lm_head shared with the target where
 // they are equal) beside `target`, the checkpoint's model on the DeepSeek CUDA runner, whose kernels, buffers and
-// stream it runs on: target must outlive the drafter's calls. Chains only, without CUDA graphs so far.
+// stream it runs on: target must outlive the drafter's calls. Chains only.
 std::unique_ptr<speculative::Drafter> make_cuda_mtp_drafter(std::shared_ptr<const deepseek_v3::Checkpoint> checkpoint,
                                                             ModelRunner& target, const CudaDrafterOptions& options);
 

@@ -14,16 +14,6 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kLargestGraphBatch = 1024;
-// Verify steps are graphed up to this many tokens a sequence (EAGLE-3's chains: k + 1 tokens, k up to 7).
-constexpr int kLargestGraphQueryLen = 8;
-
-int graph_bucket(int sequences) {
-  int bucket = 1;
-  while (bucket < sequences) bucket *= 2;
-  return bucket;
-}
-
 // --activation-dtype: true for FP8 (e4m3) expert-projection inputs.
 bool parse_activation_fp8(const std::string& name, Precision precision) {
   const bool bf16 = name == "auto" || name == "bf16" || name == "bfloat16", fp8 = name == "fp8" || name == "fp8_e4m3";
@@ -87,21 +77,16 @@ void CudaRunner::join_group(Communicator* communicator, IndexRange vocab) {
                      (vocab.begin == slice.begin && vocab.end == slice.end),
                  "rank {} of {} given the unembedding rows [{}, {}) of {}", communicator->rank(), communicator->size(),
                  vocab.begin, vocab.end, config_.vocab_size);
-  clear_graphs();
+  graphs_.clear();
   communicator_ = communicator;
   vocab_ = vocab;
 }
 
 CudaRunner::~CudaRunner() {
-  clear_graphs();
+  graphs_.clear();
   if (staging_ != nullptr) cudaFreeHost(staging_);
   if (step_done_ != nullptr) cudaEventDestroy(step_done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
-}
-
-void CudaRunner::clear_graphs() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-  graphs_.clear();
 }
 
 size_t CudaRunner::kv_block_bytes(int block_size) const {
@@ -116,7 +101,7 @@ size_t CudaRunner::device_memory_total() const { return device_memory().total; }
 
 void CudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   MOESERVE_CHECK(layout.block_size > 0 && layout.num_blocks > 0, "KV cache needs a positive block size and count");
-  clear_graphs();
+  graphs_.clear();
   kv_ = DeviceBuffer();  // free first: the pool is most of the memory left
   kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * (layout.num_blocks + 1));
   layout_ = layout;
@@ -185,7 +170,7 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, siz
   grow(sampled_, R * 4);
   grow(captured_, capture_layers * T * H * 4);
   grow(meta_device_, meta.host().size() * 4);
-  if (moved) clear_graphs();
+  if (moved) graphs_.clear();
 }
 
 void CudaRunner::upload(const StepMetadata& meta) {
@@ -392,31 +377,18 @@ void CudaRunner::launch(const ForwardBatch& batch) {
   LaunchedStep launched;
   launched.started = std::chrono::steady_clock::now();
   // Graphed: decode steps and chain verify steps, every sequence with the same q_len tokens and as many logits rows.
-  const int q_len = S > 0 ? static_cast<int>(batch.sequences[0].tokens.size()) : 0;
-  bool uniform = S > 0 && q_len <= kLargestGraphQueryLen && graph_bucket(S) * q_len <= kLargestGraphBatch &&
-                 !timer_.enabled();
-  for (const SequenceStep& step : batch.sequences)
-    uniform = uniform && static_cast<int>(step.tokens.size()) == q_len && step.num_logits == q_len &&
-              step.tree_parent.empty();
-  const int bucket = options_.cuda_graphs && uniform ? graph_bucket(S) : 0;
+  const int q_len = graph_query_len(batch);
+  const int bucket = options_.cuda_graphs && q_len > 0 && !timer_.enabled() ? graph_bucket(S) : 0;
 
   meta_.build(batch, config_, groups_, layout_, bucket, q_len, padding_block_,
               precision_ == Precision::bf16 ? kPrefillAttentionRows : kNoPrefillTiles);
   const Plan plan = plan_for(meta_);
   ensure_capacity(meta_, plan, batch.capture_layers.size());
   upload(meta_);
-  if (bucket == 0) {
+  if (bucket == 0)
     enqueue(meta_, plan, batch.capture_layers);
-  } else {
-    if (auto it = graphs_.find(GraphKeyRef{bucket, q_len, batch.capture_layers}); it != graphs_.end()) {
-      MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-    } else {
-      // First step of this shape: run it directly (which also makes every cuBLASLt plan), then capture.
-      enqueue(meta_, plan, batch.capture_layers);
-      const cudaGraphExec_t exec = capture_graph(stream_, [&] { enqueue(meta_, plan, batch.capture_layers); });
-      graphs_.emplace(GraphKey{bucket, q_len, batch.capture_layers}, exec);
-    }
-  }
+  else
+    graphs_.run({bucket, q_len, 0, batch.capture_layers}, stream_, [&] { enqueue(meta_, plan, batch.capture_layers); });
   // The captured layers' rows of the real tokens (graph padding's follow them).
   int64_t real_tokens = 0;
   for (const SequenceStep& step : batch.sequences) real_tokens += static_cast<int64_t>(step.tokens.size());

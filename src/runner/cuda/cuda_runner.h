@@ -13,15 +13,14 @@
 #pragma once
 
 #include <chrono>
-#include <map>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "runner/cuda/blas.h"
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_weights.h"
+#include "runner/cuda/graph_capture.h"
 #include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/kv_scales.h"
 #include "runner/cuda/logits_rows.h"
@@ -95,7 +94,6 @@ class CudaRunner : public ModelRunner {
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
-  void clear_graphs();
   // Whether the unembedding is a slice of the vocabulary (vocab_ below).
   bool vocab_split() const { return vocab_.size() < config_.vocab_size; }
   // Vocab split: the R rows' whole logits into logits_, all-gathered from every rank's logits_local_.
@@ -155,22 +153,7 @@ class CudaRunner : public ModelRunner {
   KernelTimer timer_;
   // A replayable step per uniform batch shape: decode steps and chain verify steps (every sequence the same number
   // of tokens, a logits row each, no tree), by batch-size bucket, tokens a sequence and the layers captured.
-  struct GraphKey {
-    int bucket = 0, q_len = 0;
-    std::vector<int> capture_layers;
-  };
-  // A step's key to look up: the batch's own layer list, not a copy of it every graphed step.
-  struct GraphKeyRef {
-    int bucket, q_len;
-    const std::vector<int>& capture_layers;
-  };
-  // Orders GraphKey and GraphKeyRef alike (bucket, q_len, then the layer lists lexicographically): find() takes either.
-  struct GraphKeyLess {
-    using is_transparent = void;
-    static auto fields(const auto& key) { return std::tie(key.bucket, key.q_len, key.capture_layers); }
-    bool operator()(const auto& a, const auto& b) const { return fields(a) < fields(b); }
-  };
-  std::map<GraphKey, cudaGraphExec_t, GraphKeyLess> graphs_;
+  StepGraphs graphs_;
   Communicator* communicator_ = nullptr;   // the rank's group, or null alone
 };
 

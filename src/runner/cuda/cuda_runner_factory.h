@@ -38,6 +38,10 @@ struct CudaRunnerOptions {
   // default) or "v2" (the FP8 grouped GEMM on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest
   // stays on v1 under either); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v1). For tests and benchmarks.
   std::string deepseek_experts;
+  // The DeepSeek runner's CUDA graphs (its decode and chain verify steps, and its MTP head's chains): "on" or "off";
+  // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: off, deepseek_cuda_runner.h says why). cuda_graphs false turns
+  // them off either way.
+  std::string deepseek_graphs;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
   // (tensor_parallel_cuda_runner.h).
   int tensor_parallel_size = 1;

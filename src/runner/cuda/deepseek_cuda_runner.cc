@@ -1,6 +1,7 @@
 #include "runner/cuda/deepseek_cuda_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "model/deepseek_v3/make_tiny.h"
 #include "runner/cuda/cuda_check.h"
@@ -27,7 +28,38 @@ constexpr int kFp8RowMultiple = 4;
 // the tile list, whose size does not depend on the heads.
 constexpr int kEverySequenceInTiles = 1;
 
+// CUDA graphs stay off unless asked for (CudaRunnerOptions::deepseek_graphs, MOESERVE_DEEPSEEK_GRAPHS) until a GPU
+// has run their tests (deepseek_graph_test.cc, and deepseek_mtp_test.cc's graphed chains and speculation): written
+// and compiled only, as the routed experts' version 2 was before its first run.
+constexpr bool kDeepseekGraphsDefault = false;
+// The smallest context bucket of a graph-shaped step: one split of launch_mla_decode's largest (kMlaMaxSplitKeys),
+// so short contexts share one graph a bucket. Buckets double from there: a graph serves contexts up to its bucket,
+// launching at most twice the splits the longest needs (the extra blocks return at once) and holding at most twice
+// its partials, and a sequence crosses into a new bucket log2(context / 64) times.
+constexpr int kMinGraphContext = kMlaMaxSplitKeys;
+
 int padded(int tokens) { return (tokens + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
+
+// The longest context a sequence of the batch reaches (1 for an empty batch).
+int longest_context(const ForwardBatch& batch) {
+  int longest = 1;
+  for (const SequenceStep& step : batch.sequences)
+    longest = std::max(longest, step.start_position + static_cast<int>(step.tokens.size()));
+  return longest;
+}
+
+// Whether the runner's steps are graphed: options.cuda_graphs and its deepseek_graphs, else MOESERVE_DEEPSEEK_GRAPHS
+// ("on" or "off"), else kDeepseekGraphsDefault.
+bool graphs_on(const CudaRunnerOptions& options) {
+  std::string value = options.deepseek_graphs, source = "CudaRunnerOptions::deepseek_graphs";
+  if (value.empty()) {
+    const char* env = std::getenv("MOESERVE_DEEPSEEK_GRAPHS");
+    value = env != nullptr ? env : "";
+    source = "MOESERVE_DEEPSEEK_GRAPHS";
+  }
+  MOESERVE_CHECK(value.empty() || value == "on" || value == "off", "{} \"{}\": on or off", source, value);
+  return options.cuda_graphs && (value.empty() ? kDeepseekGraphsDefault : value == "on");
+}
 
 // The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h).
 DeepseekExpertsVersion experts_version_of(const CudaRunnerOptions& options) {
@@ -47,6 +79,7 @@ void check_options(const CudaRunnerOptions& options) {
                  options.activation_dtype);
   parse_kv_dtype(options.kv_cache_dtype, parse_precision(options.precision));
   experts_version_of(options);
+  graphs_on(options);
 }
 
 MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
@@ -76,7 +109,8 @@ DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDevic
       precision_(parse_precision(options.precision)),
       kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision_)),
       experts_version_(experts_version_of(options)),
-      groups_(kv_groups_of(engine_config_)) {
+      groups_(kv_groups_of(engine_config_)),
+      graphs_on_(graphs_on(options)) {
   const deepseek_v3::Config& c = config_;
   MOESERVE_CHECK(weights_.precision == precision_, "DeepSeek CUDA runner: weights made for another precision");
   MOESERVE_CHECK(c.n_routed_experts <= kMaxExperts && c.num_experts_per_tok <= kMaxTopK && c.n_group <= kMaxNoauxGroups,
@@ -91,6 +125,7 @@ DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDevic
 }
 
 DeepseekCudaRunner::~DeepseekCudaRunner() {
+  graphs_.clear();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -106,9 +141,22 @@ size_t DeepseekCudaRunner::device_memory_total() const { return device_memory().
 
 void DeepseekCudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   MOESERVE_CHECK(layout.block_size > 0 && layout.num_blocks > 0, "KV cache needs a positive block size and count");
+  buffers_moved();
   kv_ = DeviceBuffer();  // free first: the pool is most of the memory left
-  kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * layout.num_blocks);
+  kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * (layout.num_blocks + 1));
   layout_ = layout;
+  padding_block_ = static_cast<int32_t>(layout.num_blocks);
+}
+
+void DeepseekCudaRunner::buffers_moved() {
+  graphs_.clear();
+  ++buffers_generation_;
+}
+
+int DeepseekCudaRunner::graph_context(int context) const {
+  int bucket = kMinGraphContext;
+  while (bucket < context) bucket *= 2;
+  return std::max(context, static_cast<int>(std::min<int64_t>(bucket, config_.max_position_embeddings)));
 }
 
 MlaCacheView DeepseekCudaRunner::cache_view() const {
@@ -116,19 +164,17 @@ MlaCacheView DeepseekCudaRunner::cache_view() const {
   return {kv_.get(), shape, kv_dtype_};
 }
 
-DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_for(const ForwardBatch& batch, const StepMetadata& meta) const {
+DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_for(const StepMetadata& meta, int context) const {
   const deepseek_v3::Config& c = config_;
   Plan plan;
   plan.tokens = meta.num_tokens();
   plan.padded_tokens = padded(plan.tokens);
   plan.rows = static_cast<int>(meta.rows().size());
-  int max_context = 1;
-  for (const SequenceStep& step : batch.sequences)
-    max_context = std::max(max_context, step.start_position + static_cast<int>(step.tokens.size()));
   int64_t token_bytes = static_cast<int64_t>(c.num_heads) * (2 * c.kv_lora_rank + c.qk_rope_head_dim) * 4;
   if (precision_ == Precision::bf16) {
-    plan.split_keys = mla_decode_split_keys(plan.tokens, max_context, multiprocessors_);
-    plan.max_splits = mla_decode_splits(max_context - 1, plan.split_keys);
+    plan.context = context;
+    plan.split_keys = mla_decode_split_keys(plan.tokens, context, multiprocessors_);
+    plan.max_splits = mla_decode_splits(context - 1, plan.split_keys);
     token_bytes += static_cast<int64_t>(mla_decode_partial_floats(1, c.num_heads, c.kv_lora_rank, plan.max_splits)) * 4;
   }
   plan.attention_chunk = static_cast<int>(std::clamp<int64_t>(
@@ -147,12 +193,13 @@ void DeepseekCudaRunner::ensure_capacity(const Plan& plan, size_t capture_layers
   const size_t mtp_input = c.num_nextn_predict_layers > 0 ? 2 * H : 0;
   const size_t widest_input =
       std::max({H, static_cast<size_t>(c.q_lora_rank), heads * c.v_head_dim, mlp_I, mtp_input});
-  moe_.grow(plan.tokens, c.num_experts_per_tok, c.n_routed_experts);
-  auto grow = [&](DeviceBuffer& buffer, size_t bytes) { buffer.grow(std::max<size_t>(bytes, 16)); };
+  bool moved = moe_.grow(plan.tokens, c.num_experts_per_tok, c.n_routed_experts);
+  auto grow = [&](DeviceBuffer& buffer, size_t bytes) { moved |= buffer.grow(std::max<size_t>(bytes, 16)); };
   // An FP8 projection's input: its padding rows must hold finite values (zeros until a step writes them).
   auto grow_input = [&](DeviceBuffer& buffer, size_t bytes) {
-    if (buffer.grow(std::max<size_t>(bytes, 16)))
-      MOESERVE_CUDA_CHECK(cudaMemsetAsync(buffer.get(), 0, buffer.bytes(), stream_));
+    if (!buffer.grow(std::max<size_t>(bytes, 16))) return;
+    moved = true;
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(buffer.get(), 0, buffer.bytes(), stream_));
   };
   grow(x_, T * H * 4);
   grow_input(normed_, P * H * A);
@@ -189,6 +236,7 @@ void DeepseekCudaRunner::ensure_capacity(const Plan& plan, size_t capture_layers
   grow(logits_, rows * c.vocab_size * 4);
   grow(sampled_, rows * 4);
   grow(captured_, capture_layers * T * H * 4);
+  if (moved) buffers_moved();
 }
 
 void DeepseekCudaRunner::project(const void* x, int rows, const DeviceMatrix& w, float* y) {
@@ -322,21 +370,15 @@ void DeepseekCudaRunner::decoder_layer(const DeepseekDeviceLayer& w, const MlaCa
   attention_and_ffn(w, cache, layer, plan, step, x);
 }
 
-DeepseekCudaRunner::Plan DeepseekCudaRunner::prepare_step(const ForwardBatch& batch, const KvCacheLayout& cache,
-                                                          size_t capture_layers, StepMetadata& meta) {
-  meta.build(batch, engine_config_, groups_, cache, 0, 0, static_cast<int32_t>(cache.num_blocks),
-             kEverySequenceInTiles);
-  const Plan plan = plan_for(batch, meta);
-  ensure_capacity(plan, capture_layers);
-  return plan;
-}
-
 DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache,
-                                                             StepMetadata& meta) {
+                                                             int context, StepMetadata& meta) {
   for (const SequenceStep& step : batch.sequences)
     MOESERVE_CHECK(step.tree_parent.empty() && step.num_logits == 0,
                    "a layer step takes causal runs without logits rows");
-  return prepare_step(batch, cache, 0, meta);
+  meta.build(batch, engine_config_, groups_, cache, 0, 0, 0, kEverySequenceInTiles);
+  const Plan plan = plan_for(meta, std::max(context, longest_context(batch)));
+  ensure_capacity(plan, 0);
+  return plan;
 }
 
 int DeepseekCudaRunner::fp8_rows(int rows) { return padded(rows); }
@@ -372,6 +414,18 @@ void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& captu
   launch_argmax(stream_, logits_.as<float>(), plan.rows, c.vocab_size, sampled_.as<int32_t>());
 }
 
+void DeepseekCudaRunner::upload_metadata() {
+  const size_t bytes = meta_.host().size() * sizeof(int32_t);
+  // Doubling: the block tables grow by a block every block_size positions, and a graph reads the metadata where
+  // it was captured.
+  if (bytes > meta_device_.bytes()) {
+    meta_device_.grow(std::max({bytes, 2 * meta_device_.bytes(), size_t{4096}}));
+    buffers_moved();
+  }
+  // From pageable memory: the copy has taken the metadata when it returns.
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), meta_.host().data(), bytes, cudaMemcpyHostToDevice, stream_));
+}
+
 void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
   MOESERVE_CHECK(kv_.get() != nullptr, "forward() before allocate_kv_cache()");
   for (const SequenceStep& step : batch.sequences)
@@ -380,20 +434,32 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   for (int layer : batch.capture_layers)
     MOESERVE_CHECK(layer >= 0 && layer < config_.num_layers, "capture layer {} of {} layers", layer,
                    config_.num_layers);
-  const Plan plan = prepare_step(batch, layout_, batch.capture_layers.size(), meta_);
-  meta_device_.grow(std::max<size_t>(meta_.host().size() * sizeof(int32_t), 16));
-  // From pageable memory: the copy has taken the metadata when it returns.
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), meta_.host().data(), meta_.host().size() * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream_));
-  if (plan.tokens > 0) enqueue(plan, batch.capture_layers);
+  // Graph-shaped steps are padded to their bucket and planned for their context bucket with graphs or without
+  // (see the header comment), so that both run the same kernels on the same shapes.
+  const int q_len = graph_query_len(batch);
+  const int bucket = q_len > 0 ? graph_bucket(static_cast<int>(batch.sequences.size())) : 0;
+  const int longest = longest_context(batch);
+  meta_.build(batch, engine_config_, groups_, layout_, bucket, q_len, padding_block_, kEverySequenceInTiles);
+  const Plan plan = plan_for(meta_, bucket > 0 ? graph_context(longest) : longest);
+  ensure_capacity(plan, batch.capture_layers.size());
+  upload_metadata();
+  if (plan.tokens > 0 && graphs_on_ && bucket > 0)
+    graphs_.run({bucket, q_len, plan.context, batch.capture_layers}, stream_,
+                [&] { enqueue(plan, batch.capture_layers); });
+  else if (plan.tokens > 0)
+    enqueue(plan, batch.capture_layers);
 
+  // The captured layers' rows of the real tokens (graph padding's follow them).
   const int64_t H = config_.hidden_size;
+  int64_t real_tokens = 0;
+  for (const SequenceStep& step : batch.sequences) real_tokens += static_cast<int64_t>(step.tokens.size());
   output.captured.assign(batch.capture_layers.size(), {});
   for (size_t j = 0; j < output.captured.size(); ++j) {
-    output.captured[j].resize(static_cast<size_t>(plan.tokens) * H);
+    output.captured[j].resize(real_tokens * H);
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(output.captured[j].data(), captured_.as<float>() + j * plan.tokens * H,
-                                        plan.tokens * H * 4, cudaMemcpyDeviceToHost, stream_));
+                                        real_tokens * H * 4, cudaMemcpyDeviceToHost, stream_));
   }
+  // Real rows first; graph padding's rows follow and are dropped.
   logits_rows_.finish_step(stream_, meta_.rows(), config_.vocab_size, logits_.as<float>(), sampled_.as<int32_t>(),
                            batch.return_logits, output);
 }

@@ -1,7 +1,7 @@
 // The CUDA runner for the DeepSeek-V3 family (DeepSeek-V3, DeepSeek-R1) on one GPU, behind the same ModelRunner
-// interface as its CPU reference (runner/cpu/deepseek_v3_runner.h), whose forward it follows op for op. First
-// version, correctness first: a step is a plain sequence of kernels over device-resident activations and a paged
-// MLA latent cache (mla_layout.h: one KV group, 576 values a token a layer for R1), run without CUDA graphs.
+// interface as its CPU reference (runner/cpu/deepseek_v3_runner.h), whose forward it follows op for op. A step is a
+// fixed sequence of kernels over device-resident activations and a paged MLA latent cache (mla_layout.h: one KV
+// group, 576 values a token a layer for R1).
 //
 //   embed -> per layer: [residual add of the last FFN +] RMSNorm
 //     -> MLA: q_a, q_a_norm, q_b (or q) | kv_a -> latent cache write (kv_a_norm, k_pe rotated) -> absorb
@@ -21,12 +21,24 @@
 // Prefill tokens run the absorbed form too (exact: the same function as the expanded one). The expanded-form
 // prefill kernel (q.k over 192 dims, v of 128, FlashAttention-style on tensor cores) is still to build; until then
 // a step's attention runs in chunks of tokens whose absorbed queries and decode partials fit kAttentionScratchBytes.
-// Not yet: CUDA graphs, tree verification steps (refused), tensor / expert parallelism.
+//
+// CUDA graphs, as the GPT-OSS runner's (graph_capture.h): decode steps and chain verify steps (every sequence the
+// same k + 1 <= 8 tokens and as many logits rows, no tree; MTP's verify steps capture the last layer) are padded to
+// their batch-size bucket with sequences that write a spare latent block, and their attention is planned for
+// their context bucket (graph_context: launch_mla_decode's grid and scratch depend on the longest context, so a
+// graph serves every step whose contexts fit the bucket). Both hold with or without graphs, so the two run the
+// same kernels on the same shapes; with graphs the first step of a (bucket, tokens a sequence, context bucket,
+// layers captured) is run directly and captured, the later ones replay it with their metadata uploaded into the
+// same device buffer. A reallocated buffer drops the graphs (buffers_generation). Off by default
+// (kDeepseekGraphsDefault) until a GPU has run their tests; CudaRunnerOptions::deepseek_graphs or
+// MOESERVE_DEEPSEEK_GRAPHS turns them on.
+// Not yet: tree verification steps (refused), tensor / expert parallelism.
 //
 // DeepSeek's MTP head on the GPU (deepseek_mtp_cuda_drafter.h) runs its decoder layer through decoder_layer() below,
 // on this runner's kernels, activation buffers, cuBLASLt handle and stream, between the target's steps: the engine
 // drafts after a step's output is read and before it launches the next, so the two never overlap, and the head's
-// work is ordered after the step's on the one stream.
+// work is ordered after the step's on the one stream. Its chain graphs hold this runner's buffers too: it drops
+// them when buffers_generation() changes.
 #pragma once
 
 #include <memory>
@@ -37,6 +49,7 @@
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/deepseek_device_weights.h"
 #include "runner/cuda/device_buffer.h"
+#include "runner/cuda/graph_capture.h"
 #include "runner/cuda/logits_rows.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
@@ -45,8 +58,8 @@ namespace moeserve::cuda {
 
 class DeepseekCudaRunner : public ModelRunner {
  public:
-  // options: device, precision, kv_cache_dtype, deepseek_experts; the others are GPT-OSS's or not yet taken
-  // (cuda_graphs).
+  // options: device, precision, kv_cache_dtype, deepseek_experts, cuda_graphs and deepseek_graphs; the others are
+  // GPT-OSS's or not yet taken.
   DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDeviceWeights weights, const CudaRunnerOptions& options);
   ~DeepseekCudaRunner() override;
 
@@ -62,6 +75,8 @@ class DeepseekCudaRunner : public ModelRunner {
   size_t weight_bytes() const { return weights_.bytes; }
   Precision precision() const { return precision_; }
   KvDtype kv_dtype() const { return kv_dtype_; }
+  bool cuda_graphs() const { return graphs_on_; }
+  size_t captured_graphs() const { return graphs_.size(); }  // for tests: graphs held now
 
   // ---- What the MTP head runs on (see the header comment) ----
   // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking.
@@ -69,13 +84,21 @@ class DeepseekCudaRunner : public ModelRunner {
     int tokens = 0, padded_tokens = 0, rows = 0;
     int split_keys = kMlaMaxSplitKeys, max_splits = 1;  // launch_mla_decode's scratch (bf16 path)
     int attention_chunk = 1;                            // tokens a chunk of the absorbed attention
+    int context = 0;  // the longest context the bf16 path's attention is sized for (0 on f32: nothing depends on it)
   };
   const deepseek_v3::Config& model_config() const { return config_; }
   const DeepseekDeviceWeights& weights() const { return weights_; }
   cudaStream_t stream() const { return stream_; }
   // A step of one extra layer over `batch` (causal runs without logits rows) whose block tables index a latent pool
-  // laid out as `cache`: its metadata built into `meta`, the runner's buffers sized for it; returns its plan.
-  Plan plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache, StepMetadata& meta);
+  // laid out as `cache`: its metadata built into `meta`, the runner's buffers sized for it; returns its plan, its
+  // attention sized for the batch's longest context or `context`, whichever is longer (a chain's steps share one).
+  Plan plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache, int context, StepMetadata& meta);
+  // The context a graph-shaped step's attention is planned for (see the header comment): the longest context
+  // rounded up to a power of two, at least kMinGraphContext, at most the model's.
+  int graph_context(int context) const;
+  // Changes whenever a buffer that a step's launches read or write is reallocated: graphs captured before hold
+  // stale addresses.
+  uint64_t buffers_generation() const { return buffers_generation_; }
   // Decoder layer w over a planned step's tokens, its latents read and written at `layer` of `cache`: x [tokens,
   // hidden] (fp32, the residual stream entering the layer) += attention(input_norm(x)); the FFN's output of
   // post_attention_norm(x) is left in ffn_out() for the caller to add, fused with its next norm.
@@ -88,10 +111,13 @@ class DeepseekCudaRunner : public ModelRunner {
   static int fp8_rows(int rows);
 
  private:
-  // The step's metadata into `meta` over a pool laid out as `cache`, its plan, the buffers sized for it.
-  Plan prepare_step(const ForwardBatch& batch, const KvCacheLayout& cache, size_t capture_layers, StepMetadata& meta);
-  Plan plan_for(const ForwardBatch& batch, const StepMetadata& meta) const;
+  // A step's sizes for its metadata, its attention sized for `context`.
+  Plan plan_for(const StepMetadata& meta, int context) const;
   void ensure_capacity(const Plan& plan, size_t capture_layers);
+  // meta_ into meta_device_ (grown by doubling: each reallocation drops the graphs).
+  void upload_metadata();
+  // A buffer was reallocated: the graphs are dropped and the generation moves on.
+  void buffers_moved();
   void enqueue(const Plan& plan, const std::vector<int>& capture_layers);
   // normed_ (the layer's input norm of x) -> x += attention; post_attention_norm(x) -> ffn_out_.
   void attention_and_ffn(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer, const Plan& plan,
@@ -119,7 +145,8 @@ class DeepseekCudaRunner : public ModelRunner {
   DeviceBuffer inv_freq_;
 
   KvCacheLayout layout_;
-  DeviceBuffer kv_;
+  DeviceBuffer kv_;  // layout_.num_blocks blocks and a spare one, written by graph padding
+  int32_t padding_block_ = 0;
 
   StepMetadata meta_;
   DeviceBuffer meta_device_;
@@ -130,6 +157,10 @@ class DeepseekCudaRunner : public ModelRunner {
       fp8_values_, fp8_scales_, logits_in_, logits_, sampled_, captured_;
   MoeBuffers moe_;
   LogitsRows logits_rows_;
+
+  bool graphs_on_ = false;  // options.cuda_graphs and deepseek_graphs
+  StepGraphs graphs_;
+  uint64_t buffers_generation_ = 0;
 };
 
 }  // namespace moeserve::cuda

@@ -24,6 +24,7 @@ DeepseekMtpCudaDrafter::DeepseekMtpCudaDrafter(DeepseekCudaRunner& target, Deeps
                                                const CudaDrafterOptions& options)
     : target_(target),
       weights_(std::move(weights)),
+      graphs_on_(options.cuda_graphs && target.cuda_graphs()),
       block_bytes_(kv_block_bytes(target.model_config(), target.kv_dtype(), std::max(options.block_size, 1))),
       cache_layout_{options.block_size, drafter_pool_blocks(options, block_bytes_, kOwner)},
       kv_tables_(cache_layout_.num_blocks, options.block_size, kOwner,
@@ -33,9 +34,14 @@ DeepseekMtpCudaDrafter::DeepseekMtpCudaDrafter(DeepseekCudaRunner& target, Deeps
                    auto* base = static_cast<uint8_t*>(kv_.get());
                    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(base + to * block_bytes_, base + from * block_bytes_,
                                                        slots * slot, cudaMemcpyDeviceToDevice, target_.stream()));
-                 }) {
-  MOESERVE_CHECK(!options.cuda_graphs, "{}: CUDA graphs are not built yet (cuda_graphs must be false)", kOwner);
-  kv_ = DeviceBuffer(block_bytes_ * cache_layout_.num_blocks);
+                 }),
+      spare_table_{static_cast<int32_t>(cache_layout_.num_blocks)} {
+  kv_ = DeviceBuffer(block_bytes_ * (cache_layout_.num_blocks + 1));
+}
+
+void DeepseekMtpCudaDrafter::clear_graphs() {
+  graphs_.clear();
+  scored_graphs_.clear();
 }
 
 MlaCacheView DeepseekMtpCudaDrafter::cache_view() const {
@@ -46,6 +52,7 @@ MlaCacheView DeepseekMtpCudaDrafter::cache_view() const {
 
 void DeepseekMtpCudaDrafter::ensure_rows(int rows) {
   if (rows <= row_capacity_) return;
+  clear_graphs();
   row_capacity_ = rows;
   const size_t R = rows, P = DeepseekCudaRunner::fp8_rows(rows), H = target_.model_config().hidden_size,
                A = element_bytes(target_.precision());
@@ -61,7 +68,7 @@ void DeepseekMtpCudaDrafter::ensure_rows(int rows) {
 
 DeepseekMtpCudaDrafter::Step DeepseekMtpCudaDrafter::upload_step(const ForwardBatch& batch) {
   Step step;
-  step.plan = target_.plan_layer_step(batch, cache_layout_, meta_);
+  step.plan = target_.plan_layer_step(batch, pool_layout(), 0, meta_);
   ensure_rows(step.plan.tokens);
   meta_device_.grow(std::max<size_t>(meta_.host().size() * sizeof(int32_t), 16));
   // From pageable memory: the copy has taken the metadata when it returns, and is ordered after the step before.
@@ -101,14 +108,18 @@ void DeepseekMtpCudaDrafter::forward_rows(const Step& step, const float* g) {
   launch_add_rms_norm(stream, type, z, target_.ffn_out(), nullptr, weights_.head_norm, R, H, eps, normed_.get());
 }
 
-void DeepseekMtpCudaDrafter::lm_head(int rows) {
-  logits_.grow(static_cast<size_t>(rows) * target_.model_config().vocab_size * 4);
-  target_.project(normed_.get(), rows, weights_.head, logits_.as<float>());
+float* DeepseekMtpCudaDrafter::logits_rows(size_t rows) {
+  if (logits_.grow(std::max<size_t>(rows * target_.model_config().vocab_size * 4, 16))) clear_graphs();
+  return logits_.as<float>();
+}
+
+void DeepseekMtpCudaDrafter::lm_head(int rows, float* logits) {
+  target_.project(normed_.get(), rows, weights_.head, logits);
 }
 
 void DeepseekMtpCudaDrafter::logits_of(const float* z, int rows) {
   head_norm(z, rows, target_.precision(), normed_.get());
-  lm_head(rows);
+  lm_head(rows, logits_.as<float>());
 }
 
 int DeepseekMtpCudaDrafter::extend(std::span<const speculative::DraftInput> inputs, std::vector<int64_t>& last_row) {
@@ -150,6 +161,73 @@ int DeepseekMtpCudaDrafter::extend(std::span<const speculative::DraftInput> inpu
   return static_cast<int>(rows);
 }
 
+DeepseekCudaRunner::Plan DeepseekMtpCudaDrafter::plan_chain(const std::vector<SequenceKv*>& kvs, int rows, int k,
+                                                            std::vector<StepView>& views) {
+  const int S = static_cast<int>(kvs.size());
+  views.clear();
+  if (k == 1) return {};
+  // The token drafted at depth d (1-based) is fed at position L + d - 1, L the committed length (the position of
+  // the root, the newest token the target produced), in the slot of that position: past the committed ones,
+  // dropped at the end of the call. Every depth is planned for the last's context bucket.
+  int longest = 1;
+  for (const SequenceKv* kv : kvs) longest = std::max(longest, kv->length + k - 1);
+  const int context = target_.graph_context(longest);
+  const std::vector<int32_t> placeholder(rows, 0);  // replaced on the device by the tokens chosen the depth before
+  depth_meta_.resize(k - 1);
+  DeepseekCudaRunner::Plan plan;
+  size_t slot = 0;
+  for (int depth = 1; depth < k; ++depth) {
+    ForwardBatch batch;
+    for (int i = 0; i < rows; ++i) {
+      SequenceStep step;
+      step.tokens = std::span(placeholder).subspan(i, 1);
+      step.start_position = i < S ? kvs[i]->length + depth - 1 : 0;
+      step.block_tables = {i < S ? std::span<const int32_t>(kvs[i]->blocks) : std::span<const int32_t>(spare_table_)};
+      step.num_logits = 0;
+      batch.sequences.push_back(step);
+    }
+    plan = target_.plan_layer_step(batch, pool_layout(), context, depth_meta_[depth - 1]);
+    slot = std::max(slot, depth_meta_[depth - 1].host().size());
+  }
+  // Fixed slots, grown by doubling: a graph reads each depth's metadata where it was captured.
+  if (slot > slot_ints_) {
+    slot_ints_ = std::max(slot, 2 * slot_ints_);
+    clear_graphs();
+  }
+  std::vector<int32_t> staging(static_cast<size_t>(k - 1) * slot_ints_, 0);
+  for (int d = 0; d < k - 1; ++d)
+    std::copy(depth_meta_[d].host().begin(), depth_meta_[d].host().end(), staging.begin() + d * slot_ints_);
+  if (chain_meta_.grow(staging.size() * sizeof(int32_t))) clear_graphs();
+  // From pageable memory: the copy has taken the metadata when it returns, and is ordered after the step before.
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(chain_meta_.get(), staging.data(), staging.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, target_.stream()));
+  for (int d = 0; d < k - 1; ++d) views.push_back(depth_meta_[d].view(chain_meta_.as<int32_t>() + d * slot_ints_));
+  return plan;
+}
+
+void DeepseekMtpCudaDrafter::enqueue_chain(const DeepseekCudaRunner::Plan& plan, const std::vector<StepView>& views,
+                                           int rows, int k, bool keep_logits) {
+  const int V = target_.model_config().vocab_size;
+  cudaStream_t stream = target_.stream();
+  auto choose = [&](int depth) {
+    float* logits = logits_.as<float>() + (keep_logits ? static_cast<int64_t>(depth) * rows * V : 0);
+    lm_head(rows, logits);
+    launch_argmax(stream, logits, rows, V, drafted_.as<int32_t>() + static_cast<int64_t>(depth) * rows);
+  };
+  head_norm(roots_.as<float>(), rows, target_.precision(), normed_.get());
+  choose(0);
+  for (int depth = 1; depth < k; ++depth) {
+    const Step step{plan, views[depth - 1]};
+    // The feedback g = h of the depth before, from its z (the roots', then z_), before z_ is overwritten.
+    head_norm(depth == 1 ? roots_.as<float>() : z_.as<float>(), rows, Precision::f32, g_.get());
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(step.view.token_ids),
+                                        drafted_.as<int32_t>() + static_cast<int64_t>(depth - 1) * rows, rows * 4,
+                                        cudaMemcpyDeviceToDevice, stream));
+    forward_rows(step, g_.as<float>());
+    choose(depth);
+  }
+}
+
 void DeepseekMtpCudaDrafter::draft_chains(std::span<const speculative::DraftInput> inputs,
                                           const std::vector<size_t>& chains, const std::vector<int64_t>& roots,
                                           std::vector<speculative::DraftTree>& out,
@@ -160,65 +238,57 @@ void DeepseekMtpCudaDrafter::draft_chains(std::span<const speculative::DraftInpu
   cudaStream_t stream = target_.stream();
   int k = 0;
   for (size_t s : chains) k = std::max(k, inputs[s].shape.num_draft_tokens);
-  roots_.grow(static_cast<size_t>(S) * H * 4);
-  drafted_.grow(static_cast<size_t>(k) * S * 4);
-  for (int i = 0; i < S; ++i)
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(roots_.as<float>() + i * H, z_.as<float>() + roots[i] * H, H * 4,
-                                        cudaMemcpyDeviceToDevice, stream));
-  // The token drafted at depth d (1-based) is fed at position L + d - 1, L the committed length (the position of
-  // the root, the newest token the target produced), in the slot of that position: past the committed ones,
-  // dropped at the end of the call.
+  // Rows padded to the graph bucket with graphs or without, so both run the same kernels on the same shapes.
+  const bool bucketed = S <= kLargestGraphBatch;
+  const int rows = bucketed ? graph_bucket(S) : S;
+  const bool keep_logits = scores != nullptr;
   std::vector<SequenceKv*> kvs;
   for (size_t s : chains) {
     SequenceKv& kv = kv_tables_.sequence(inputs[s].sequence_id);
     kv_tables_.reserve_slots(kv, kv.length + k - 1, inputs[s].sequence_id);
     kvs.push_back(&kv);
   }
-  std::vector<float> logits;  // [k][S][V] when scores are asked for
-  auto choose = [&](int depth) {
-    int32_t* drafted = drafted_.as<int32_t>() + static_cast<int64_t>(depth) * S;
-    launch_argmax(stream, logits_.as<float>(), S, static_cast<int>(V), drafted);
-    if (scores == nullptr) return;
-    logits.resize(static_cast<size_t>(depth + 1) * S * V);
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(logits.data() + static_cast<int64_t>(depth) * S * V, logits_.get(), S * V * 4,
-                                        cudaMemcpyDeviceToHost, stream));
-    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  };
-  logits_of(roots_.as<float>(), S);
-  choose(0);
-  const std::vector<int32_t> placeholder(S, 0);  // replaced on the device by the tokens chosen the depth before
-  for (int depth = 1; depth < k; ++depth) {
-    ForwardBatch batch;
-    for (int i = 0; i < S; ++i) {
-      SequenceStep step;
-      step.tokens = std::span(placeholder).subspan(i, 1);
-      step.start_position = kvs[i]->length + depth - 1;
-      step.block_tables = {kvs[i]->blocks};
-      step.num_logits = 0;
-      batch.sequences.push_back(step);
-    }
-    // The feedback g = h of the depth before, from its z (the roots', then z_), before z_ is overwritten.
-    head_norm(depth == 1 ? roots_.as<float>() : z_.as<float>(), S, Precision::f32, g_.get());
-    const Step step = upload_step(batch);
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(step.view.token_ids),
-                                        drafted_.as<int32_t>() + static_cast<int64_t>(depth - 1) * S, S * 4,
-                                        cudaMemcpyDeviceToDevice, stream));
-    forward_rows(step, g_.as<float>());
-    lm_head(S);
-    choose(depth);
+  std::vector<StepView> views;
+  const DeepseekCudaRunner::Plan plan = plan_chain(kvs, rows, k, views);
+  ensure_rows(rows);
+  if (roots_.grow(static_cast<size_t>(rows) * H * 4)) clear_graphs();
+  if (drafted_.grow(static_cast<size_t>(k) * rows * 4)) clear_graphs();
+  logits_rows(static_cast<size_t>(keep_logits ? k : 1) * rows);
+  // Planning may have grown the target's buffers, and its own steps may have since the last capture.
+  if (target_.buffers_generation() != target_generation_) {
+    clear_graphs();
+    target_generation_ = target_.buffers_generation();
   }
-  std::vector<int32_t> drafted(static_cast<size_t>(k) * S);
+  for (int i = 0; i < S; ++i)
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(roots_.as<float>() + i * H, z_.as<float>() + roots[i] * H, H * 4,
+                                        cudaMemcpyDeviceToDevice, stream));
+  // Padding rows run on zeros: finite logits, token 0 chosen (ties go to the lower index).
+  MOESERVE_CUDA_CHECK(cudaMemsetAsync(roots_.as<float>() + S * H, 0, (rows - S) * H * 4, stream));
+  auto enqueue = [&] { enqueue_chain(plan, views, rows, k, keep_logits); };
+  const std::vector<int> no_layers;
+  if (graphs_on_ && bucketed)
+    (keep_logits ? scored_graphs_ : graphs_).run({rows, k, plan.context, no_layers}, stream, enqueue);
+  else
+    enqueue();
+
+  std::vector<int32_t> drafted(static_cast<size_t>(k) * rows);
   MOESERVE_CUDA_CHECK(
       cudaMemcpyAsync(drafted.data(), drafted_.get(), drafted.size() * 4, cudaMemcpyDeviceToHost, stream));
+  std::vector<float> logits;  // [k][S][V] when scores are asked for: each depth's real rows
+  if (keep_logits) {
+    logits.resize(static_cast<size_t>(k) * S * V);
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(logits.data(), S * V * 4, logits_.get(), rows * V * 4, S * V * 4, k,
+                                          cudaMemcpyDeviceToHost, stream));
+  }
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (int i = 0; i < S; ++i) {
     speculative::DraftTree& tree = out[chains[i]];
     const int n = inputs[chains[i]].shape.num_draft_tokens;
     float score = 0;
     for (int d = 0; d < n; ++d) {
-      tree.tokens.push_back(drafted[static_cast<size_t>(d) * S + i]);
+      tree.tokens.push_back(drafted[static_cast<size_t>(d) * rows + i]);
       tree.parent.push_back(d - 1);
-      if (scores == nullptr) continue;
+      if (!keep_logits) continue;
       std::vector<float> row(logits.begin() + (static_cast<int64_t>(d) * S + i) * V,
                              logits.begin() + (static_cast<int64_t>(d) * S + i + 1) * V);
       speculative::log_softmax(row);
@@ -261,6 +331,7 @@ std::vector<float> DeepseekMtpCudaDrafter::extend_logits(std::span<const specula
   const int rows = extend(inputs, last_row);
   std::vector<float> out(static_cast<size_t>(rows) * target_.model_config().vocab_size);
   if (rows == 0) return out;
+  logits_rows(rows);
   logits_of(z_.as<float>(), rows);
   MOESERVE_CUDA_CHECK(
       cudaMemcpyAsync(out.data(), logits_.get(), out.size() * 4, cudaMemcpyDeviceToHost, target_.stream()));

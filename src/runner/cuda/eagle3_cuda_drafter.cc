@@ -16,13 +16,7 @@ namespace moeserve::cuda {
 namespace {
 
 constexpr const char* kOwner = "EAGLE-3 drafter (CUDA)";
-constexpr int kLargestGraphBatch = 256;
-
-int graph_bucket(int sequences) {
-  int bucket = 1;
-  while (bucket < sequences) bucket *= 2;
-  return bucket;
-}
+constexpr int kLargestChainBatch = 256;  // chains graphed up to this many sequences (graph_capture.h's buckets)
 
 int64_t round_up_pow2(int64_t n) {
   int64_t p = 16;
@@ -304,7 +298,7 @@ void CudaEagle3Drafter::draft_chains(std::span<const speculative::DraftInput> in
   int k = 0;
   for (size_t s : chains) k = std::max(k, inputs[s].shape.num_draft_tokens);
   // Rows are padded to the graph bucket with or without graphs, so both run the same kernels on the same shapes.
-  const bool bucketed = S <= kLargestGraphBatch;
+  const bool bucketed = S <= kLargestChainBatch;
   const int padded = bucketed ? graph_bucket(S) : S;
   std::vector<Row> rows;
   std::vector<const SequenceKv*> tables;

@@ -1,7 +1,8 @@
 // DeepSeek's MTP head on the GPU (deepseek_mtp_cuda_drafter.h) against the CPU head (runner/cpu/mtp_drafter.h, its
 // reference) on the tiny DeepSeek model, both fed the same target states: the CPU runner's residual streams after
-// its last layer over real token sequences. And in the engine on the CUDA runner, greedy output with the GPU head
-// speculating equals plain greedy decoding. Every test skips without a CUDA device.
+// its last layer over real token sequences. The head's chains as CUDA graphs against the same chains launched
+// directly. And in the engine on the CUDA runner, greedy output with the GPU head speculating equals plain greedy
+// decoding, with graphs and without. Every test skips without a CUDA device.
 //
 // Bounds (f32 path: fp32 activations and latents, every FP8 projection W8A32, as the CPU computes):
 // - draft logits, per row ||gpu - cpu|| / ||cpu||: the CPU's arithmetic in another summation order. A dot product
@@ -52,24 +53,27 @@ DraftInput input(const Verified& v, uint64_t id, int start, int end, DraftShape 
   return moeserve::testing::draft_input(v, checkpoint()->config().hidden_size, id, start, end, shape);
 }
 
-std::unique_ptr<ModelRunner> gpu_target(const std::string& precision) {
+// The target's steps and the head's chains graphed or launched directly (pinned, so that MOESERVE_DEEPSEEK_GRAPHS
+// does not change what a case runs).
+std::unique_ptr<ModelRunner> gpu_target(const std::string& precision, bool graphs = false) {
   CudaRunnerOptions options;
   options.precision = precision;
+  options.deepseek_graphs = graphs ? "on" : "off";
   return make_deepseek_cuda_runner(checkpoint(), options);
 }
 
-CudaDrafterOptions drafter_options(int64_t num_blocks) {
+CudaDrafterOptions drafter_options(int64_t num_blocks, bool graphs = false) {
   CudaDrafterOptions options;
   options.block_size = 8;
   options.num_blocks = num_blocks;
-  options.cuda_graphs = false;
+  options.cuda_graphs = graphs;
   return options;
 }
 
-std::unique_ptr<cuda::DeepseekMtpCudaDrafter> gpu_drafter(ModelRunner& target) {
+std::unique_ptr<cuda::DeepseekMtpCudaDrafter> gpu_drafter(ModelRunner& target, bool graphs = false) {
   auto& runner = dynamic_cast<cuda::DeepseekCudaRunner&>(target);
   return std::make_unique<cuda::DeepseekMtpCudaDrafter>(
-      runner, cuda::DeepseekDeviceMtp::upload(*checkpoint(), runner.weights()), drafter_options(64));
+      runner, cuda::DeepseekDeviceMtp::upload(*checkpoint(), runner.weights()), drafter_options(64, graphs));
 }
 
 std::unique_ptr<MtpDrafter> cpu_drafter() {
@@ -103,54 +107,76 @@ TEST(DeepseekMtpCudaDrafter, ExtendedLogitsMatchTheCpuHeadBf16) {
                                          kBf16MedianBound);
 }
 
-// Three sequences through four calls: first calls of 5, 17 and 30 positions, extensions of 1, 2 and 3, a rollback
-// of each to 4 positions before its end, one more position each; chains of 3 and 1, and a call that only extends
-// one of them. Every call's chains, scores and cached positions equal the CPU head's (f32 path).
-TEST(DeepseekMtpCudaDrafter, ChainsMatchTheCpuHeadF32) {
-  MOESERVE_REQUIRE_CUDA();
-  const std::vector<Verified> v = {verified(40, 4), verified(40, 5), verified(40, 6)};
-  struct Range {
-    int start, end;
-    DraftShape shape;
-  };
-  const DraftShape three{3, 1, 0}, one{1, 1, 0}, none{};
-  const std::vector<std::vector<Range>> calls = {{{0, 5, three}, {0, 17, one}, {0, 30, three}},
-                                                 {{5, 6, three}, {17, 19, three}, {30, 33, none}},
-                                                 {{2, 4, one}, {15, 16, three}, {29, 32, three}},
-                                                 {{4, 5, three}, {16, 17, three}, {32, 33, one}}};
-  auto target = gpu_target("f32");
-  auto gpu = gpu_drafter(*target);
-  auto cpu = cpu_drafter();
+// Positions [start, end) of a sequence given in one call, and what it asks to draft.
+struct Range {
+  int start, end;
+  DraftShape shape;
+};
+using Calls = std::vector<std::vector<Range>>;  // per call, per sequence (ids 100, 101, ...)
+struct ChainComparison {
   int nodes = 0;
   double worst_score_error = 0;
+};
+
+// Every call through both heads, with scores on the calls `scored` picks: chains and cached positions equal, each
+// depth's cumulative score within kScoreToleranceAtDepth a depth.
+template <typename WantHead, typename GotHead>
+ChainComparison compare_chains(const std::vector<Verified>& v, const Calls& calls, WantHead& want_head,
+                               GotHead& got_head, bool (*scored)(size_t call)) {
+  ChainComparison result;
   for (size_t c = 0; c < calls.size(); ++c) {
     std::vector<DraftInput> inputs;
     for (size_t s = 0; s < calls[c].size(); ++s)
       inputs.push_back(input(v[s], 100 + s, calls[c][s].start, calls[c][s].end, calls[c][s].shape));
     std::vector<DraftTree> want, got;
     std::vector<std::vector<float>> want_scores, got_scores;
-    cpu->propose_scored(inputs, want, &want_scores);
-    gpu->propose_scored(inputs, got, &got_scores);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t s = 0; s < want.size(); ++s) {
+    if (scored(c)) {
+      want_head.propose_scored(inputs, want, &want_scores);
+      got_head.propose_scored(inputs, got, &got_scores);
+    } else {
+      want_head.propose(inputs, want);
+      got_head.propose(inputs, got);
+    }
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t s = 0; s < std::min(got.size(), want.size()); ++s) {
       const std::string where = "call " + std::to_string(c) + " sequence " + std::to_string(s);
       EXPECT_EQ(got[s].tokens, want[s].tokens) << where;
       EXPECT_EQ(got[s].parent, want[s].parent) << where;
-      EXPECT_EQ(gpu->cached_positions(inputs[s].sequence_id), cpu->cached_positions(inputs[s].sequence_id)) << where;
-      ASSERT_EQ(got_scores[s].size(), want_scores[s].size()) << where;
-      for (size_t d = 0; d < want_scores[s].size(); ++d) {
+      EXPECT_EQ(got_head.cached_positions(inputs[s].sequence_id), want_head.cached_positions(inputs[s].sequence_id))
+          << where;
+      result.nodes += static_cast<int>(want[s].tokens.size());
+      if (!scored(c)) continue;
+      EXPECT_EQ(got_scores[s].size(), want_scores[s].size()) << where;
+      for (size_t d = 0; d < std::min(got_scores[s].size(), want_scores[s].size()); ++d) {
         const double error = std::abs(static_cast<double>(got_scores[s][d]) - want_scores[s][d]);
         EXPECT_LE(error, kScoreToleranceAtDepth * static_cast<double>(d + 1)) << where << " depth " << d + 1;
-        worst_score_error = std::max(worst_score_error, error);
-        ++nodes;
+        result.worst_score_error = std::max(result.worst_score_error, error);
       }
     }
   }
-  std::printf("MTP chains f32: %d draft nodes, worst cumulative score error %.3e\n", nodes, worst_score_error);
-  EXPECT_GT(nodes, 0);
+  return result;
 }
 
-TEST(DeepseekMtpCudaDrafter, RefusesTreesAndGraphs) {
+// Three sequences through four calls: first calls of 5, 17 and 30 positions, extensions of 1, 2 and 3, a rollback
+// of each to 4 positions before its end, one more position each; chains of 3 and 1, and a call that only extends
+// one of them. Every call's chains, scores and cached positions equal the CPU head's (f32 path).
+TEST(DeepseekMtpCudaDrafter, ChainsMatchTheCpuHeadF32) {
+  MOESERVE_REQUIRE_CUDA();
+  const std::vector<Verified> v = {verified(40, 4), verified(40, 5), verified(40, 6)};
+  const DraftShape three{3, 1, 0}, one{1, 1, 0}, none{};
+  const Calls calls = {{{0, 5, three}, {0, 17, one}, {0, 30, three}},
+                       {{5, 6, three}, {17, 19, three}, {30, 33, none}},
+                       {{2, 4, one}, {15, 16, three}, {29, 32, three}},
+                       {{4, 5, three}, {16, 17, three}, {32, 33, one}}};
+  auto target = gpu_target("f32");
+  auto gpu = gpu_drafter(*target);
+  auto cpu = cpu_drafter();
+  const ChainComparison r = compare_chains(v, calls, *cpu, *gpu, [](size_t) { return true; });
+  std::printf("MTP chains f32: %d draft nodes, worst cumulative score error %.3e\n", r.nodes, r.worst_score_error);
+  EXPECT_GT(r.nodes, 0);
+}
+
+TEST(DeepseekMtpCudaDrafter, RefusesTrees) {
   MOESERVE_REQUIRE_CUDA();
   auto target = gpu_target("f32");
   auto gpu = gpu_drafter(*target);
@@ -158,17 +184,54 @@ TEST(DeepseekMtpCudaDrafter, RefusesTreesAndGraphs) {
   const DraftInput tree = input(v, 1, 0, 6, {3, 2, 5});
   std::vector<DraftTree> out;
   EXPECT_THROW(gpu->propose(std::span(&tree, 1), out), Error);
-  CudaDrafterOptions graphs = drafter_options(8);
-  graphs.cuda_graphs = true;
-  EXPECT_THROW(make_cuda_mtp_drafter(checkpoint(), *target, graphs), Error);
 }
 
+// The same calls through a head whose chains are CUDA graphs (beside a graphed target) and one launching them
+// directly (beside a direct target): chains of 1 to 4 over 1 to 3 sequences (buckets 1, 2 and 4, a padding row
+// among them), calls with scores and without (the head's two sets of graphs), contexts past 64 (the bf16 path's
+// second context bucket), a rollback, shapes replayed. Tokens and cached positions equal, scores within the CPU
+// comparison's bound (kScoreToleranceAtDepth a depth): both heads run the same kernels on the same padded rows and
+// one context bucket per chain (deepseek_mtp_cuda_drafter.h), so they should in fact agree bit for bit.
+class DeepseekMtpCudaDrafterGraphs : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+};
+
+TEST_P(DeepseekMtpCudaDrafterGraphs, ChainsEqualChainsWithoutGraphs) {
+  const std::vector<Verified> v = {verified(100, 8), verified(100, 9), verified(100, 10)};
+  const DraftShape one{1, 1, 0}, two{2, 1, 0}, three{3, 1, 0}, four{4, 1, 0}, none{};
+  const Calls calls = {{{0, 5, three}, {0, 17, one}, {0, 30, three}},
+                       {{5, 6, three}, {17, 19, three}, {30, 33, none}},
+                       {{6, 40, two}, {19, 60, none}, {33, 70, four}},
+                       {{40, 41, one}, {60, 61, three}, {70, 71, three}},
+                       {{37, 39, three}, {61, 62, none}, {71, 72, none}},
+                       {{39, 40, three}, {62, 63, three}, {72, 73, three}},
+                       {{40, 41, three}, {63, 64, three}, {73, 74, three}}};
+  auto graphed_target = gpu_target(GetParam(), true), direct_target = gpu_target(GetParam(), false);
+  auto graphed = gpu_drafter(*graphed_target, true), direct = gpu_drafter(*direct_target, false);
+  const ChainComparison r = compare_chains(v, calls, *direct, *graphed, [](size_t call) { return call % 2 == 0; });
+  std::printf("MTP chains %s, graphed against direct: %d draft nodes, worst cumulative score error %.3e\n",
+              GetParam().c_str(), r.nodes, r.worst_score_error);
+  EXPECT_GT(r.nodes, 0);
+  EXPECT_GT(graphed->captured_graphs(), 0u) << "no chain graph held: were the chains graphed?";
+  EXPECT_EQ(direct->captured_graphs(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, DeepseekMtpCudaDrafterGraphs, ::testing::Values("f32", "bf16"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
 // Greedy output with the GPU head speculating (chains of 3 and 1, beside plain requests, arriving over the first
-// steps) on the f32 CUDA runner equals the runner's plain greedy decoding, request by request.
-TEST(DeepseekMtpCudaDrafter, GreedySpeculationEqualsPlainDecodingOnTheCudaRunner) {
-  MOESERVE_REQUIRE_CUDA();
-  auto gpu = gpu_target("f32"), reference = gpu_target("f32");
-  std::shared_ptr<Drafter> drafter = make_cuda_mtp_drafter(checkpoint(), *gpu, drafter_options(1024));
+// steps) on the f32 CUDA runner equals the runner's plain greedy decoding (direct launches), request by request:
+// with the target's steps and the head's chains launched directly, then both graphed.
+class DeepseekMtpCudaDrafterEngine : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
+};
+
+TEST_P(DeepseekMtpCudaDrafterEngine, GreedySpeculationEqualsPlainDecodingOnTheCudaRunner) {
+  const bool graphs = GetParam();
+  auto gpu = gpu_target("f32", graphs), reference = gpu_target("f32");
+  std::shared_ptr<Drafter> drafter = make_cuda_mtp_drafter(checkpoint(), *gpu, drafter_options(1024, graphs));
   const std::vector<std::optional<DraftShape>> shapes = {testing::chain(3), std::nullopt, testing::chain(1)};
   std::vector<moeserve::testing::Arrival> requests(9);
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -184,9 +247,19 @@ TEST(DeepseekMtpCudaDrafter, GreedySpeculationEqualsPlainDecodingOnTheCudaRunner
   EXPECT_GT(m.spec_drafts, 0u);
   EXPECT_GT(m.spec_draft_tokens, m.spec_drafts);
   EXPECT_EQ(m.kv_blocks_in_use, 0);
-  std::printf("GPU MTP head in the engine: %llu drafts, acceptance length %.3f\n",
-              static_cast<unsigned long long>(m.spec_drafts), m.spec_acceptance_length());
+  const size_t head_graphs = dynamic_cast<cuda::DeepseekMtpCudaDrafter&>(*drafter).captured_graphs(),
+               target_graphs = dynamic_cast<cuda::DeepseekCudaRunner&>(*gpu).captured_graphs();
+  if (graphs) {
+    EXPECT_GT(head_graphs, 0u) << "no chain graph held: were the chains graphed?";
+  }
+  std::printf("GPU MTP head in the engine (%s): %llu drafts, acceptance length %.3f, graphs held: %zu of the head, "
+              "%zu of the target\n",
+              graphs ? "graphs" : "direct", static_cast<unsigned long long>(m.spec_drafts), m.spec_acceptance_length(),
+              head_graphs, target_graphs);
 }
+
+INSTANTIATE_TEST_SUITE_P(Launches, DeepseekMtpCudaDrafterEngine, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "graphs" : "direct"; });
 
 }  // namespace
 }  // namespace moeserve::speculative
