@@ -172,7 +172,7 @@ struct PlannedStep {
       batch.sequences.push_back(std::move(seq));
     }
     const KvCacheLayout layout{kBlockSize, s.sequences * blocks_each};
-    plan = runner.plan_layer_step(batch, layout, meta);
+    plan = runner.plan_layer_step(batch, layout, 0, meta);
     meta_device = cuda::to_device(meta.host());
     view = meta.view(meta_device.as<int32_t>());
 
