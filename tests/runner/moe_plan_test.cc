@@ -216,6 +216,7 @@ TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   EXPECT_EQ(small.weight_tiles, 1);
   EXPECT_EQ(small.blocks, moe_max_tiles(3, 16, 4));
   EXPECT_EQ(moe_prefill_wgmma_grid(0, 5760, 2880, 128, 132).blocks, 0);
+  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_deep), 128);  // prefill_wgmma with four raw stages
   // The 256-row variant: 128 weight rows an item, 5,760 = 45 of them, 2,880 = 22.5 (23 items, the last half used).
   EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_m256), 256);
   EXPECT_EQ(moe_prefill_wgmma_m256_grid(32768, 5760, 2880, 128, 132).weight_tiles, 45);

@@ -356,6 +356,8 @@ void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
 void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params);
 // The same kernel over 256-row tiles x 128 weight rows (MoePath::prefill_wgmma_m256; bf16 activations only).
 void launch_moe_prefill_wgmma_m256(cudaStream_t stream, const MoeGemmParams& params);
+// The 128-row kernel with four raw stages a producer group (MoePath::prefill_wgmma_deep; bf16 activations only).
+void launch_moe_prefill_wgmma_deep(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
 // The launcher of `path` (moe_dispatch.cc); `type` matters to the reference only.

@@ -28,6 +28,7 @@ void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const Mo
     case MoePath::prefill_mma: return launch_moe_prefill(stream, params);
     case MoePath::prefill_wgmma: return launch_moe_prefill_wgmma(stream, params);
     case MoePath::prefill_wgmma_m256: return launch_moe_prefill_wgmma_m256(stream, params);
+    case MoePath::prefill_wgmma_deep: return launch_moe_prefill_wgmma_deep(stream, params);
   }
 }
 

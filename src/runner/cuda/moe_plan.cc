@@ -29,6 +29,7 @@ const char* moe_path_name(MoePath path) {
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
     case MoePath::prefill_wgmma_m256: return "prefill-wgmma-m256";
+    case MoePath::prefill_wgmma_deep: return "prefill-wgmma-deep";
   }
   return "";
 }
@@ -58,7 +59,8 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_mma_n64: return 64;
     case MoePath::decode_mma_mixed: return kMoeMixedTileRows;
     case MoePath::prefill_mma:
-    case MoePath::prefill_wgmma: return kMoePrefillTileRows;
+    case MoePath::prefill_wgmma:
+    case MoePath::prefill_wgmma_deep: return kMoePrefillTileRows;
     case MoePath::prefill_wgmma_m256: return kMoePrefillM256TileRows;
   }
   return 8;

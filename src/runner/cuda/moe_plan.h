@@ -28,6 +28,9 @@ namespace moeserve::cuda {
 // prefill_wgmma_m256: the same kernel over 256-row tiles x 128 weight rows (bf16 only), so that each weight value
 //   the producers dequantise serves 256 rows of MACs instead of 128. 2-6% faster than prefill_wgmma at 256-1,024
 //   evenly spread rows per expert, slower under skewed routing and end to end (docs/PERF.md): kept for moe_bench.
+// prefill_wgmma_deep: prefill_wgmma with its producers' raw weight copies four own steps ahead instead of two (bf16
+//   only). Built 2026-12-07 against the producers' L1TEX stalls; not yet measured, so the built-in choice keeps
+//   prefill_wgmma.
 enum class MoePath {
   reference,
   decode_x1,
@@ -43,13 +46,14 @@ enum class MoePath {
   decode_mma_mixed,
   prefill_mma,
   prefill_wgmma,
-  prefill_wgmma_m256
+  prefill_wgmma_m256,
+  prefill_wgmma_deep
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
-    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256};
+    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep};
 const char* moe_path_name(MoePath path);
 // The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
 // block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into

@@ -5,12 +5,12 @@
 //   Two producer warpgroups take alternate 64-k steps (version 3; version 2 had one, which bounded it: ncu on an
 //   H200 showed its consumers waiting for "full" ~73% of their cycles). Per step a group copies the item's
 //   activation rows (gathered through row_token for the first projection; cp.async, one own step ahead) into a
-//   128-byte-swizzled bf16 tile of its A stage, and the raw MXFP4 blocks with their scale words (two own steps
-//   ahead) into its raw ring of 2; once a step's raw copies have landed it dequantises its blocks (two prmt
-//   look-ups and a bf16 multiply per four values, moe_layout.h) into the swizzled bf16 B tile of the stage and
-//   arrives on the stage's "full" barrier, which also waits for the activation copies (cp.async.mbarrier.arrive:
-//   version 4; version 3's producers waited for them before converting). Stages 0 and 2 belong to group 0, 1 and 3
-//   to group 1.
+//   128-byte-swizzled bf16 tile of its A stage, and the raw MXFP4 blocks with their scale words (kRawStages own
+//   steps ahead: 2, or 4 for prefill_wgmma_deep) into its raw ring; once a step's raw copies have landed it
+//   dequantises its blocks (two prmt look-ups and a bf16 multiply per four values, moe_layout.h) into the swizzled
+//   bf16 B tile of the stage and arrives on the stage's "full" barrier, which also waits for the activation copies
+//   (cp.async.mbarrier.arrive: version 4; version 3's producers waited for them before converting). Stages 0 and 2
+//   belong to group 0, 1 and 3 to group 1.
 //   Two consumer warpgroups (64 rows each): wait "full", fence the async proxy, wgmma m64n192k16 over both shared
 //   tiles into fp32 accumulators, give the stage back on its "empty" barrier once the wgmmas reading it completed
 //   (one batch kept in flight); then the epilogue: bias, SwiGLU for the first projection (a gate/up pair is one
@@ -43,7 +43,7 @@ namespace {
 // step's 192 x 64 weights takes one warpgroup longer than the consumers' wgmmas over it (ncu, H200: the single
 // producer of version 2 issued ~24% of its cycles and waited on its scale loads for ~15%; the consumers waited
 // on "full" ~73% of theirs).
-constexpr int kProducerGroups = 2, kStages = 2 * kProducerGroups, kRawStages = 2;  // raw stages per group
+constexpr int kProducerGroups = 2, kStages = 2 * kProducerGroups;
 constexpr int kProducerThreads = 128, kConsumerWarps = 8;
 constexpr int kThreads = kProducerGroups * kProducerThreads + 32 * kConsumerWarps;
 // setmaxnreg: the CTA's pool is 128 x 512 (launch bounds); 2 x producer + 2 x consumer must not exceed 512. The
@@ -54,9 +54,13 @@ constexpr int kThreads = kProducerGroups * kProducerThreads + 32 * kConsumerWarp
 // would not fit beside 256-row A stages): each weight value the producers convert serves twice the rows, and the
 // consumers' accumulators are 2 x 64: below 160 registers ptxas serialises their wgmmas (C7512), and the 96 left
 // to the producers spill ~100 bytes (their 16 A rows' indices; ptxas -v), which 88 / 168 and 72 / 184 do too.
-template <int kM, int kN, int kProducerRegs, int kConsumerRegs>
+// kRaw: raw stages per producer group, i.e. how many own steps ahead its DRAM copies run. ncu of the 128 x 192
+// kernel with 2 (H100, 1,024 rows per expert) showed the producers stalled on L1TEX a third of their cycles, waiting
+// on raw copies issued only two own steps before; prefill_wgmma_deep is that kernel with 4 (bf16 only: FP8's larger
+// raw stages leave room for 2).
+template <int kM, int kN, int kProducerRegs, int kConsumerRegs, int kRaw = 2>
 struct TileShape {
-  static constexpr int kTileM = kM, kTileN = kN;
+  static constexpr int kTileM = kM, kTileN = kN, kRawStages = kRaw;
   static constexpr int kSubTiles = kM / 128;  // m64 wgmmas of a consumer warpgroup per k slab
   static constexpr int kAccumulators = kN / 2;  // fp32 a thread holds per m64 x kN
   static constexpr int kProducerRegisters = kProducerRegs, kConsumerRegisters = kConsumerRegs;
@@ -65,6 +69,7 @@ struct TileShape {
 };
 using Shape128 = TileShape<kMoePrefillTileRows, kMoePrefillWgmmaTileN, 104, 152>;
 using Shape256 = TileShape<kMoePrefillM256TileRows, kMoePrefillM256TileN, 96, 160>;
+using Shape128Deep = TileShape<kMoePrefillTileRows, kMoePrefillWgmmaTileN, 104, 152, 4>;
 
 // The layout of one element type: k per step (one 128-byte swizzle row), MXFP4 blocks a weight row has per step, and
 // the shared-memory map. bf16: per block the aligned word holding its scale byte and the byte's bit offset; e4m3:
@@ -81,6 +86,7 @@ struct Layout {
   static constexpr int kRawBlockBytes = kTileN * kBlocksPerStep * 16;
   static constexpr int kRawMetaBytes = kFp8 ? kTileN * 16 : kTileN * kBlocksPerStep * 5;
   static constexpr int kRawBytes = kRawBlockBytes + kRawMetaBytes;
+  static constexpr int kRawStages = S::kRawStages;
   static constexpr int kBOffset = kStages * kABytes;
   static constexpr int kRawOffset = kBOffset + kStages * kBBytes;
   static constexpr int kBarrierOffset = kRawOffset + kProducerGroups * kRawStages * kRawBytes;
@@ -108,15 +114,15 @@ struct Shared {
   __device__ unsigned char* a(int stage) const { return base + stage * L::kABytes; }
   __device__ unsigned char* b(int stage) const { return base + L::kBOffset + stage * L::kBBytes; }
   __device__ unsigned char* raw(int group, int stage) const {
-    return base + L::kRawOffset + (group * kRawStages + stage) * L::kRawBytes;
+    return base + L::kRawOffset + (group * L::kRawStages + stage) * L::kRawBytes;
   }
 };
 
 // ---- producers --------------------------------------------------------------------------------------------------------
 // Producer group `group` handles the global steps g = group + 2 i (its own step i). Per own step: the activation
 // copies run one own step ahead (mostly L2 hits: the expert's rows are read by every weight tile), the raw MXFP4
-// blocks and their scale words two (DRAM), each in its own cp.async group, committed in the order A(i + 1),
-// raw(i + 2), so that "A(i) and raw(i) landed" is wait_group 1. Thread t copies A chunk t % 8 of rows t / 8 + 16 j,
+// blocks and their scale words R = kRawStages (DRAM), each in its own cp.async group, committed in the order
+// raw(i + R), A(i + 1) (run() counts the groups). Thread t copies A chunk t % 8 of rows t / 8 + 16 j,
 // and MXFP4 blocks q = t + 128 j (weight row t / B + (128 / B) j of the item, block B step + t % B, B = blocks per
 // step), which it later converts into chunks of that row's B tile: 4 chunks of 8 bf16, or 2 of 16 e4m3.
 // The producers are what bounds this kernel (ncu, H200, 1,024 rows per expert: the consumers spend ~60% of their
@@ -240,10 +246,10 @@ struct Producer {
   }
 
   // Raw blocks and scale words of cursor c (global step g, own step g / 2) into this group's raw stage
-  // (g / 2) % kRawStages, whose previous contents (own step g / 2 - 2) this warp converted already.
+  // (g / 2) % kRawStages, whose previous contents (own step g / 2 - kRawStages) this warp converted already.
   __device__ void copy_raw(Cursor c, int g) {
     if (c.local != raw_item) start_raw_item(c.local);
-    unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
+    unsigned char* raw = s.raw(group, (g / 2) % L::kRawStages);
     unsigned char* meta = raw + L::kRawBlockBytes;
     const int b = t % kB, kb = kB * c.step + b;
     const bool block_ok = kb < blocks_per_row;
@@ -279,7 +285,7 @@ struct Producer {
   // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in). The thread's
   // rows t / B + (128 / B) i share row % 8, so their chunks share one swizzle term.
   __device__ void convert_step(int g) {
-    const unsigned char* raw = s.raw(group, (g / 2) % kRawStages);
+    const unsigned char* raw = s.raw(group, (g / 2) % L::kRawStages);
     const unsigned char* meta = raw + L::kRawBlockBytes;
     const int row0 = t / kB, b = t % kB;
     const uint32_t swizzle = static_cast<uint32_t>(row0 % 8);
@@ -318,30 +324,45 @@ struct Producer {
 
   __device__ void run(int total) {
     if constexpr (!kFp8) constants = mxfp4_bf16_constants();
+    constexpr int R = L::kRawStages;
     const int mine = total > group ? (total - group + 1) / 2 : 0;  // own steps
     auto global = [&](int own) { return group + 2 * own; };
     Cursor a = cursor_of(group), r = cursor_of(group);
-    // Groups, in order: raw(0), A(0), raw(1), then per own step i: raw(i + 2), A(i + 1) (empty ones past the end).
+    // cp.async groups, in order, for R = 2: raw(0), A(0), raw(1), then per own step i: raw(i + 2), A(i + 1) (empty
+    // ones past the end), so that at least two groups follow raw(i) when step i waits: wait_group 2 is "raw(i)
+    // landed". For R > 2 the prologue is the pairs raw(j), X(j) for j < R (X(0) = A(0), the others empty), then per
+    // own step raw(i + R), A(i + 1): exactly 2R - 1 groups follow raw(i), and wait_group 2R - 1 is "raw(i) landed".
     // A stage's activation rows are waited for by its "full" barrier (copy_a), not here: converting step i waits
-    // only for raw(i), and raw(i + 2) is issued before A(i + 1), which may wait for the consumers to free its stage.
+    // only for raw(i), and raw(i + R) is issued before A(i + 1), which may wait for the consumers to free its stage.
     // (Version 3 waited for A(i) too, issued just one step before: ncu, H100, 256 rows per expert, showed the
     // consumers waiting on "full" ~40% of their samples and the producers on "empty" ~20% of theirs.)
-    if (mine > 0) copy_raw(r, global(0)), advance(r);
-    cp_async_commit();
-    if (mine > 0) copy_a(a, global(0)), advance(a);
-    cp_async_commit();
-    if (mine > 1) copy_raw(r, global(1)), advance(r);
-    cp_async_commit();
+    constexpr int kPending = R == 2 ? 2 : 2 * R - 1;
+    if constexpr (R == 2) {
+      if (mine > 0) copy_raw(r, global(0)), advance(r);
+      cp_async_commit();
+      if (mine > 0) copy_a(a, global(0)), advance(a);
+      cp_async_commit();
+      if (mine > 1) copy_raw(r, global(1)), advance(r);
+      cp_async_commit();
+    } else {
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (j < mine) copy_raw(r, global(j)), advance(r);
+        cp_async_commit();
+        if (j == 0 && mine > 0) copy_a(a, global(0)), advance(a);
+        cp_async_commit();
+      }
+    }
     for (int i = 0; i < mine; ++i) {
-      cp_async_wait_pending<2>();  // all but the newest two, A(i) and raw(i + 1) in either order: raw(i) landed
+      cp_async_wait_pending<kPending>();  // raw(i) landed
       // FP8: a weight row's scale words were copied by lanes beside this one (the row's four blocks are four
       // consecutive lanes): the warp barrier orders their landed copies before these reads, and these reads before
-      // the same lanes overwrite the stage two own steps on.
+      // the same lanes overwrite the stage R own steps on.
       if constexpr (kFp8) __syncwarp();
       convert_step(global(i));
       mbarrier_arrive(&s.full[global(i) % kStages]);
       if constexpr (kFp8) __syncwarp();
-      if (i + 2 < mine) copy_raw(r, global(i + 2)), advance(r);
+      if (i + R < mine) copy_raw(r, global(i + R)), advance(r);
       cp_async_commit();
       if (i + 1 < mine) copy_a(a, global(i + 1)), advance(a);
       cp_async_commit();
@@ -497,6 +518,7 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   constexpr int kBytes = Layout<kFp8, S>::kSharedBytes;
   allow_dynamic_shared_memory<kernel>(kBytes);
   const auto grid_of = std::is_same_v<S, Shape256> ? moe_prefill_wgmma_m256_grid : moe_prefill_wgmma_grid;
+  static_assert(!kFp8 || S::kRawStages == 2, "FP8's raw stages fit two a group");
   const MoeGrid grid =
       grid_of(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts, device_multiprocessors());
   MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid.blocks, kThreads, kBytes, stream, p, grid.weight_tiles));
@@ -520,6 +542,13 @@ void launch_moe_prefill_wgmma_m256(cudaStream_t stream, const MoeGemmParams& par
     fail_cuda("moe_prefill_wgmma_m256", "takes bf16 activations only (FP8: prefill_wgmma)", __FILE__, __LINE__);
   launch_checked("moe_prefill_wgmma_m256", params,
                  [&](auto swiglu) { launch_typed<false, decltype(swiglu)::value, Shape256>(stream, params); });
+}
+
+void launch_moe_prefill_wgmma_deep(cudaStream_t stream, const MoeGemmParams& params) {
+  if (params.x_fp8 != nullptr)
+    fail_cuda("moe_prefill_wgmma_deep", "takes bf16 activations only (FP8: prefill_wgmma)", __FILE__, __LINE__);
+  launch_checked("moe_prefill_wgmma_deep", params,
+                 [&](auto swiglu) { launch_typed<false, decltype(swiglu)::value, Shape128Deep>(stream, params); });
 }
 
 }  // namespace moeserve::cuda

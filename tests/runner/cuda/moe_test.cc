@@ -385,9 +385,12 @@ TEST_F(CudaMoe, EveryPathMatchesCpuAtTileEdges) {
 }
 
 // The 256-row tiles' edges (prefill_wgmma_m256, and the other grouped GEMMs beside it): counts about 256 and 512,
-// one row, and an empty expert; top-4 over 513 tokens (2,052 rows).
+// one row, and an empty expert; top-4 over 513 tokens (2,052 rows). (prefill_wgmma_deep's raw ring wraps in the
+// k20b shape of EveryPathMatchesCpuOnSkewedRouting: 45 64-k steps an item.)
 TEST_F(CudaMoe, EveryPathMatchesCpuAtWideTileEdges) {
-  check(Precision::bf16, {MoePath::prefill_wgmma, MoePath::prefill_wgmma_m256, MoePath::prefill_mma}, kManyPairs,
+  check(Precision::bf16,
+        {MoePath::prefill_wgmma, MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep, MoePath::prefill_mma},
+        kManyPairs,
         counted_routing(rng_, {255, 256, 257, 511, 512, 1, 0, 260}, 4), "wide edge counts");
 }
 
