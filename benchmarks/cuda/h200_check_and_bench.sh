@@ -12,6 +12,9 @@
 #   breakdown step_breakdown (BREAKDOWN_ARGS): GPU time by kernel class beside each class's floor
 #   throughput benchmarks/cuda/throughput.sh (its RUNS / ROUTERS / ENGINE variables): moeserve bench Offline
 #   server    benchmarks/cuda/server_search.sh: the highest VALID Server target_qps at the MLPerf shape
+#   deepseek  deepseek_layer_bench: one DeepSeek-R1 dense and one MoE layer at full width (decode batch 1..1,024 @ 2k,
+#             prefill 1 x 4k and 16 x 1k) beside their floors, for each routed-expert version in DEEPSEEK_EXPERTS
+#             (default "v1 v2"), then deepseek_projection's 8 x H200 projection from each (issue 17)
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
@@ -53,6 +56,12 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
                  --json "$OUT/breakdown.json" > "$OUT/breakdown.log" 2>&1 ;;
     throughput) OUT=$OUT/throughput BIN=$BIN benchmarks/cuda/throughput.sh > "$OUT/throughput.log" 2>&1 ;;
     server) OUT=$OUT/server BIN=$BIN benchmarks/cuda/server_search.sh > "$OUT/server.log" 2>&1 ;;
+    deepseek)
+      for version in ${DEEPSEEK_EXPERTS:-v1 v2}; do
+        MOESERVE_DEEPSEEK_EXPERTS=$version timeout ${T_BENCH:-600} $BIN/deepseek_layer_bench \
+          --json "$OUT/deepseek-layers-$version.json" > "$OUT/deepseek-layers-$version.log" 2>&1
+        echo "deepseek_layer_bench experts $version: exit $?" >> "$OUT/deepseek.log"
+      done ;;
     sanitize)
       for tool in ${SANITIZERS:-memcheck racecheck}; do
         timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
@@ -72,5 +81,6 @@ for f in attention moe; do [ -f "$OUT/$f.log" ] && echo "==== $f" && tail -${TAB
 [ -f "$OUT/breakdown.log" ] && grep -E "^\||^[a-z]|wall" "$OUT/breakdown.log"
 [ -f "$OUT/throughput.log" ] && sed -n '/==== Offline/,$p' "$OUT/throughput.log"
 [ -f "$OUT/server.log" ] && sed -n '/==== Server/,$p' "$OUT/server.log"
+[ -f "$OUT/deepseek.log" ] && cat "$OUT/deepseek.log" && tail -${TABLE_LINES:-40} "$OUT"/deepseek-layers-*.log
 tar -czf "$FINAL_OUT/run.tar.gz" -C "$FINAL_OUT" run && rm -rf "$OUT"
 exit 0
