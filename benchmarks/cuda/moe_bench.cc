@@ -2,7 +2,8 @@
 // on the device and set beside the ceilings this process measures (copy bandwidth, cuBLASLt bf16 rate):
 //   routing: uniform (every expert exactly R rows: T = E R / k tokens, token t's experts (t k + j) mod E under a
 //     random relabelling of the experts) or zipf (each token draws k distinct experts with weight 1 / rank, by
-//     Gumbel top-k; the same T, so R is the mean);
+//     Gumbel top-k; the same T, so R is the mean); --tokens T instead: decode-shaped steps of T tokens (a batch-1
+//     step is 1 token, 4 experts of one row each), the runner's path choice beside them;
 //   data: random MXFP4 weights (scales as DeviceWeights::synthetic picks them), biases and bf16 activations, made
 //     on the device;
 //   per path: the grouping for its tile, then the first projection (SwiGLU fused) and the second on its output,
@@ -16,7 +17,7 @@
 //     inputs), the errors printed;
 //   figures: GB/s = bytes of the touched experts' weights (MXFP4 blocks, scales, bias) + the activations read and
 //     written once, over the time of both projections; TFLOP/s = 2 x rows x (N K) summed over both.
-// Usage: moe_bench [--shape gpt-oss-120b] [--rows 1,2,...,1024] [--routing uniform,zipf] [--paths ...]
+// Usage: moe_bench [--shape gpt-oss-120b] [--rows 1,2,...,1024 | --tokens 1,8] [--routing uniform,zipf] [--paths ...]
 //                  [--min-ms 30] [--json FILE]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -277,6 +278,11 @@ int run(int argc, char** argv) {
   uint64_t seed = 1;
   app.add_option("--shape", shape, "expert shapes of")->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
   app.add_option("--rows", rows_per_expert, "rows per expert (the mean, for zipf)")->delimiter(',')->capture_default_str();
+  std::vector<int> token_counts;
+  app.add_option("--tokens", token_counts,
+                 "decode steps of this many tokens instead of --rows (top-k experts each; uniform: all distinct while "
+                 "tokens x k <= experts, e.g. 1 token = a batch-1 decode step's 4 experts of 1 row)")
+      ->delimiter(',');
   app.add_option("--routing", routings, "uniform and/or zipf")->delimiter(',')->check(CLI::IsMember({"uniform", "zipf"}))->capture_default_str();
   app.add_option("--paths", path_names, "MoE paths (moe_plan.h names)")->delimiter(',')->capture_default_str();
   app.add_option("--min-ms", min_ms, "time to fill with repetitions per measurement")->check(CLI::PositiveNumber)->capture_default_str();
@@ -313,6 +319,7 @@ int run(int argc, char** argv) {
     }
   }
   for (int r : rows_per_expert) MOESERVE_CHECK(r > 0 && r <= 4096, "--rows {} (1 to 4096)", r);
+  for (int t : token_counts) MOESERVE_CHECK(t > 0 && t <= 131072, "--tokens {} (1 to 131,072)", t);
 
   TinyModelOptions tiny;
   tiny.shape = shape;
@@ -328,18 +335,25 @@ int run(int argc, char** argv) {
   const Experts w1(E, 2 * I, H, 5.0, seed * 16), w2(E, H, I, 0.2, seed * 16 + 8);
   std::mt19937 rng(static_cast<uint32_t>(seed));
 
+  // Each measured point: its tokens and the rows per expert it is labelled by (0: a --tokens point).
+  std::vector<std::pair<int, int>> points;  // (tokens, rows per expert)
+  if (token_counts.empty())
+    for (int r : rows_per_expert) points.emplace_back(E * r / k, r);
+  else
+    for (int t : token_counts) points.emplace_back(t, 0);
+  const auto label = [](int T, int r) { return r > 0 ? fmt::format("{}", r) : fmt::format("{} tokens", T); };
+
   std::vector<Result> results;
   fmt::print("\n| path | routing | rows/expert | experts touched | mlp1 us | mlp2 us | GB/s | of copy | TFLOP/s | "
              "of bf16 | mlp1 error | mlp2 error |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& routing : routings)
-    for (int r : rows_per_expert) {
-      const int T = E * r / k;
+    for (const auto& [T, r] : points) {
       Step step(make_routing(routing, E, k, T, rng), T, k, E);
       const int rows = step.rows();
       DeviceBuffer x(static_cast<size_t>(T) * H * 2), act(static_cast<size_t>(rows) * I * 2),
           y(static_cast<size_t>(rows) * H * 4), x_q(fp8 ? static_cast<size_t>(T) * H : 0),
           act_q(fp8 ? static_cast<size_t>(rows) * I : 0), x_scale(fp8 ? T * 4 : 0), act_scale(fp8 ? rows * 4 : 0);
-      cuda::launch_fill_uniform(nullptr, cuda::Precision::bf16, x.get(), int64_t{T} * H, seed * 16 + 12 + r, 0.0f, 1.0f);
+      cuda::launch_fill_uniform(nullptr, cuda::Precision::bf16, x.get(), int64_t{T} * H, seed * 16 + 12 + T, 0.0f, 1.0f);
       const double bytes = step.touched() * (w1.expert_bytes() + w2.expert_bytes()) +
                            (static_cast<double>(T) * H * 2 + 2.0 * rows * I * 2 + static_cast<double>(rows) * H * 4);
       const double flops = 2.0 * rows * (2.0 * I * H + static_cast<double>(H) * I);
@@ -374,13 +388,13 @@ int run(int argc, char** argv) {
           res.bytes = bytes;
           res.flops = flops;
           fmt::print("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {:.0f}% | {:.1e} | {:.1e} |\n",
-                     res.path, routing, r, res.touched, res.mlp1_ms * 1e3, res.mlp2_ms * 1e3, bytes / res.ms() / 1e6,
+                     res.path, routing, label(T, r), res.touched, res.mlp1_ms * 1e3, res.mlp2_ms * 1e3, bytes / res.ms() / 1e6,
                      100 * bytes / res.ms() * 1e3 / ceilings.copy_bytes_per_s, flops / res.ms() / 1e9,
                      100 * flops / res.ms() * 1e3 / ceilings.bf16_flops_per_s, res.mlp1_error.relative,
                      res.mlp2_error.relative);
         } else {
           fmt::print("| {} | {} | {} | {} | WRONG (errors {:.2e} / {:.2e}, max {:.2e} / {:.2e}): no figures |||||||\n",
-                     res.path, routing, r, res.touched, res.mlp1_error.relative, res.mlp2_error.relative,
+                     res.path, routing, label(T, r), res.touched, res.mlp1_error.relative, res.mlp2_error.relative,
                      res.mlp1_error.max_abs, res.mlp2_error.max_abs);
         }
         results.push_back(res);
@@ -392,18 +406,18 @@ int run(int argc, char** argv) {
              "|---|---|---|---|---|---|---|---|\n");
   bool all_ok = true;
   for (const std::string& routing : routings)
-    for (int r : rows_per_expert) {
+    for (const auto& [T, r] : points) {
       const Result* best = nullptr;
       const Result* chosen = nullptr;
-      const std::string runner_path = cuda::moe_path_name(cuda::choose_moe_path(true, E * r / k, k, E));
+      const std::string runner_path = cuda::moe_path_name(cuda::choose_moe_path(true, T, k, E));
       for (const Result& res : results) {
-        if (res.routing != routing || res.rows_per_expert != r) continue;
+        if (res.routing != routing || res.tokens != T) continue;
         all_ok = all_ok && res.ok;
         if (res.ok && (best == nullptr || res.ms() < best->ms())) best = &res;
         if (res.path == runner_path) chosen = &res;
       }
       if (best == nullptr) continue;
-      fmt::print("| {} | {} | {} | {:.1f} | {:.0f} ({:.0f}%) | {:.1f} ({:.0f}%) | {} | {} |\n", routing, r, best->path,
+      fmt::print("| {} | {} | {} | {:.1f} | {:.0f} ({:.0f}%) | {:.1f} ({:.0f}%) | {} | {} |\n", routing, label(T, r), best->path,
                  best->ms() * 1e3, best->bytes / best->ms() / 1e6,
                  100 * best->bytes / best->ms() * 1e3 / ceilings.copy_bytes_per_s, best->flops / best->ms() / 1e9,
                  100 * best->flops / best->ms() * 1e3 / ceilings.bf16_flops_per_s, runner_path,
