@@ -1,8 +1,8 @@
 // The MLA latent cache's addressing and the decode kernel's host-side plan (runner/cuda/mla_layout.h), on the CPU:
 // the same functions the kernels call. Rows of every (block, layer, row) tile the pool without overlap, a position
-// goes through its block table, and the plan's choices (keys per split, splits, partial size, shape checks) hold
-// at DeepSeek-V3's and a small model's widths. The kernels are checked against the CPU on a GPU
-// (tests/runner/cuda/mla_decode_test.cc, mla_absorb_test.cc).
+// goes through its block table, and the plan's choices (keys per split, splits, partial size, shape checks; the
+// absorbed or the expanded form per sequence) hold at DeepSeek-V3's and a small model's widths. The kernels are
+// checked against the CPU on a GPU (tests/runner/cuda/mla_decode_test.cc, mla_absorb_test.cc, mla_prefill_test.cc).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -112,6 +112,43 @@ TEST(MlaLayout, ShapeChecks) {
   EXPECT_EQ(mla_shape_error(MlaCacheShape{40, 24, 16, 1}, 2, 4, 64, MlaDecodeVersion::v1), "");
   EXPECT_NE(mla_shape_error(MlaCacheShape{40, 24, 16, 1}, 2, 4, 64, MlaDecodeVersion::v2), "");
   EXPECT_NE(mla_shape_error(MlaCacheShape{48, 8, 16, 1}, 2, 4, 64, MlaDecodeVersion::v2), "");
+}
+
+// The choice of form per sequence (mla_prefill_pays), at DeepSeek-V3's widths (latent 512, nope 128, v 128: the
+// rule (context - q_len) x 170.7 < q_len (context - (q_len - 1) / 2), the pairs) and the tiny test model's (144, 32,
+// 40: 48).
+TEST(MlaLayout, ExpandedPrefillPaysForManyQueriesOverLittleCachedContext) {
+  auto v3 = [](int context, int q_len) { return mla_prefill_pays(context, q_len, 512, 128, 128); };
+  auto tiny = [](int context, int q_len) { return mla_prefill_pays(context, q_len, 144, 32, 40); };
+  for (int q_len : {1, 2, 63, 64, 65, 8192, 163840}) {  // a whole prompt: no cached row to expand
+    EXPECT_TRUE(v3(q_len, q_len)) << q_len;
+    EXPECT_TRUE(tiny(q_len, q_len)) << q_len;
+  }
+  for (int context : {2, 3, 100, 4096, 163840}) {  // a decode token
+    EXPECT_FALSE(v3(context, 1)) << context;
+    EXPECT_FALSE(tiny(context, 1)) << context;
+  }
+  // A chunk of 64 after 19 cached: 3,243 < 3,296 pairs; after 20: 3,413 > 3,360 (the author's 171 splits them
+  // alike: 3,249 and 3,420). After 4,032: 688,128 > 260,128.
+  EXPECT_TRUE(v3(64 + 19, 64));
+  EXPECT_FALSE(v3(64 + 20, 64));
+  EXPECT_FALSE(v3(4096, 64));
+  // A chunk of 512 after 3,584 cached: 611,669 < 1,966,336. Over a long cached context the chunk must pass ~171
+  // tokens: at 100,000 in all, 170 tokens give 17,037,653 > 16,985,635 pairs, 171 give 17,037,483 < 17,085,465.
+  EXPECT_TRUE(v3(4096, 512));
+  EXPECT_FALSE(v3(100000, 170));
+  EXPECT_TRUE(v3(100000, 171));
+  EXPECT_TRUE(v3(100000, 8192));
+  // The tiny model: a chunk of 5 only as a whole prompt (48 > 20 pairs after one cached token); 64 after 16 cached
+  // (768 < 3,104); 23 after 17 not (816 > 667), as DeepseekCudaRunnerTest's schedules take them.
+  EXPECT_TRUE(tiny(5, 5));
+  EXPECT_FALSE(tiny(6, 5));
+  EXPECT_TRUE(tiny(80, 64));
+  EXPECT_FALSE(tiny(40, 23));
+  // Widths whose absorbed pair costs no more than the expanded one (2 latent <= nope + v) never pay, not even for
+  // a whole prompt, where both forms cost the same a row.
+  EXPECT_FALSE(mla_prefill_pays(100, 100, 64, 64, 64));
+  EXPECT_FALSE(mla_prefill_pays(1, 1, 32, 48, 48));
 }
 
 TEST(MlaLayout, VersionNames) {

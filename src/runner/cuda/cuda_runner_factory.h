@@ -42,6 +42,11 @@ struct CudaRunnerOptions {
   // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: off, deepseek_cuda_runner.h says why). cuda_graphs false turns
   // them off either way.
   std::string deepseek_graphs;
+  // The DeepSeek runner's prefill attention: "expanded" (the default: the sequences of a step that bring many query
+  // tokens for their context run mla_prefill.cu's expanded form, the others the absorbed form) or "absorbed" (every
+  // token absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: expanded). The f32 path and
+  // graph-shaped steps take the absorbed form either way (deepseek_cuda_runner.h says why).
+  std::string deepseek_mla_prefill;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
   // (tensor_parallel_cuda_runner.h).
   int tensor_parallel_size = 1;

@@ -19,6 +19,11 @@ constexpr float kLatentNormEps = 1e-6f;
 // need more runs its attention in chunks of tokens. R1 at 4k context takes ~17 MB a token (128 heads x 64 splits
 // of 514 partial floats), so 1 GiB is ~60 prefill tokens a chunk; decode batches of 64 at 2k fit in one.
 constexpr size_t kAttentionScratchBytes = size_t{1} << 30;
+// The expanded-form prefill's scratch (mla_prefill_scratch_bytes: its sequences' context rows through kv_b, 65,664
+// bytes a row at DeepSeek-V3's widths): a step's sequences take the expanded form in order while their rows fit, the
+// others stay absorbed. 1 GiB as kAttentionScratchBytes: 16,352 rows at V3's widths, so that a prompt's chunks (the
+// engine's 8,192 tokens a step on a GPU) take the expanded form up to position 16,351.
+constexpr size_t kPrefillScratchBytes = size_t{1} << 30;
 // cuBLASLt's FP8 activation scales are token-contiguous columns, 16-byte aligned only for a multiple of 4 tokens
 // (fp8_block_layout.h, fp8_gemm_cublaslt_refusal): the FP8 projections' inputs are padded to it.
 constexpr int kFp8RowMultiple = 4;
@@ -48,17 +53,33 @@ int longest_context(const ForwardBatch& batch) {
   return longest;
 }
 
+// A two-way switch of this runner: CudaRunnerOptions' field `option` (named `field`), else the environment variable
+// `env`; empty when neither is set, else `yes` or `no` (anything else fails, naming where it came from).
+std::string switch_value(const std::string& option, const char* field, const char* env, const char* yes,
+                         const char* no) {
+  std::string value = option, source = std::string("CudaRunnerOptions::") + field;
+  if (value.empty()) {
+    const char* set = std::getenv(env);
+    value = set != nullptr ? set : "";
+    source = env;
+  }
+  MOESERVE_CHECK(value.empty() || value == yes || value == no, "{} \"{}\": {} or {}", source, value, yes, no);
+  return value;
+}
+
 // Whether the runner's steps are graphed: options.cuda_graphs and its deepseek_graphs, else MOESERVE_DEEPSEEK_GRAPHS
 // ("on" or "off"), else kDeepseekGraphsDefault.
 bool graphs_on(const CudaRunnerOptions& options) {
-  std::string value = options.deepseek_graphs, source = "CudaRunnerOptions::deepseek_graphs";
-  if (value.empty()) {
-    const char* env = std::getenv("MOESERVE_DEEPSEEK_GRAPHS");
-    value = env != nullptr ? env : "";
-    source = "MOESERVE_DEEPSEEK_GRAPHS";
-  }
-  MOESERVE_CHECK(value.empty() || value == "on" || value == "off", "{} \"{}\": on or off", source, value);
+  const std::string value =
+      switch_value(options.deepseek_graphs, "deepseek_graphs", "MOESERVE_DEEPSEEK_GRAPHS", "on", "off");
   return options.cuda_graphs && (value.empty() ? kDeepseekGraphsDefault : value == "on");
+}
+
+// Whether prefill may take the expanded form: options.deepseek_mla_prefill, else MOESERVE_DEEPSEEK_MLA_PREFILL
+// ("expanded" or "absorbed"), else expanded (mla_prefill_test.cc holds the kernels to the CPU reference).
+bool expanded_prefill_asked(const CudaRunnerOptions& options) {
+  return switch_value(options.deepseek_mla_prefill, "deepseek_mla_prefill", "MOESERVE_DEEPSEEK_MLA_PREFILL",
+                      "expanded", "absorbed") != "absorbed";
 }
 
 // The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h).
@@ -80,6 +101,7 @@ void check_options(const CudaRunnerOptions& options) {
   parse_kv_dtype(options.kv_cache_dtype, parse_precision(options.precision));
   experts_version_of(options);
   graphs_on(options);
+  expanded_prefill_asked(options);
 }
 
 MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
@@ -87,6 +109,15 @@ MlaKvbView kv_b_view(const DeviceMatrix& kv_b, const deepseek_v3::Config& c) {
                              : kv_b.type == WeightType::bf16   ? MlaWeightType::bf16
                                                                : MlaWeightType::f32;
   return {kv_b.values, kv_b.scales, type, c.num_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank};
+}
+
+// Copies `words` into `buffer` on `stream`, growing it by doubling first (at least 4 KB); true when it was
+// reallocated. From pageable memory: the copy has taken the words when it returns.
+bool upload_words(cudaStream_t stream, const std::vector<int32_t>& words, DeviceBuffer& buffer) {
+  const size_t bytes = words.size() * sizeof(int32_t);
+  const bool moved = bytes > buffer.bytes() && buffer.grow(std::max({bytes, 2 * buffer.bytes(), size_t{4096}}));
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(buffer.get(), words.data(), bytes, cudaMemcpyHostToDevice, stream));
+  return moved;
 }
 
 // Tokens [t0, t0 + n) of a step, as a step of their own for the kernels that index tokens only (MLA absorb,
@@ -110,6 +141,7 @@ DeepseekCudaRunner::DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDevic
       kv_dtype_(parse_kv_dtype(options.kv_cache_dtype, precision_)),
       experts_version_(experts_version_of(options)),
       groups_(kv_groups_of(engine_config_)),
+      expanded_prefill_asked_(expanded_prefill_asked(options)),
       graphs_on_(graphs_on(options)) {
   const deepseek_v3::Config& c = config_;
   MOESERVE_CHECK(weights_.precision == precision_, "DeepSeek CUDA runner: weights made for another precision");
@@ -146,6 +178,10 @@ void DeepseekCudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * (layout.num_blocks + 1));
   layout_ = layout;
   padding_block_ = static_cast<int32_t>(layout.num_blocks);
+  expanded_prefill_ = expanded_prefill_asked_ && precision_ == Precision::bf16 &&
+                      std::all_of(weights_.layers.begin(), weights_.layers.end(), [&](const DeepseekDeviceLayer& w) {
+                        return mla_prefill_shape_error(kv_b_view(w.kv_b, config_), cache_view()).empty();
+                      });
 }
 
 void DeepseekCudaRunner::buffers_moved() {
@@ -275,7 +311,7 @@ void DeepseekCudaRunner::mlp(const DeviceMatrix& gate, const DeviceMatrix& up, c
 void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
                                    const Plan& plan, const StepView& step) {
   const deepseek_v3::Config& c = config_;
-  const int T = plan.tokens, heads = c.num_heads, R = c.qk_rope_head_dim;
+  const int T = plan.tokens;
   if (c.q_lora_rank > 0) {
     project(normed_.get(), T, w.q_a, q_a_.as<float>());
     launch_add_rms_norm(stream_, precision_, q_a_.as<float>(), nullptr, nullptr, w.q_a_norm, T, c.q_lora_rank,
@@ -285,22 +321,40 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheV
     project(normed_.get(), T, w.q, q_.as<float>());
   }
   project(normed_.get(), T, w.kv_a, kv_a_.as<float>());
-  const float rope_factor = c.rope_attention_factor();
   launch_mla_cache_write(stream_,
-                         {kv_a_.as<float>(), w.kv_a_norm, kLatentNormEps, inv_freq_.as<float>(), rope_factor, cache,
-                          layer, 0, 1.0f},
+                         {kv_a_.as<float>(), w.kv_a_norm, kLatentNormEps, inv_freq_.as<float>(),
+                          c.rope_attention_factor(), cache, layer, 0, 1.0f},
                          step);
-  // Every token in the absorbed form, prefill chunks too: exact, but the expanded-form prefill kernel (q.k over
-  // qk_head_dim, v_head_dim values, on tensor cores) is still to build.
+  // The expanded form's sequences read their latents, this step's included, from the cache written above; the
+  // absorbed form takes the runs of tokens between them.
   const MlaKvbView kv_b = kv_b_view(w.kv_b, c);
+  if (!plan.expanded.empty())
+    launch_mla_prefill(stream_,
+                       {q_.as<float>(), inv_freq_.as<float>(), c.rope_attention_factor(), c.softmax_scale(), kv_b,
+                        cache, layer, 0, 1.0f, prefill_scratch_.get(), attn_.get(), precision_},
+                       plan.expanded_work, step);
+  int first = 0;
+  for (const MlaPrefillSequence& s : plan.expanded) {
+    absorbed_attention(kv_b, cache, layer, plan, step, first, s.q_start);
+    first = s.q_start + s.q_len;
+  }
+  absorbed_attention(kv_b, cache, layer, plan, step, first, T);
+  project(attn_.get(), T, w.o, proj_.as<float>());
+}
+
+void DeepseekCudaRunner::absorbed_attention(const MlaKvbView& kv_b, const MlaCacheView& cache, int layer,
+                                            const Plan& plan, const StepView& step, int first, int end) {
+  const deepseek_v3::Config& c = config_;
+  const int heads = c.num_heads;
   const MlaDecodeParams decode{q_latent_.as<float>(), q_rope_.as<float>(), latent_out_.as<float>(), c.softmax_scale(),
                                heads, cache, layer, 0, 1.0f};
-  for (int t0 = 0; t0 < T; t0 += plan.attention_chunk) {
-    const int n = std::min(plan.attention_chunk, T - t0);
+  for (int t0 = first; t0 < end; t0 += plan.attention_chunk) {
+    const int n = std::min(plan.attention_chunk, end - t0);
     const StepView tokens = token_range(step, t0, n);
     launch_mla_absorb(stream_,
-                      {q_.as<float>() + static_cast<int64_t>(t0) * heads * c.qk_head_dim(), R, inv_freq_.as<float>(),
-                       rope_factor, kv_b, q_latent_.as<float>(), q_rope_.as<float>()},
+                      {q_.as<float>() + static_cast<int64_t>(t0) * heads * c.qk_head_dim(), c.qk_rope_head_dim,
+                       inv_freq_.as<float>(), c.rope_attention_factor(), kv_b, q_latent_.as<float>(),
+                       q_rope_.as<float>()},
                       tokens);
     if (precision_ == Precision::f32)
       launch_mla_attention_f32(stream_, decode, tokens);
@@ -310,7 +364,6 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheV
                 static_cast<int64_t>(t0) * heads * c.v_head_dim * element_bytes(precision_);
     launch_mla_unabsorb(stream_, precision_, {latent_out_.as<float>(), kv_b, out}, n);
   }
-  project(attn_.get(), T, w.o, proj_.as<float>());
 }
 
 void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& plan) {
@@ -415,15 +468,35 @@ void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& captu
 }
 
 void DeepseekCudaRunner::upload_metadata() {
-  const size_t bytes = meta_.host().size() * sizeof(int32_t);
   // Doubling: the block tables grow by a block every block_size positions, and a graph reads the metadata where
   // it was captured.
-  if (bytes > meta_device_.bytes()) {
-    meta_device_.grow(std::max({bytes, 2 * meta_device_.bytes(), size_t{4096}}));
-    buffers_moved();
+  if (upload_words(stream_, meta_.host(), meta_device_)) buffers_moved();
+}
+
+void DeepseekCudaRunner::plan_expanded_prefill(const ForwardBatch& batch, Plan& plan) {
+  if (!expanded_prefill_) return;
+  const deepseek_v3::Config& c = config_;
+  const MlaKvbView widths = kv_b_view(weights_.layers[0].kv_b, c);  // the scratch's size depends on widths alone
+  std::vector<MlaPrefillSequence> expanded;
+  int64_t rows = 0;
+  for (int s = 0, first = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
+    const SequenceStep& step = batch.sequences[s];
+    const int q_len = static_cast<int>(step.tokens.size()), context = step.start_position + q_len;
+    if (mla_prefill_pays(context, q_len, c.kv_lora_rank, c.qk_nope_head_dim, c.v_head_dim) &&
+        mla_prefill_scratch_bytes(widths, c.qk_rope_head_dim, rows + context) <= kPrefillScratchBytes) {
+      expanded.push_back({s, first, q_len, context});
+      rows += context;
+    }
+    first += q_len;
   }
-  // From pageable memory: the copy has taken the metadata when it returns.
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_device_.get(), meta_.host().data(), bytes, cudaMemcpyHostToDevice, stream_));
+  if (expanded.empty()) return;
+  const MlaPrefillPlan host = mla_prefill_plan(expanded);
+  upload_words(stream_, host.words, prefill_words_);
+  const size_t scratch = mla_prefill_scratch_bytes(widths, c.qk_rope_head_dim, host.kv_rows);
+  if (scratch > prefill_scratch_.bytes())  // doubling within the bound, so that longer prompts seldom reallocate
+    prefill_scratch_.grow(std::min(std::max(scratch, 2 * prefill_scratch_.bytes()), kPrefillScratchBytes));
+  plan.expanded = std::move(expanded);
+  plan.expanded_work = host.view(prefill_words_.as<int32_t>());
 }
 
 void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& output) {
@@ -440,9 +513,10 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   const int bucket = q_len > 0 ? graph_bucket(static_cast<int>(batch.sequences.size())) : 0;
   const int longest = longest_context(batch);
   meta_.build(batch, engine_config_, groups_, layout_, bucket, q_len, padding_block_, kEverySequenceInTiles);
-  const Plan plan = plan_for(meta_, bucket > 0 ? graph_context(longest) : longest);
+  Plan plan = plan_for(meta_, bucket > 0 ? graph_context(longest) : longest);
   ensure_capacity(plan, batch.capture_layers.size());
   upload_metadata();
+  if (bucket == 0) plan_expanded_prefill(batch, plan);
   if (plan.tokens > 0 && graphs_on_ && bucket > 0)
     graphs_.run({bucket, q_len, plan.context, batch.capture_layers}, stream_,
                 [&] { enqueue(plan, batch.capture_layers); });

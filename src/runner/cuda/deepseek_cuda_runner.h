@@ -18,9 +18,16 @@
 // Precision::f32: fp32 activations and latent cache, every FP8 projection W8A32 on deepseek_experts.cu (no
 // activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
 // fp32 rounding.
-// Prefill tokens run the absorbed form too (exact: the same function as the expanded one). The expanded-form
-// prefill kernel (q.k over 192 dims, v of 128, FlashAttention-style on tensor cores) is still to build; until then
-// a step's attention runs in chunks of tokens whose absorbed queries and decode partials fit kAttentionScratchBytes.
+// Prefill: on the bf16 path, a sequence whose step brings many query tokens for its context (mla_layout.h's
+// mla_prefill_pays: a whole prompt, a long chunk after a short cached prefix) runs its attention in the expanded
+// form (mla_prefill.h: kv_b expansion of its latent rows, FlashAttention-2 on tensor cores), launched after the
+// cache write (it reads the step's own latents from the cache) and writing its rows of the heads' output; the
+// absorbed form takes the step's other tokens, in chunks whose absorbed queries and decode partials fit
+// kAttentionScratchBytes. The two are the same function in exact arithmetic (cpu::MlaAttention's two forms). The
+// absorbed form keeps: the f32 path (its fp32 cache, which the bf16 tensor-core kernels do not read), graph-shaped
+// steps (a graph would hold one step's work lists and grid), sequences past the expansion scratch's bound
+// (kPrefillScratchBytes), the steps of plan_layer_step (the MTP head's layer, deepseek_layer_bench); and every
+// token with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "absorbed".
 //
 // CUDA graphs, as the GPT-OSS runner's (graph_capture.h): decode steps and chain verify steps (every sequence the
 // same k + 1 <= 8 tokens and as many logits rows, no tree; MTP's verify steps capture the last layer) are padded to
@@ -51,6 +58,7 @@
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/logits_rows.h"
+#include "runner/cuda/mla_prefill.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner/cuda/step_metadata.h"
 
@@ -58,8 +66,8 @@ namespace moeserve::cuda {
 
 class DeepseekCudaRunner : public ModelRunner {
  public:
-  // options: device, precision, kv_cache_dtype, deepseek_experts, cuda_graphs and deepseek_graphs; the others are
-  // GPT-OSS's or not yet taken.
+  // options: device, precision, kv_cache_dtype, deepseek_experts, cuda_graphs, deepseek_graphs and
+  // deepseek_mla_prefill; the others are GPT-OSS's or not yet taken.
   DeepseekCudaRunner(deepseek_v3::Config config, DeepseekDeviceWeights weights, const CudaRunnerOptions& options);
   ~DeepseekCudaRunner() override;
 
@@ -79,12 +87,17 @@ class DeepseekCudaRunner : public ModelRunner {
   size_t captured_graphs() const { return graphs_.size(); }  // for tests: graphs held now
 
   // ---- What the MTP head runs on (see the header comment) ----
-  // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking.
+  // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking; and
+  // the sequences whose attention takes the expanded form.
   struct Plan {
     int tokens = 0, padded_tokens = 0, rows = 0;
     int split_keys = kMlaMaxSplitKeys, max_splits = 1;  // launch_mla_decode's scratch (bf16 path)
     int attention_chunk = 1;                            // tokens a chunk of the absorbed attention
     int context = 0;  // the longest context the bf16 path's attention is sized for (0 on f32: nothing depends on it)
+    // The expanded form's sequences in step order (their tokens q_start .. q_start + q_len - 1) and their work on
+    // the device; the absorbed form takes every other token. Only forward() plans them: none, every token absorbed.
+    std::vector<MlaPrefillSequence> expanded;
+    MlaPrefillWork expanded_work;
   };
   const deepseek_v3::Config& model_config() const { return config_; }
   const DeepseekDeviceWeights& weights() const { return weights_; }
@@ -116,6 +129,9 @@ class DeepseekCudaRunner : public ModelRunner {
   void ensure_capacity(const Plan& plan, size_t capture_layers);
   // meta_ into meta_device_ (grown by doubling: each reallocation drops the graphs).
   void upload_metadata();
+  // The sequences of a step (not graph-shaped) whose attention takes the expanded form, into plan.expanded, their
+  // work lists uploaded and the expansion's scratch grown.
+  void plan_expanded_prefill(const ForwardBatch& batch, Plan& plan);
   // A buffer was reallocated: the graphs are dropped and the generation moves on.
   void buffers_moved();
   void enqueue(const Plan& plan, const std::vector<int>& capture_layers);
@@ -125,6 +141,9 @@ class DeepseekCudaRunner : public ModelRunner {
   // normed_ -> proj_: the layer's MLA, its latents written into the cache.
   void attention(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer, const Plan& plan,
                  const StepView& step);
+  // q_ -> attn_ for tokens [first, end) of the step in the absorbed form, in chunks of plan.attention_chunk.
+  void absorbed_attention(const MlaKvbView& kv_b, const MlaCacheView& cache, int layer, const Plan& plan,
+                          const StepView& step, int first, int end);
   // normed_ -> ffn_out_: the dense MLP or the MoE.
   void feed_forward(const DeepseekDeviceLayer& w, const Plan& plan);
   // out = down(silu(gate x) * up x) for x = normed_.
@@ -157,6 +176,12 @@ class DeepseekCudaRunner : public ModelRunner {
       fp8_values_, fp8_scales_, logits_in_, logits_, sampled_, captured_;
   MoeBuffers moe_;
   LogitsRows logits_rows_;
+
+  // The expanded-form prefill: asked for (deepseek_mla_prefill), and possible (the bf16 path and every layer's kv_b
+  // and the cache in shapes its kernels take; known once the cache is allocated). Its work lists and scratch are
+  // read by direct launches only, never by a graph: growing them drops none.
+  bool expanded_prefill_asked_ = false, expanded_prefill_ = false;
+  DeviceBuffer prefill_words_, prefill_scratch_;
 
   bool graphs_on_ = false;  // options.cuda_graphs and deepseek_graphs
   StepGraphs graphs_;

@@ -1,5 +1,6 @@
-// The paged latent cache of multi-head latent attention (DeepSeek-V2/V3 MLA) and the host-side plan of its decode
-// kernel (mla_cache_write.cu, mla_decode.cu). Plain C++ callable on the host and the device, so that the CPU tests
+// The paged latent cache of multi-head latent attention (DeepSeek-V2/V3 MLA), the host-side plan of its decode
+// kernel (mla_cache_write.cu, mla_decode.cu) and the choice between that absorbed form and the expanded-form prefill
+// (mla_prefill.h) for a sequence's query tokens. Plain C++ callable on the host and the device, so that the CPU tests
 // (tests/runner/mla_layout_test.cc) check the same addressing and choices the kernels use.
 //
 // Cache layout: [block][layer][block_size rows][kv_lora_rank + rope_dim] elements of the cache's type (bf16, or fp8
@@ -143,6 +144,27 @@ inline std::string mla_shape_error(const MlaCacheShape& s, int element_bytes, in
   if (bytes > kMlaMaxSharedBytes)
     return "MLA decode: a split's rows do not fit in shared memory (kv_lora_rank + rope_dim too large)";
   return {};
+}
+
+// ---- the absorbed or the expanded form ------------------------------------------------------------------------------
+// Whether a sequence whose step brings q_len query tokens, `context` tokens in all once the step's are cached, runs
+// its attention in the expanded form (mla_prefill.h) rather than the absorbed one (launch_mla_absorb, decode,
+// unabsorb), counting multiply-adds per head with L = kv_lora_rank, n = nope_dim, v = v_dim, r = rope_dim:
+//   - the expanded form expands every context row through kv_b, L (n + v) a row, context rows; the absorbed form
+//     turns every query into the latent space and its output back, L n + L v, q_len queries: the same cost a row,
+//     so the expanded form pays (context - q_len) L (n + v) more;
+//   - a (query, visible key) pair costs (n + r) + v expanded against (L + r) + L absorbed, 2L - n - v less; query
+//     i of the step (position context - q_len + i) sees context - q_len + i + 1 keys, q_len (context - (q_len - 1)
+//     / 2) pairs in all.
+// So the expanded form pays when (context - q_len) L (n + v) < (2L - n - v) q_len (context - (q_len - 1) / 2),
+// computed here times 2 in integers. DeepSeek-V3 (L 512, n 128, v 128): (context - q_len) x 170.7 < the pairs, the
+// kernel's author's rule with 171: a whole prompt always, a decode token never, a chunk of 64 after at most 19
+// cached tokens, of 512 after 3,584 easily. The tiny test model (L 144, n 32, v 40): 48. Widths with 2L <= n + v
+// never pay. FLOPs only, as mla_prefill.cu's header counts them: the kernels' speeds are left out.
+inline bool mla_prefill_pays(int context, int q_len, int kv_lora_rank, int nope_dim, int v_dim) {
+  const int64_t expansion = 2 * static_cast<int64_t>(context - q_len) * kv_lora_rank * (nope_dim + v_dim);
+  const int64_t pair_saving = 2 * static_cast<int64_t>(kv_lora_rank) - nope_dim - v_dim;
+  return expansion < pair_saving * q_len * (2 * static_cast<int64_t>(context) - q_len + 1);
 }
 
 }  // namespace moeserve::cuda

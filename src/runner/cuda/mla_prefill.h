@@ -3,7 +3,8 @@
 // bring many query tokens. Per query token the absorbed form (mla_decode.cu) spends 2 x 128 x (576 + 512) FLOPs a
 // key at V3's widths; the expanded form 2 x 128 x (192 + 128), 3.4 times fewer, once the keys' per-head K and V
 // exist, which costs 2 x 512 x 32,768 FLOPs a context token: it pays when a sequence's query tokens are more than a
-// few (mla_prefill.cu's header counts it).
+// few (mla_prefill.cu's header counts it; mla_layout.h's mla_prefill_pays decides it per sequence, plain C++ that the
+// CPU tests check).
 //
 // Two kernels, one launcher (mla_prefill.cu):
 //   1. expansion: every context token of the planned sequences (positions 0 .. context - 1, read from the paged

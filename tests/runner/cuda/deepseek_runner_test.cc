@@ -3,8 +3,14 @@
 // kernel (deepseek_experts.cu) against the CPU op on fresh random inputs at the tiles' edges.
 //
 // Logits, every row of: a batch of three prompts of different lengths in one step, the same prompts in chunks over
-// other blocks (runner_compare.h's run_prompts), and a schedule of prefill, mixed (decode tokens beside prefill
-// chunks) and decode steps over three sequences; greedy continuations of 32 tokens.
+// other blocks (runner_compare.h's run_prompts), and two schedules of prefill, mixed (decode tokens beside prefill
+// chunks) and decode steps over three sequences; greedy continuations of 32 tokens. On the bf16 path the prefill's
+// expanded form (mla_prefill.h) takes, by mla_layout.h's rule at the tiny model's widths (48 times the cached rows
+// against the (query, key) pairs): the batched prompts (not their chunks of 5: graph-shaped steps stay absorbed),
+// and in the schedules the whole prompts and a chunk of 64 after 16 cached tokens, beside decode tokens, a chunk of
+// 4 after 5 and one of 23 after 17 (absorbed). The bf16 cases run with the expanded form (the default; the f32
+// path keeps the absorbed form), and one bf16 case with every token absorbed (bf16_mla_prefill_absorbed): all
+// against the CPU, to the bounds below.
 // Bounds, per logits row on ||gpu - cpu|| / ||cpu||:
 // - f32 (fp32 activations and latent cache, every FP8 projection W8A32 on CUDA cores, as the CPU computes): the
 //   CPU's arithmetic in another order, fp32 rounding through three layers: every row within 1e-4 (the GPT-OSS
@@ -29,6 +35,13 @@
 //   Greedy continuations of version 2 are not held to version 1's (DeepseekCudaRunnerExpertsV2): the two differ by
 //   act_quant's rounding of the experts' inputs, a few percent of the logits, more than the gap between the tiny
 //   random model's top two logits at many positions (why the bf16 path's are not held to the CPU's either).
+// - expanded against absorbed (DeepseekCudaRunnerMlaPrefill, the same prompts and schedules with the switch each
+//   way, bf16): the forms differ only in the attention's bf16 roundings (mla_prefill_test.cc's 2.4e-2 bound on the
+//   expanded heads' outputs, the absorbed form's within mla_decode_test.cc's), but each act_quant downstream turns a
+//   small change of its input into whole e4m3 steps for the values it moves across a rounding boundary, so past the
+//   first projection the two runs' FP8 roundings are as good as independent: each within 0.15 of the CPU at the
+//   median row, their difference within sqrt(2) x 0.15 = 0.21. Logits equal bit for bit would mean the switch never
+//   reached the kernels.
 // Expert kernel (version 1; version 2 in deepseek_experts_wgmma_test.cc), per grouped row against cpu::linear
 // (+ cpu::silu_mul) over the same weights and inputs: fp32 sums of at most 272 products in another order, 1e-5
 // relative; bf16 SwiGLU output adds its rounding, 2^-9 of each value: 2.5e-3.
@@ -50,6 +63,7 @@
 #include "runner/cuda/deepseek_kernels.h"
 #include "runner/cuda/moe_buffers.h"
 #include "runner_compare.h"
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace moeserve {
@@ -59,13 +73,14 @@ using cuda::DeviceBuffer;
 using cuda::Precision;
 using testing::prompt;
 
-// A runner configuration: CudaRunnerOptions' precision, KV cache type and routed experts' kernel (pinned, so that
-// MOESERVE_DEEPSEEK_EXPERTS does not change what a case runs).
+// A runner configuration: CudaRunnerOptions' precision, KV cache type, routed experts' kernel and prefill form
+// (pinned, so that MOESERVE_DEEPSEEK_EXPERTS and MOESERVE_DEEPSEEK_MLA_PREFILL do not change what a case runs).
 struct RunnerCase {
-  std::string precision, kv_cache_dtype, experts = "v1";
+  std::string precision, kv_cache_dtype, experts = "v1", mla_prefill = "expanded";
   std::string name() const {
     return precision + (kv_cache_dtype == "auto" ? "" : "_kv_" + kv_cache_dtype) +
-           (experts == "v1" ? "" : "_experts_" + experts);
+           (experts == "v1" ? "" : "_experts_" + experts) +
+           (mla_prefill == "expanded" ? "" : "_mla_prefill_" + mla_prefill);
   }
 };
 
@@ -74,6 +89,7 @@ std::unique_ptr<ModelRunner> deepseek_gpu_runner(const RunnerCase& c) {
   options.precision = c.precision;
   options.kv_cache_dtype = c.kv_cache_dtype;
   options.deepseek_experts = c.experts;
+  options.deepseek_mla_prefill = c.mla_prefill;
   return make_deepseek_cuda_runner(testing::small_deepseek_checkpoint(), options);
 }
 
@@ -123,18 +139,33 @@ TEST_P(DeepseekCudaRunnerTest, PromptLogitsMatchCpuRunner) {
   expect_close("prompts chunked", got.chunked, want.chunked);
 }
 
-// Three sequences consumed by a schedule of steps, each step giving some of them their next tokens (prefill
-// chunks, single decode tokens, both in one step), every token's logits returned.
-std::vector<float> run_schedule(ModelRunner& runner) {
+// Three sequences' lengths and the steps that consume them: per step, tokens per sequence (0: not in the step).
+struct Schedule {
+  std::vector<int> lengths;
+  std::vector<std::vector<int>> steps;
+};
+// Prefill of two lengths, a mixed step (a decode token, a chunk's end, a new prompt's first chunk), a mixed step
+// with a long chunk, then decode steps.
+const Schedule kMixedSchedule{
+    {30, 15, 45}, {{23, 5, 0}, {1, 4, 17}, {1, 1, 23}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}};
+// Two whole prompts, then a chunk of 64 after the first one's 16 cached tokens beside the second one's decode token
+// and a third whole prompt (expanded, absorbed, expanded: the absorbed token between the expanded runs), then
+// decode steps.
+const Schedule kCachedContextSchedule{{82, 23, 42}, {{16, 20, 0}, {64, 1, 40}, {1, 1, 1}, {1, 1, 1}}};
+
+// The schedule's steps (prefill chunks, single decode tokens, both in one step) over blocks scattered in the pool,
+// every token's logits returned.
+std::vector<float> run_schedule(ModelRunner& runner, const Schedule& schedule) {
   const int vocab = runner.config().vocab_size, block_size = 16;
-  const std::vector<std::vector<int32_t>> tokens = {prompt(30, 11, vocab), prompt(15, 12, vocab), prompt(45, 13, vocab)};
-  // Per step, tokens per sequence (0: not in the step): prefill of two lengths, a mixed step (a decode token,
-  // a chunk's end, a new prompt's first chunk), a mixed step with a long chunk, then decode steps.
-  const std::vector<std::vector<int>> schedule = {{23, 5, 0}, {1, 4, 17}, {1, 1, 23}, {1, 1, 1}, {1, 1, 1},
-                                                  {1, 1, 1}, {1, 1, 1},  {1, 1, 1}};
+  std::vector<std::vector<int32_t>> tokens;
+  int blocks = 0;
+  for (size_t s = 0; s < schedule.lengths.size(); ++s) {
+    tokens.push_back(prompt(schedule.lengths[s], 11 + static_cast<int>(s), vocab));
+    blocks += (schedule.lengths[s] + block_size - 1) / block_size;
+  }
   std::vector<std::vector<int32_t>> tables(tokens.size());
   int32_t next_block = 0;
-  std::vector<int32_t> pool(12);
+  std::vector<int32_t> pool(blocks + 1);  // one block never used
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
   for (size_t s = 0; s < tokens.size(); ++s)
@@ -142,7 +173,7 @@ std::vector<float> run_schedule(ModelRunner& runner) {
   runner.allocate_kv_cache({block_size, static_cast<int64_t>(pool.size())});
   std::vector<int> done(tokens.size(), 0);
   std::vector<float> logits;
-  for (const std::vector<int>& counts : schedule) {
+  for (const std::vector<int>& counts : schedule.steps) {
     ForwardBatch batch;
     for (size_t s = 0; s < tokens.size(); ++s) {
       if (counts[s] == 0) continue;
@@ -165,7 +196,15 @@ std::vector<float> run_schedule(ModelRunner& runner) {
 TEST_P(DeepseekCudaRunnerTest, PrefillMixedAndDecodeStepsMatchCpuRunner) {
   DeepseekV3CpuRunner cpu(testing::small_deepseek_checkpoint(), 0);
   auto gpu = gpu_runner();
-  expect_close("prefill, mixed and decode steps", run_schedule(*gpu), run_schedule(cpu));
+  expect_close("prefill, mixed and decode steps", run_schedule(*gpu, kMixedSchedule),
+               run_schedule(cpu, kMixedSchedule));
+}
+
+TEST_P(DeepseekCudaRunnerTest, ChunkAfterCachedContextMatchesCpuRunner) {
+  DeepseekV3CpuRunner cpu(testing::small_deepseek_checkpoint(), 0);
+  auto gpu = gpu_runner();
+  expect_close("a chunk after cached context", run_schedule(*gpu, kCachedContextSchedule),
+               run_schedule(cpu, kCachedContextSchedule));
 }
 
 TEST_P(DeepseekCudaRunnerTest, GreedyContinuationsMatchCpuRunner) {
@@ -188,7 +227,8 @@ TEST_P(DeepseekCudaRunnerTest, GreedyContinuationsMatchCpuRunner) {
 
 INSTANTIATE_TEST_SUITE_P(Precisions, DeepseekCudaRunnerTest,
                          ::testing::Values(RunnerCase{"f32", "auto"}, RunnerCase{"bf16", "auto"},
-                                           RunnerCase{"bf16", "fp8_e4m3"}, RunnerCase{"bf16", "auto", "v2"}),
+                                           RunnerCase{"bf16", "fp8_e4m3"}, RunnerCase{"bf16", "auto", "v2"},
+                                           RunnerCase{"bf16", "auto", "v1", "absorbed"}),
                          [](const ::testing::TestParamInfo<RunnerCase>& info) { return info.param.name(); });
 
 // The routed experts' version 2 beside version 1 on the bf16 path (the bound against the CPU runner is the
@@ -214,6 +254,47 @@ TEST(DeepseekCudaRunnerExpertsV2, DiffersFromVersion1AndReportsGreedyAgreement) 
     const auto got = generate_sequence(*v2, p, options).tokens;
     std::printf("greedy v2 against v1 prompt %d: %zu of %zu tokens equal\n", salt, equal_prefix(got, want),
                 want.size());
+  }
+}
+
+// The prefill's two forms beside each other on the bf16 path (the bound: see the header comment), over the batched
+// prompts and the cached-context schedule, whose expanded sequences are listed in the header comment.
+TEST(DeepseekCudaRunnerMlaPrefill, ExpandedMatchesAbsorbed) {
+  MOESERVE_REQUIRE_CUDA();
+  auto expanded = deepseek_gpu_runner({"bf16", "auto", "v1", "expanded"});
+  auto absorbed = deepseek_gpu_runner({"bf16", "auto", "v1", "absorbed"});
+  const int vocab = expanded->config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {prompt(37, 1, vocab), prompt(9, 2, vocab), prompt(21, 3, vocab)};
+  auto logits = [&](ModelRunner& runner) {
+    std::vector<float> all = testing::run_prompts(runner, prompts, 5).batched;
+    const std::vector<float> steps = run_schedule(runner, kCachedContextSchedule);
+    all.insert(all.end(), steps.begin(), steps.end());
+    return all;
+  };
+  const std::vector<float> got = logits(*expanded), want = logits(*absorbed);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_NE(got, want) << "the expanded form's logits equal the absorbed form's: was it run?";
+  const testing::RowErrors e = testing::row_errors(got, want, vocab);
+  std::printf("logits expanded against absorbed: %d rows, median %.3e, worst %.3e, %d rows above 5e-2\n", e.rows,
+              e.median, e.worst, e.above_5e2);
+  testing::expect_error_within("expanded against absorbed median row", e.median, 0.21);
+}
+
+// The runner's two-way switches take their two values (or empty, for MOESERVE_DEEPSEEK_GRAPHS and
+// MOESERVE_DEEPSEEK_MLA_PREFILL); another is refused before any device is touched.
+TEST(DeepseekCudaRunnerOptions, RefuseAnotherSwitchValue) {
+  const std::pair<std::string CudaRunnerOptions::*, const char*> switches[] = {
+      {&CudaRunnerOptions::deepseek_graphs, "deepseek_graphs \"yes\": on or off"},
+      {&CudaRunnerOptions::deepseek_mla_prefill, "deepseek_mla_prefill \"yes\": expanded or absorbed"}};
+  for (const auto& [field, message] : switches) {
+    CudaRunnerOptions options;
+    options.*field = "yes";
+    try {
+      make_deepseek_cuda_runner(testing::small_deepseek_checkpoint(), options);
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 
