@@ -409,6 +409,11 @@ int run(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_flag("--no-graphs", no_graphs, "launch decode steps kernel by kernel (what CUDA graphs save)");
+  bool unfused_qkv_rope = false, unfused_router = false;
+  app.add_flag("--unfused-qkv-rope", unfused_qkv_rope,
+               "the QKV projection and RoPE + KV write as two launches at batches 1-4 (what their fusion saves)");
+  app.add_flag("--unfused-router", unfused_router,
+               "the router's projection and its top-k + grouping as two launches at batches 1-4 (likewise)");
   bool pdl = false;
   app.add_flag("--pdl", pdl, "programmatic dependent launch for every kernel (else MOESERVE_PDL decides, default off)");
   app.add_option("--json", json_path, "write the figures here");
@@ -437,6 +442,8 @@ int run(int argc, char** argv) {
   auto made = Clock::now();
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
+  runner_options.fused_qkv_rope = !unfused_qkv_rope;
+  runner_options.fused_router = !unfused_router;
   runner_options.moe_path_table = moe_path_table;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;

@@ -157,10 +157,11 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, siz
   const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
   grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
                                               : attention_decode_partial_floats(decode_units, plan.splits) * 4);
-  if (decode_counters_.grow(std::max<size_t>(decode_units * 4, 16))) {
-    moved = true;
-    MOESERVE_CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
-  }
+  for (DeviceBuffer* counters : {&decode_counters_, &route_counter_})
+    if (counters->grow(std::max<size_t>(counters == &decode_counters_ ? decode_units * 4 : 4, 16))) {
+      moved = true;
+      MOESERVE_CUDA_CHECK(cudaMemsetAsync(counters->get(), 0, counters->bytes(), stream_));
+    }
   grow(logits_in_, R * H * A);
   // Split, whole rows are made only by steps that need them (gather_whole_logits grows logits_ then).
   grow(logits_, vocab_split() ? 0 : R * c.vocab_size * 4);
@@ -230,15 +231,18 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : moe_delta, layer == 0 ? nullptr : moe_combine,
                         w.attn_norm, T, H, eps, normed_.get());
     if (layer > 0) capture(layer - 1);
-    timer_.mark(stream_, KernelClass::qkv_projection);
-    project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
-
     const int group = groups_.group_of_layer[layer], slot = groups_.slot_of_layer[layer];
     const float k_scale = kv_scales_.k[layer], v_scale = kv_scales_.v[layer];
     RopeParams rope{qkv_.as<float>(), c.num_heads, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(),
                     static_cast<float>(c.rope_concentration()), q_.get(), kv, group, slot, k_scale, v_scale};
-    timer_.mark(stream_, KernelClass::rope_kv_write);
-    launch_rope_kv_write(stream_, precision_, rope, step);
+    timer_.mark(stream_, KernelClass::qkv_projection);
+    if (options_.fused_qkv_rope && qkv_rope_fused_supported(precision_, T, H, rope)) {  // decode-sized: one launch
+      launch_qkv_rope_kv_write(stream_, precision_, normed_.get(), T, w.qkv, H, w.qkv_bias, rope, step);
+    } else {
+      project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
+      timer_.mark(stream_, KernelClass::rope_kv_write);
+      launch_rope_kv_write(stream_, precision_, rope, step);
+    }
 
     AttentionParams attention{q_.get(), attn_.get(), w.sinks, c.attention_scale(), c.num_heads, c.num_kv_heads,
                               c.head_dim, c.layer_types[layer] == AttentionKind::sliding ? c.sliding_window : 0, kv,
@@ -265,17 +269,23 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     timer_.mark(stream_, KernelClass::norm);
     launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
     timer_.mark(stream_, KernelClass::router);
-    project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
-    // Decode-sized: top-k and grouping in one kernel, timed as grouping.
-    if (T <= kRouteGroupRunnerTokens && route_group_fused_fits(T, k, E)) {
-      timer_.mark(stream_, KernelClass::grouping);
-      launch_route_top_k_and_group(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
-                                   expert_weights_.as<float>(), rows_per_tile, routing);
+    // Up to 4 tokens (bf16): the projection, top-k and grouping in one kernel, timed as the router.
+    if (options_.fused_router && precision_ == Precision::bf16 && router_route_group_fused_supported(T, H, E, k)) {
+      launch_router_route_and_group(stream_, normed_.get(), T, w.router, H, w.router_bias, E, k,
+                                    router_logits_.as<float>(), experts_.as<int32_t>(), expert_weights_.as<float>(),
+                                    rows_per_tile, routing, route_counter_.as<int32_t>());
     } else {
-      launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
-                         expert_weights_.as<float>(), routing.expert_counts);
-      timer_.mark(stream_, KernelClass::grouping);
-      launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
+      project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
+      if (T <= kRouteGroupRunnerTokens && route_group_fused_fits(T, k, E)) {  // top-k and grouping in one kernel
+        timer_.mark(stream_, KernelClass::grouping);
+        launch_route_top_k_and_group(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
+                                     expert_weights_.as<float>(), rows_per_tile, routing);
+      } else {
+        launch_route_top_k(stream_, router_logits_.as<float>(), T, E, k, experts_.as<int32_t>(),
+                           expert_weights_.as<float>(), routing.expert_counts);
+        timer_.mark(stream_, KernelClass::grouping);
+        launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, rows_per_tile, routing);
+      }
     }
 
     MoeGemmParams mlp1;

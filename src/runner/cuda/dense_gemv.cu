@@ -4,51 +4,30 @@
 // the rows of x held in shared memory, and reduce across the warp. cuBLASLt's choices for these shapes, under
 // ncu at batch 1 on gpt-oss-120b (split-K GEMM plus a reduction kernel), took ~15 us for the 29.5 MB QKV
 // matrix, 2 TB/s. CPU reference: cpu::linear.
-#include "runner/cuda/device_common.cuh"
+#include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kMaxK = 4096;
+constexpr int kWarps = kDenseGemvWarps;
+constexpr int kMaxK = kDenseGemvMaxK;
 
 template <int kRows>
 __global__ void __launch_bounds__(kWarps * 32) dense_gemv_kernel(const bf16* x, int K, const bf16* W, int N,
                                                                  const float* bias, float* y) {
   pdl_prologue();
   __shared__ __align__(16) bf16 x_s[kRows][kMaxK];
-  for (int i = threadIdx.x; i < kRows * K / 8; i += blockDim.x) {
-    const int r = i / (K / 8), piece = i % (K / 8);
-    *reinterpret_cast<uint4*>(&x_s[r][piece * 8]) = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(r) * K)[piece];
-  }
+  dense_gemv_load_x<kRows>(x, K, x_s);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarps + warp;
   if (n >= N) return;
-  const uint4* w = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(n) * K);
-  float acc[kRows] = {};
-  const int pieces = K / 8;
-#pragma unroll 4
-  for (int piece = lane; piece < pieces; piece += 32) {
-    const uint4 wv = load_weights_16(w + piece);
-    const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+  float acc[kRows];
+  dense_gemv_row<kRows>(x_s, W + static_cast<int64_t>(n) * K, K, lane, acc);
+  if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const uint4 xv = *reinterpret_cast<const uint4*>(&x_s[r][piece * 8]);
-      const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[r] += __uint_as_float(words[i] << 16) * __uint_as_float(xs[i] << 16);
-        acc[r] += __uint_as_float(words[i] & 0xffff0000u) * __uint_as_float(xs[i] & 0xffff0000u);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float total = warp_sum(acc[r]);
-    if (lane == 0) y[static_cast<int64_t>(r) * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
+    for (int r = 0; r < kRows; ++r) y[static_cast<int64_t>(r) * N + n] = acc[r] + (bias != nullptr ? bias[n] : 0.0f);
 }
 
 }  // namespace

@@ -115,6 +115,14 @@ struct RopeParams {
 };
 // q as the precision's type; K and V as kv.dtype (bf16 or fp8 with Precision::bf16, f32 with Precision::f32).
 void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);
+// The QKV projection (x [rows, in_features] bf16 times weight [(heads + 2 kv_heads) head_dim, in_features] bf16, plus
+// bias) with the rope_kv_write above in its epilogue: one launch for decode steps of at most kMaxDenseGemvRows tokens
+// (rows = the step's tokens), writing q and the KV cache as launch_dense_gemv then launch_rope_kv_write would, to the
+// bit; params.qkv is not read. Supported: bf16 with a bf16 or fp8 KV cache, what the dense GEMV takes, head_dim a
+// multiple of 8.
+bool qkv_rope_fused_supported(Precision type, int rows, int64_t in_features, const RopeParams& params);
+void launch_qkv_rope_kv_write(cudaStream_t stream, Precision type, const void* x, int rows, const void* weight,
+                              int64_t in_features, const float* bias, const RopeParams& params, const StepView& step);
 
 // ---- attention_decode.cu / attention_prefill.cu ------------------------------------------------------------------
 struct AttentionParams {
@@ -308,6 +316,14 @@ inline bool route_group_fused_fits(int T, int k, int E) {
 }
 void launch_route_top_k_and_group(cudaStream_t stream, const float* logits, int T, int E, int k, int32_t* experts,
                                   float* weights, int rows_per_tile, const MoeRouting& routing);
+// The router's projection (x [T, in_features] bf16 times weight [E, in_features] bf16, plus bias, into logits [T, E]
+// fp32: launch_dense_gemv's very sums) and launch_route_top_k_and_group in one launch, for steps of 1-4 tokens: the
+// last of its ceil(E / 8) blocks to finish routes and groups. counter: one int32 on the device, zero before the
+// first launch; each launch leaves it zero again (so a graph may replay it), and launches sharing it must not overlap.
+bool router_route_group_fused_supported(int T, int64_t in_features, int E, int k);
+void launch_router_route_and_group(cudaStream_t stream, const void* x, int T, const void* weight, int64_t in_features,
+                                   const float* bias, int E, int k, float* logits, int32_t* experts, float* weights,
+                                   int rows_per_tile, const MoeRouting& routing, int32_t* counter);
 
 // ---- moe_*.cu: expert projections over grouped rows, MXFP4 weights dequantised on the fly -------------------------------
 struct ExpertWeightsView {

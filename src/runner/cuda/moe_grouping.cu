@@ -9,6 +9,7 @@
 // CPU reference: the grouping in CpuRunner::moe_layer.
 #include <algorithm>
 
+#include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
 
@@ -142,50 +143,52 @@ __global__ void __launch_bounds__(kFusedPairs)
 }
 
 // ---- router top-k and grouping in one block (launch_route_top_k_and_group) ------------------------------------------
-constexpr int kRouteGroupMaxPairs = kRouteGroupMaxTokens * kMaxTopK;
-constexpr int kRouteGroupChunks = kRouteGroupMaxPairs / 32;  // chunks of 32 consecutive pairs, one warp's placement
+// A block's shared memory for route_and_group: up to kMaxPairs (token, slot) pairs.
+template <int kMaxPairs>
+struct RouteGroupShared {
+  static constexpr int kChunks = (kMaxPairs + 31) / 32;  // chunks of 32 consecutive pairs, one warp's placement
+  int32_t pair_expert[kMaxPairs];
+  int16_t before[kChunks][kMaxExperts];  // a chunk's pairs per expert, then those before it
+  int32_t counts[kMaxExperts];
+};
 
-// One block, a warp per token (two at most each): top-k, then counts per chunk of 32 pairs (__match_any_sync) and
-// their exclusive scan over the chunks per expert, the grouping's scan on the totals, and each pair's row: its
+// The whole block, a warp per token (two at most each): top-k, then counts per chunk of 32 pairs (__match_any_sync)
+// and their exclusive scan over the chunks per expert, the grouping's scan on the totals, and each pair's row: its
 // expert's offset + its expert's pairs in earlier chunks + those at lower lanes of its own chunk, so rows inside an
 // expert are in pair (token, slot) order. The global expert_counts are neither read nor written.
-__global__ void __launch_bounds__(32 * 32)
-    route_group_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights, const Tiling tiling,
-                       MoeRouting r) {
-  pdl_prologue();
-  __shared__ int32_t pair_expert[kRouteGroupMaxPairs];
-  __shared__ int16_t before[kRouteGroupChunks][kMaxExperts];  // a chunk's pairs per expert, then those before it
-  __shared__ int32_t counts[kMaxExperts];
+template <int kMaxPairs>
+__device__ void route_and_group(const float* logits, int T, int E, int k, int32_t* experts, float* weights,
+                                const Tiling& tiling, const MoeRouting& r, RouteGroupShared<kMaxPairs>& sm) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int pairs = T * k, chunks = (pairs + 31) / 32;
-  for (int i = threadIdx.x; i < chunks * E; i += blockDim.x) before[i / E][i % E] = 0;
+  for (int i = threadIdx.x; i < chunks * E; i += blockDim.x) sm.before[i / E][i % E] = 0;
   for (int t = warp; t < T; t += warps)
     warp_route_top_k(logits, t, E, k, [&](int j, int expert, float weight) {  // router.cu's very computation
       experts[t * k + j] = expert;
       weights[t * k + j] = weight;
-      pair_expert[t * k + j] = expert;
+      sm.pair_expert[t * k + j] = expert;
     });
   __syncthreads();
   for (int c = warp; c < chunks; c += warps) {
-    const int i = c * 32 + lane, e = i < pairs ? pair_expert[i] : -1;
+    const int i = c * 32 + lane, e = i < pairs ? sm.pair_expert[i] : -1;
     const unsigned same = __match_any_sync(0xffffffffu, e);
-    if (e >= 0 && lane == __ffs(same) - 1) before[c][e] = static_cast<int16_t>(__popc(same));
+    if (e >= 0 && lane == __ffs(same) - 1) sm.before[c][e] = static_cast<int16_t>(__popc(same));
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int sum = 0;
     for (int c = 0; c < chunks; ++c) {
-      const int n = before[c][e];
-      before[c][e] = static_cast<int16_t>(sum);
+      const int n = sm.before[c][e];
+      sm.before[c][e] = static_cast<int16_t>(sum);
       sum += n;
     }
-    counts[e] = sum;
+    sm.counts[e] = sum;
   }
   __syncthreads();
-  if (warp == 0) scan_experts(tiling, r, counts);
+  if (warp == 0) scan_experts(tiling, r, sm.counts);
   __syncthreads();  // offsets are visible to the block
   for (int c = warp; c < chunks; c += warps) {
-    const int i = c * 32 + lane, e = i < pairs ? pair_expert[i] : -1;
+    const int i = c * 32 + lane, e = i < pairs ? sm.pair_expert[i] : -1;
     const unsigned same = __match_any_sync(0xffffffffu, e);
     if (e < 0) continue;
     const int local = e - r.first_expert;
@@ -193,11 +196,60 @@ __global__ void __launch_bounds__(32 * 32)
       r.slot_row[i] = -1;
       continue;
     }
-    const int row = r.expert_offsets[local] + before[c][e] + __popc(same & ((1u << lane) - 1u));
+    const int row = r.expert_offsets[local] + sm.before[c][e] + __popc(same & ((1u << lane) - 1u));
     r.row_token[row] = i / k;
     r.row_expert[row] = local;
     r.slot_row[i] = row;
   }
+}
+
+constexpr int kRouteGroupMaxPairs = kRouteGroupMaxTokens * kMaxTopK;
+
+__global__ void __launch_bounds__(32 * 32)
+    route_group_kernel(const float* logits, int T, int E, int k, int32_t* experts, float* weights, const Tiling tiling,
+                       MoeRouting r) {
+  pdl_prologue();
+  __shared__ RouteGroupShared<kRouteGroupMaxPairs> sm;
+  route_and_group(logits, T, E, k, experts, weights, tiling, r, sm);
+}
+
+// ---- the router projection, top-k and grouping in one launch (launch_router_route_and_group) ------------------------
+// The router's GEMV (dense_gemv.cuh: a warp per expert, the same sums as launch_dense_gemv) over ceil(E / 8) blocks;
+// each block writes its logits, and the last block to finish (a counter, reset by that block for the next launch)
+// reads them all back and runs route_and_group with its 8 warps. The logits are read through L2 (ld.cg): other
+// blocks wrote them during this launch, so this SM's L1 may not hold them and must not be trusted to.
+template <int kRows>
+__global__ void __launch_bounds__(kDenseGemvWarps * 32)
+    router_route_group_kernel(const bf16* x, int K, const bf16* W, const float* bias, int E, int k, float* logits,
+                              int32_t* experts, float* weights, const Tiling tiling, MoeRouting r, int32_t* counter) {
+  pdl_prologue();
+  __shared__ __align__(16) bf16 x_s[kRows][kDenseGemvMaxK];
+  __shared__ float logits_s[kRows * kMaxExperts];
+  __shared__ RouteGroupShared<kRows * kMaxTopK> sm;
+  __shared__ bool last;
+  dense_gemv_load_x<kRows>(x, K, x_s);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kDenseGemvWarps + warp;
+  if (n < E) {
+    float acc[kRows];
+    dense_gemv_row<kRows>(x_s, W + static_cast<int64_t>(n) * K, K, lane, acc);
+    if (lane == 0)
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) logits[static_cast<int64_t>(t) * E + n] = acc[t] + (bias != nullptr ? bias[n] : 0.0f);
+  }
+  __syncthreads();  // the block's logits are written
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible to the device before the count says so
+    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;
+  for (int i = threadIdx.x; i < kRows * E; i += blockDim.x) logits_s[i] = __ldcg(logits + i);
+  __syncthreads();
+  route_and_group(logits_s, kRows, E, k, experts, weights, tiling, r, sm);
 }
 
 // The tiling of rows_per_tile for `routing`, with the checks both launchers share.
@@ -242,6 +294,42 @@ void launch_route_top_k_and_group(cudaStream_t stream, const float* logits, int 
   const Tiling tiling = grouping_tiling(rows_per_tile, routing);
   MOESERVE_CUDA_CHECK(cuda_launch(route_group_kernel, 1, 32 * std::clamp(T, 1, 32), 0, stream, logits, T, E, k,
                                   experts, weights, tiling, routing));
+}
+
+bool router_route_group_fused_supported(int T, int64_t in_features, int E, int k) {
+  return T >= 1 && dense_gemv_supported(T, in_features) && route_group_fused_fits(T, k, E);
+}
+
+void launch_router_route_and_group(cudaStream_t stream, const void* x, int T, const void* weight, int64_t in_features,
+                                   const float* bias, int E, int k, float* logits, int32_t* experts, float* weights,
+                                   int rows_per_tile, const MoeRouting& routing, int32_t* counter) {
+  if (!router_route_group_fused_supported(T, in_features, E, k))
+    fail_cuda("router_route_and_group", "1-4 tokens, at most 4096 inputs (a multiple of 8), at most 256 experts and "
+              "top-8", __FILE__, __LINE__);
+  if ((routing.router_experts > 0 ? routing.router_experts : routing.num_experts) != E)
+    fail_cuda("router_route_and_group", "the routing's router_experts differ from the router's E", __FILE__, __LINE__);
+  const Tiling tiling = grouping_tiling(rows_per_tile, routing);
+  const auto* xb = static_cast<const bf16*>(x);
+  const auto* wb = static_cast<const bf16*>(weight);
+  const int K = static_cast<int>(in_features), blocks = ceil_div(E, kDenseGemvWarps), threads = kDenseGemvWarps * 32;
+  switch (T) {
+    case 1:
+      MOESERVE_CUDA_CHECK(cuda_launch(router_route_group_kernel<1>, blocks, threads, 0, stream, xb, K, wb, bias, E, k,
+                                      logits, experts, weights, tiling, routing, counter));
+      break;
+    case 2:
+      MOESERVE_CUDA_CHECK(cuda_launch(router_route_group_kernel<2>, blocks, threads, 0, stream, xb, K, wb, bias, E, k,
+                                      logits, experts, weights, tiling, routing, counter));
+      break;
+    case 3:
+      MOESERVE_CUDA_CHECK(cuda_launch(router_route_group_kernel<3>, blocks, threads, 0, stream, xb, K, wb, bias, E, k,
+                                      logits, experts, weights, tiling, routing, counter));
+      break;
+    default:
+      MOESERVE_CUDA_CHECK(cuda_launch(router_route_group_kernel<4>, blocks, threads, 0, stream, xb, K, wb, bias, E, k,
+                                      logits, experts, weights, tiling, routing, counter));
+      break;
+  }
 }
 
 }  // namespace moeserve::cuda

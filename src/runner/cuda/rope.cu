@@ -1,51 +1,109 @@
 // YaRN RoPE (half split: pairs (i, i + head_dim/2), cos and sin scaled by the concentration) applied to the q
 // and k heads of the fused QKV projection; q goes to its own buffer, k and v into the paged KV cache at each
 // token's KV slot (its position, except in a tree step: token_slot), as the cache's element type (fp8: divided
-// by the layer's K or V scale). One thread per rotary pair of a head; grid (token, pair group).
+// by the layer's K or V scale). One thread per rotary pair of a head; grid (token, pair group). For decode steps of
+// at most 4 tokens (bf16) the QKV projection itself can carry it (launch_qkv_rope_kv_write, below).
 // CPU reference: cpu::apply_rope (fp32 angle position * inv_freq, as transformers computes it).
+#include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/kv_dtype.cuh"
 #include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
+// Pair i of head h of token t (x1: value i, x2: value i + half): rotated for q and k heads, then q into q_out and
+// k and v into the KV cache.
+template <typename Elem, typename KvElem>
+__device__ __forceinline__ void rope_store_pair(const RopeParams& p, const StepView& step, int t, int h, int i,
+                                                float x1, float x2) {
+  const int half = p.head_dim / 2;
+  float out1 = x1, out2 = x2;
+  if (h < p.heads + p.kv_heads) {
+    float sine, cosine;
+    sincosf(static_cast<float>(step.positions[t]) * p.inv_freq[i], &sine, &cosine);
+    cosine *= p.concentration;
+    sine *= p.concentration;
+    out1 = x1 * cosine - x2 * sine;
+    out2 = x2 * cosine + x1 * sine;
+  }
+  if (h < p.heads) {
+    Elem* dst = static_cast<Elem*>(p.q_out) + (static_cast<int64_t>(t) * p.heads + h) * p.head_dim;
+    dst[i] = from_float<Elem>(out1);
+    dst[i + half] = from_float<Elem>(out2);
+    return;
+  }
+  const int seq = step.token_seq[t];
+  const int which = h < p.heads + p.kv_heads ? 0 : 1;
+  const int kv_head = h - p.heads - which * p.kv_heads;
+  const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, token_slot(step, t, seq));
+  if (offset < 0) return;  // the host checked every written slot has a block
+  KvElem* cache = static_cast<KvElem*>(p.kv.base);
+  const float inv_scale = 1.0f / (which == 0 ? p.k_scale : p.v_scale);
+  store_kv(cache + offset + i, out1, inv_scale);
+  store_kv(cache + offset + i + half, out2, inv_scale);
+}
+
 template <typename Elem, typename KvElem>
 __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
   pdl_prologue();
   const int t = blockIdx.x;
-  const int position = step.positions[t];
-  const int seq = step.token_seq[t];
-  const int kv_slot = token_slot(step, t, seq);
   const int D = p.head_dim, half = D / 2;
   const int all_heads = p.heads + 2 * p.kv_heads;
   const float* row = p.qkv + static_cast<int64_t>(t) * all_heads * D;
-  KvElem* cache = static_cast<KvElem*>(p.kv.base);
   const int item = blockIdx.y * blockDim.x + threadIdx.x;
   if (item < all_heads * half) {
     const int h = item / half, i = item % half;
-    const float x1 = row[h * D + i], x2 = row[h * D + i + half];
-    float out1 = x1, out2 = x2;
-    if (h < p.heads + p.kv_heads) {
-      float sine, cosine;
-      sincosf(static_cast<float>(position) * p.inv_freq[i], &sine, &cosine);
-      cosine *= p.concentration;
-      sine *= p.concentration;
-      out1 = x1 * cosine - x2 * sine;
-      out2 = x2 * cosine + x1 * sine;
-    }
-    if (h < p.heads) {
-      Elem* dst = static_cast<Elem*>(p.q_out) + (static_cast<int64_t>(t) * p.heads + h) * D;
-      dst[i] = from_float<Elem>(out1);
-      dst[i + half] = from_float<Elem>(out2);
-    } else {
-      const int which = h < p.heads + p.kv_heads ? 0 : 1;
-      const int kv_head = h - p.heads - which * p.kv_heads;
-      const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, kv_slot);
-      if (offset < 0) return;  // the host checked every written slot has a block
-      const float inv_scale = 1.0f / (which == 0 ? p.k_scale : p.v_scale);
-      store_kv(cache + offset + i, out1, inv_scale);
-      store_kv(cache + offset + i + half, out2, inv_scale);
-    }
+    rope_store_pair<Elem, KvElem>(p, step, t, h, i, row[h * D + i], row[h * D + i + half]);
+  }
+}
+
+// The QKV projection of kRows decode tokens (dense_gemv.cuh's GEMV: the same sums, bit for bit) with RoPE and the KV
+// write in its epilogue, one launch instead of two and no fp32 QKV rows through global memory. A block's 8 warps
+// own kPairs rotary pairs of one head: warp w computes output i0 + w of the head's first half (w < kPairs) or
+// i0 + w - kPairs of its second half, the totals meet in shared memory, and thread (row, pair) rotates and stores.
+constexpr int kFusedPairs = kDenseGemvWarps / 2;
+
+template <typename KvElem, int kRows>
+__global__ void __launch_bounds__(kDenseGemvWarps * 32)
+    qkv_rope_kv_write_kernel(const bf16* x, int K, const bf16* W, const float* bias, RopeParams p, StepView step) {
+  pdl_prologue();
+  __shared__ __align__(16) bf16 x_s[kRows][kDenseGemvMaxK];
+  __shared__ float out_s[kRows][kDenseGemvWarps];
+  dense_gemv_load_x<kRows>(x, K, x_s);
+  __syncthreads();
+  const int D = p.head_dim, half = D / 2, groups = half / kFusedPairs;
+  const int h = blockIdx.x / groups, i0 = (blockIdx.x % groups) * kFusedPairs;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = h * D + i0 + warp % kFusedPairs + (warp / kFusedPairs) * half;
+  float acc[kRows];
+  dense_gemv_row<kRows>(x_s, W + static_cast<int64_t>(n) * K, K, lane, acc);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) out_s[r][warp] = acc[r] + (bias != nullptr ? bias[n] : 0.0f);
+  __syncthreads();
+  const int r = threadIdx.x / kFusedPairs, j = threadIdx.x % kFusedPairs;
+  if (r < kRows && r < step.num_tokens)
+    rope_store_pair<bf16, KvElem>(p, step, r, h, i0 + j, out_s[r][j], out_s[r][kFusedPairs + j]);
+}
+
+template <typename KvElem>
+void launch_fused(cudaStream_t stream, const bf16* x, int rows, int K, const bf16* W, const float* bias,
+                  const RopeParams& p, const StepView& step) {
+  const int blocks = (p.heads + 2 * p.kv_heads) * (p.head_dim / 2 / kFusedPairs);
+  const int threads = kDenseGemvWarps * 32;
+  switch (rows) {
+    case 1:
+      MOESERVE_CUDA_CHECK(cuda_launch(qkv_rope_kv_write_kernel<KvElem, 1>, blocks, threads, 0, stream, x, K, W, bias, p, step));
+      break;
+    case 2:
+      MOESERVE_CUDA_CHECK(cuda_launch(qkv_rope_kv_write_kernel<KvElem, 2>, blocks, threads, 0, stream, x, K, W, bias, p, step));
+      break;
+    case 3:
+      MOESERVE_CUDA_CHECK(cuda_launch(qkv_rope_kv_write_kernel<KvElem, 3>, blocks, threads, 0, stream, x, K, W, bias, p, step));
+      break;
+    default:
+      MOESERVE_CUDA_CHECK(cuda_launch(qkv_rope_kv_write_kernel<KvElem, 4>, blocks, threads, 0, stream, x, K, W, bias, p, step));
+      break;
   }
 }
 
@@ -64,6 +122,27 @@ void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams&
   else
     fail_cuda("rope_kv_write", "KV cache type does not go with the precision (f32: f32; bf16: bf16 or fp8)", __FILE__,
               __LINE__);
+}
+
+bool qkv_rope_fused_supported(Precision type, int rows, int64_t in_features, const RopeParams& params) {
+  const KvDtype kv = params.kv.dtype;
+  return type == Precision::bf16 && (kv == KvDtype::bf16 || kv == KvDtype::fp8_e4m3) &&
+         dense_gemv_supported(rows, in_features) && params.head_dim % (2 * kFusedPairs) == 0;
+}
+
+void launch_qkv_rope_kv_write(cudaStream_t stream, Precision type, const void* x, int rows, const void* weight,
+                              int64_t in_features, const float* bias, const RopeParams& params, const StepView& step) {
+  if (!qkv_rope_fused_supported(type, rows, in_features, params))
+    fail_cuda("qkv_rope_kv_write", "bf16, a bf16 or fp8 KV cache, at most 4 rows of at most 4096 inputs (a multiple "
+              "of 8) and a head size that is a multiple of 8", __FILE__, __LINE__);
+  if (step.num_tokens == 0) return;
+  const auto* xb = static_cast<const bf16*>(x);
+  const auto* wb = static_cast<const bf16*>(weight);
+  const int K = static_cast<int>(in_features);
+  if (params.kv.dtype == KvDtype::bf16)
+    launch_fused<bf16>(stream, xb, rows, K, wb, bias, params, step);
+  else
+    launch_fused<fp8>(stream, xb, rows, K, wb, bias, params, step);
 }
 
 }  // namespace moeserve::cuda

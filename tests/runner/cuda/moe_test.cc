@@ -574,21 +574,16 @@ struct RouteCase {
   }
 };
 
-Grouped route_and_group(const RouteCase& c, const DeviceBuffer& logits_d, bool fused) {
+// The grouping that `launch(routing, experts, weights)` makes for case c, read back.
+template <typename Launch>
+Grouped grouped_by(const RouteCase& c, Launch&& launch) {
   cuda::MoeBuffers buffers;
   buffers.grow(c.T, c.k, c.local, c.first, c.E);
   cuda::MoeRouting routing = buffers.routing();
   routing.mixed = c.mixed;
   const int pairs = c.T * c.k;
   DeviceBuffer experts_d(std::max(pairs, 1) * 4), weights_d(std::max(pairs, 1) * 4);
-  if (fused) {
-    cuda::launch_route_top_k_and_group(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts_d.as<int32_t>(),
-                                       weights_d.as<float>(), c.rows_per_tile, routing);
-  } else {
-    cuda::launch_route_top_k(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts_d.as<int32_t>(),
-                             weights_d.as<float>(), routing.expert_counts);
-    cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), c.T, c.k, c.rows_per_tile, routing);
-  }
+  launch(routing, experts_d.as<int32_t>(), weights_d.as<float>());
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
   Grouped g;
   g.experts = cuda::to_host<int32_t>(experts_d.get(), pairs);
@@ -604,6 +599,18 @@ Grouped route_and_group(const RouteCase& c, const DeviceBuffer& logits_d, bool f
   g.tile_row0 = cuda::to_host<int32_t>(routing.tile_row0, g.num_tiles[0]);
   g.counts = cuda::to_host<int32_t>(routing.expert_counts, c.E);
   return g;
+}
+
+Grouped route_and_group(const RouteCase& c, const DeviceBuffer& logits_d, bool fused) {
+  return grouped_by(c, [&](const cuda::MoeRouting& routing, int32_t* experts, float* weights) {
+    if (fused) {
+      cuda::launch_route_top_k_and_group(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts, weights,
+                                         c.rows_per_tile, routing);
+    } else {
+      cuda::launch_route_top_k(nullptr, logits_d.as<float>(), c.T, c.E, c.k, experts, weights, routing.expert_counts);
+      cuda::launch_group_by_expert(nullptr, experts, c.T, c.k, c.rows_per_tile, routing);
+    }
+  });
 }
 
 // Every pair's row inside its expert's range, holding its token and expert, no row taken twice; another rank's
@@ -634,6 +641,23 @@ std::vector<float> tied_skewed_logits(std::mt19937& rng, int T, int E) {
       v = t == 1 ? 1.0f : std::round(4.0f * (v - 0.5f * std::log1p(static_cast<float>(e)))) / 4.0f;
     }
   return logits;
+}
+
+// Grouping a made as grouping b: experts, weights (bits), offsets, tile counts and lists, and (rows) every row's token
+// and expert and every pair's row; a's expert_counts zero after it.
+void expect_same_grouping(const Grouped& a, const Grouped& b, bool rows, int E, const std::string& what) {
+  ASSERT_EQ(a.experts, b.experts) << what;
+  EXPECT_EQ(a.weight_bits, b.weight_bits) << what;
+  ASSERT_EQ(a.offsets, b.offsets) << what;
+  ASSERT_EQ(a.num_tiles, b.num_tiles) << what;
+  EXPECT_EQ(a.tile_expert, b.tile_expert) << what;
+  EXPECT_EQ(a.tile_row0, b.tile_row0) << what;
+  if (rows) {
+    EXPECT_EQ(a.row_token, b.row_token) << what;
+    EXPECT_EQ(a.row_expert, b.row_expert) << what;
+    EXPECT_EQ(a.slot_row, b.slot_row) << what;
+  }
+  EXPECT_EQ(a.counts, std::vector<int32_t>(E, 0)) << what;
 }
 
 // The fused router + grouping against the two launches it replaces, field by field: experts equal (and equal to
@@ -673,13 +697,7 @@ TEST_F(CudaMoe, FusedRouteAndGroupMatchTheTwoLaunches) {
     std::vector<float> cpu_weights(c.T * c.k);
     cpu::route_top_k(logits.data(), c.T, c.E, c.k, cpu_experts.data(), cpu_weights.data());
     ASSERT_EQ(fused.experts, cpu_experts) << what;
-    ASSERT_EQ(fused.experts, two.experts) << what;
-    EXPECT_EQ(fused.weight_bits, two.weight_bits) << what;
-    ASSERT_EQ(fused.offsets, two.offsets) << what;
-    ASSERT_EQ(fused.num_tiles, two.num_tiles) << what;
-    EXPECT_EQ(fused.tile_expert, two.tile_expert) << what;
-    EXPECT_EQ(fused.tile_row0, two.tile_row0) << what;
-    EXPECT_EQ(fused.counts, std::vector<int32_t>(c.E, 0)) << what;
+    expect_same_grouping(fused, two, false, c.E, what);
     EXPECT_EQ(two.counts, std::vector<int32_t>(c.E, 0)) << what;
     expect_rows_consistent(two, c, what + " (two launches)");
     expect_rows_consistent(fused, c, what + " (fused)");
@@ -692,6 +710,53 @@ TEST_F(CudaMoe, FusedRouteAndGroupMatchTheTwoLaunches) {
   EXPECT_FALSE(cuda::route_group_fused_fits(cuda::kRouteGroupMaxTokens + 1, 4, 128));
   EXPECT_THROW(cuda::launch_route_top_k_and_group(nullptr, nullptr, cuda::kRouteGroupMaxTokens + 1, 128, 4, nullptr,
                                                   nullptr, 8, cuda::MoeBuffers().routing()),
+               Error);
+}
+
+// The router's projection, top-k and grouping in one launch (steps of 1-4 tokens) against the dense GEMV followed by
+// the fused top-k + grouping above: logits, experts and weights bit for bit, and the whole grouping (offsets, tiles,
+// rows in (token, slot) order) equal, at E 128 and 32 (gpt-oss-120b / 20b), top-4 and top-8, fixed and mixed tiles and
+// an expert-parallel rank; launched twice on one counter, which each launch leaves at zero.
+TEST_F(CudaMoe, RouterProjectionRouteAndGroupMatchTheTwoLaunches) {
+  const int K = 2880;
+  DeviceBuffer counter = cuda::to_device(std::vector<int32_t>(1, 0));
+  std::vector<RouteCase> cases;
+  for (int E : {128, 32})
+    for (int T = 1; T <= cuda::kMaxDenseGemvRows; ++T) {
+      cases.push_back({T, E, 4, E, 0, 8, {}});
+      cases.push_back({T, E, 4, E, 0, cuda::kMoeMixedTileRows, {1, 2}});
+    }
+  cases.push_back({4, 128, 8, 128, 0, 16, {}});
+  cases.push_back({3, 128, 4, 32, 64, 8, {}});
+  for (const RouteCase& c : cases) {
+    const std::string what = "router+route+group " + c.label();
+    ASSERT_TRUE(cuda::router_route_group_fused_supported(c.T, K, c.E, c.k)) << what;
+    const auto x = testing::random_floats(rng_, static_cast<size_t>(c.T) * K);
+    const auto w = testing::round_to(Precision::bf16, testing::random_floats(rng_, static_cast<size_t>(c.E) * K, 0.0f, 0.05f));
+    const auto bias = testing::random_floats(rng_, c.E);
+    const DeviceBuffer x_d = testing::upload_as(Precision::bf16, x), w_d = testing::upload_as(Precision::bf16, w),
+                       bias_d = cuda::to_device(bias);
+    DeviceBuffer logits_two(static_cast<size_t>(c.T) * c.E * 4), logits_one(static_cast<size_t>(c.T) * c.E * 4);
+    cuda::launch_dense_gemv(nullptr, x_d.get(), c.T, w_d.get(), c.E, K, bias_d.as<float>(), logits_two.as<float>());
+    const Grouped two = route_and_group(c, logits_two, true);
+    for (int launch = 0; launch < 2; ++launch) {
+      const Grouped one = grouped_by(c, [&](const cuda::MoeRouting& routing, int32_t* experts, float* weights) {
+        cuda::launch_router_route_and_group(nullptr, x_d.get(), c.T, w_d.get(), K, bias_d.as<float>(), c.E, c.k,
+                                            logits_one.as<float>(), experts, weights, c.rows_per_tile, routing,
+                                            counter.as<int32_t>());
+      });
+      const std::string at = what + " launch " + std::to_string(launch);
+      ASSERT_EQ(cuda::to_host<uint32_t>(logits_one.get(), c.T * c.E), cuda::to_host<uint32_t>(logits_two.get(), c.T * c.E))
+          << at;
+      expect_same_grouping(one, two, true, c.E, at);
+      EXPECT_EQ(cuda::to_host<int32_t>(counter.get(), 1), std::vector<int32_t>(1, 0)) << at;
+    }
+  }
+  EXPECT_FALSE(cuda::router_route_group_fused_supported(5, K, 128, 4));
+  EXPECT_FALSE(cuda::router_route_group_fused_supported(1, 4104, 128, 4));
+  EXPECT_FALSE(cuda::router_route_group_fused_supported(1, K, 512, 4));
+  EXPECT_THROW(cuda::launch_router_route_and_group(nullptr, nullptr, 5, nullptr, K, nullptr, 128, 4, nullptr, nullptr,
+                                                   nullptr, 8, cuda::MoeBuffers().routing(), nullptr),
                Error);
 }
 

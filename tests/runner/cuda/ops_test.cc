@@ -1,6 +1,6 @@
 // The row-wise CUDA kernels against the CPU reference operations (runner/cpu/ops.h), on fresh random inputs:
 // residual add + RMSNorm (plain, dense delta, expert combine), the combine alone, the cuBLASLt projections, YaRN
-// RoPE with the KV write, the router's top-k, the embedding gather and greedy argmax. Bounds are on ||out - ref|| / ||ref||.
+// RoPE with the KV write (and fused with the QKV projection), the router's top-k, the embedding gather and greedy argmax. Bounds are on ||out - ref|| / ||ref||.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,13 +143,18 @@ TEST(CudaKernelsExact, DenseGemvMatchesCpu) {
     }
 }
 
-TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
+// One layer with gpt-oss's attention widths (64 query heads, 8 KV heads of 64), the RoPE tests' model.
+ModelConfig attention_width_config() {
   TinyModelOptions options;
   options.layers = 1;
   options.heads = 64;
   options.kv_heads = 8;
   options.vocab = 1000;
-  const ModelConfig c = tiny_model_config(options);
+  return tiny_model_config(options);
+}
+
+TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
+  const ModelConfig c = attention_width_config();
   const int heads = c.num_heads, kv_heads = c.num_kv_heads, D = c.head_dim, block_size = 16;
   const std::vector<int> starts = {0, 31, 4095, 131000}, lengths = {5, 1, 20, 3};
   std::vector<int> ends;
@@ -229,6 +234,92 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaKernels, ::testing::Values(Precision::bf16, Precision::f32),
                          [](const auto& info) { return std::string(precision_name(info.param)); });
+
+// The QKV projection with RoPE and the KV write in one launch (decode steps of 1-4 tokens) against the two launches
+// it replaces, each checked against the CPU above (DenseGemvMatchesCpu, RopeAndKvWriteMatchCpu): q and the whole KV
+// cache must be the same bytes, for bf16 and fp8 caches, decode-shaped steps (one token a sequence) and a verify-shaped
+// one (one sequence of several tokens).
+TEST(CudaKernelsExact, QkvRopeFusedMatchesTheTwoLaunches) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 17u);
+  const ModelConfig c = attention_width_config();
+  const int heads = c.num_heads, kv_heads = c.num_kv_heads, D = c.head_dim, block_size = 16, K = 2880;
+  const int N = (heads + 2 * kv_heads) * D;
+  const auto w = round_to(Precision::bf16, random_floats(rng, static_cast<size_t>(N) * K, 0.0f, 0.02f));
+  const auto bias = random_floats(rng, N);
+  const auto inv_freq = rope_inverse_frequencies(c);
+  DeviceBuffer w_d = upload_as(Precision::bf16, w), bias_d = cuda::to_device(bias),
+               inv_freq_d = cuda::to_device(inv_freq);
+  struct Case {
+    std::vector<int> starts, lengths;
+  };
+  const std::vector<Case> cases = {{{4095}, {1}},
+                                   {{0, 131000}, {1, 1}},
+                                   {{31, 7, 2047}, {1, 1, 1}},
+                                   {{0, 31, 4095, 131000}, {1, 1, 1, 1}},
+                                   {{4095}, {4}},
+                                   {{100, 3000}, {2, 1}}};
+  for (const Case& cs : cases) {
+    std::vector<int> ends;
+    for (size_t s = 0; s < cs.starts.size(); ++s) ends.push_back(cs.starts[s] + cs.lengths[s]);
+    int64_t num_blocks = 0;
+    auto tables = testing::scattered_tables(rng, cs.starts, ends, c.sliding_window, block_size, &num_blocks);
+    ForwardBatch batch;
+    std::vector<std::vector<int32_t>> ids;
+    for (int length : cs.lengths) ids.emplace_back(length, 7);
+    int T = 0;
+    for (size_t s = 0; s < cs.starts.size(); ++s) {
+      SequenceStep step;
+      step.tokens = ids[s];
+      step.start_position = cs.starts[s];
+      step.block_tables = {tables[s]};
+      batch.sequences.push_back(step);
+      T += cs.lengths[s];
+    }
+    const KvCacheLayout layout{block_size, num_blocks};
+    testing::DeviceStep device_step(batch, c, layout, cuda::kNoPrefillTiles);
+    const auto x = random_floats(rng, static_cast<size_t>(T) * K);
+    DeviceBuffer x_d = upload_as(Precision::bf16, x), qkv_d(static_cast<size_t>(T) * N * 4);
+    const size_t q_bytes = static_cast<size_t>(T) * heads * D * 2;
+    for (cuda::KvDtype kv : {cuda::KvDtype::bf16, cuda::KvDtype::fp8_e4m3}) {
+      const bool fp8 = kv == cuda::KvDtype::fp8_e4m3;
+      const size_t cache_bytes = num_blocks * 2 * kv_heads * block_size * D * cuda::kv_element_bytes(kv);
+      DeviceBuffer q_two(q_bytes), q_one(q_bytes), kv_two(cache_bytes), kv_one(cache_bytes);
+      MOESERVE_CUDA_CHECK(cudaMemset(kv_two.get(), 0, cache_bytes));
+      MOESERVE_CUDA_CHECK(cudaMemset(kv_one.get(), 0, cache_bytes));
+      auto params = [&](DeviceBuffer& q, DeviceBuffer& cache) {
+        return cuda::RopeParams{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(),
+                                static_cast<float>(c.rope_concentration()), q.get(),
+                                cuda::KvView{cache.get(), block_size, 1, kv_heads, D, kv}, 0, 0,
+                                fp8 ? 0.25f : 1.0f, fp8 ? 3.0f : 1.0f};
+      };
+      const cuda::RopeParams two = params(q_two, kv_two), one = params(q_one, kv_one);
+      ASSERT_TRUE(cuda::qkv_rope_fused_supported(Precision::bf16, T, K, one));
+      cuda::launch_dense_gemv(nullptr, x_d.get(), T, w_d.get(), N, K, bias_d.as<float>(), qkv_d.as<float>());
+      cuda::launch_rope_kv_write(nullptr, Precision::bf16, two, device_step.view);
+      cuda::launch_qkv_rope_kv_write(nullptr, Precision::bf16, x_d.get(), T, w_d.get(), K, bias_d.as<float>(), one,
+                                     device_step.view);
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string what = std::to_string(T) + " tokens in " + std::to_string(cs.starts.size()) +
+                               " sequences, " + (fp8 ? "fp8" : "bf16") + " cache";
+      EXPECT_EQ(cuda::to_host<uint8_t>(q_one.get(), q_bytes), cuda::to_host<uint8_t>(q_two.get(), q_bytes)) << "q, " << what;
+      EXPECT_EQ(cuda::to_host<uint8_t>(kv_one.get(), cache_bytes), cuda::to_host<uint8_t>(kv_two.get(), cache_bytes))
+          << "KV cache, " << what;
+    }
+  }
+  // Outside its shapes (f32, five rows, a K past the GEMV's 4,096, an f32 cache) the predicate says no and the launch
+  // fails with an error naming it before anything runs.
+  cuda::RopeParams p{nullptr, heads, kv_heads, D, nullptr, 1.0f, nullptr,
+                     cuda::KvView{nullptr, block_size, 1, kv_heads, D, cuda::KvDtype::bf16}};
+  EXPECT_TRUE(cuda::qkv_rope_fused_supported(Precision::bf16, 4, K, p));
+  EXPECT_FALSE(cuda::qkv_rope_fused_supported(Precision::f32, 1, K, p));
+  EXPECT_FALSE(cuda::qkv_rope_fused_supported(Precision::bf16, 5, K, p));
+  EXPECT_FALSE(cuda::qkv_rope_fused_supported(Precision::bf16, 1, 4104, p));
+  EXPECT_THROW(cuda::launch_qkv_rope_kv_write(nullptr, Precision::bf16, nullptr, 5, nullptr, K, nullptr, p, cuda::StepView{}),
+               std::exception);
+  p.kv.dtype = cuda::KvDtype::f32;
+  EXPECT_FALSE(cuda::qkv_rope_fused_supported(Precision::bf16, 1, K, p));
+}
 
 TEST(CudaKernelsExact, RouterTopKMatchesCpu) {
   MOESERVE_REQUIRE_CUDA();
