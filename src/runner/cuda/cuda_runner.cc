@@ -157,8 +157,8 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, siz
   const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
   grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
                                               : attention_decode_partial_floats(decode_units, plan.splits) * 4);
-  for (DeviceBuffer* counters : {&decode_counters_, &route_counter_})
-    if (counters->grow(std::max<size_t>(counters == &decode_counters_ ? decode_units * 4 : 4, 16))) {
+  for (DeviceBuffer* counters : {&decode_counters_, &fused_counters_})
+    if (counters->grow(std::max<size_t>(counters == &decode_counters_ ? decode_units * 4 : 2 * 4, 16))) {
       moved = true;
       MOESERVE_CUDA_CHECK(cudaMemsetAsync(counters->get(), 0, counters->bytes(), stream_));
     }
@@ -260,20 +260,25 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       launch_attention_decode(stream_, attention, step, decode);
     }
     timer_.mark(stream_, KernelClass::output_projection);
-    project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
-    if (communicator_ != nullptr) {
-      timer_.mark(stream_, KernelClass::collective);
-      communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});
+    if (options_.fused_o_norm && precision_ == Precision::bf16 && !split && dense_gemv_add_rms_norm_supported(T, Q, H)) {
+      // Decode-sized, alone: the projection with the residual add + RMSNorm in its last block, timed as the projection.
+      launch_dense_gemv_add_rms_norm(stream_, precision_, attn_.get(), T, w.o, Q, w.o_bias, proj_.as<float>(), x,
+                                     w.mlp_norm, H, eps, normed_.get(), fused_counters_.as<int32_t>() + 1);
+    } else {
+      project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
+      if (communicator_ != nullptr) {
+        timer_.mark(stream_, KernelClass::collective);
+        communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});
+      }
+      timer_.mark(stream_, KernelClass::norm);
+      launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
     }
-
-    timer_.mark(stream_, KernelClass::norm);
-    launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
     timer_.mark(stream_, KernelClass::router);
     // Up to 4 tokens (bf16): the projection, top-k and grouping in one kernel, timed as the router.
     if (options_.fused_router && precision_ == Precision::bf16 && router_route_group_fused_supported(T, H, E, k)) {
       launch_router_route_and_group(stream_, normed_.get(), T, w.router, H, w.router_bias, E, k,
                                     router_logits_.as<float>(), experts_.as<int32_t>(), expert_weights_.as<float>(),
-                                    rows_per_tile, routing, route_counter_.as<int32_t>());
+                                    rows_per_tile, routing, fused_counters_.as<int32_t>());
     } else {
       project(normed_.get(), T, w.router, E, H, w.router_bias, router_logits_.as<float>());
       if (T <= kRouteGroupRunnerTokens && route_group_fused_fits(T, k, E)) {  // top-k and grouping in one kernel

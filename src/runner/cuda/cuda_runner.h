@@ -147,7 +147,9 @@ class CudaRunner : public ModelRunner {
   IndexRange vocab_;  // the unembedding rows the weights hold (all of them unless join_group gave a slice)
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches
-  DeviceBuffer route_counter_;  // launch_router_route_and_group's block counter: zeroed when allocated, zero between launches
+  // The fused kernels' block counters (zeroed when allocated, zero between launches): [0] the router's
+  // (launch_router_route_and_group), [1] the output projection's (launch_dense_gemv_add_rms_norm).
+  DeviceBuffer fused_counters_;
   MoeBuffers moe_;
   LogitsRows logits_rows_;  // the rows' logits processing, draws and logprobs, after the step's argmax
 

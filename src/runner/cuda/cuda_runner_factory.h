@@ -29,10 +29,12 @@ struct CudaRunnerOptions {
   std::string activation_dtype = "auto";
   bool cuda_graphs = true;  // capture decode and chain verify steps per (batch-size bucket, tokens a sequence)
   // Decode steps of at most 4 tokens (bf16) run the QKV projection with RoPE and the KV write in one kernel
-  // (kernels.h's launch_qkv_rope_kv_write), and the router's projection with its top-k and the grouping in another
-  // (launch_router_route_and_group), each the same bits as the launches it replaces; false: those launches, for
-  // comparison.
+  // (kernels.h's launch_qkv_rope_kv_write), the output projection with the residual add + RMSNorm after it in another
+  // (launch_dense_gemv_add_rms_norm; on one GPU), and the router's projection with its top-k and the grouping in a
+  // third (launch_router_route_and_group), each the same bits as the launches it replaces; false: those launches,
+  // for comparison.
   bool fused_qkv_rope = true;
+  bool fused_o_norm = true;
   bool fused_router = true;
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).

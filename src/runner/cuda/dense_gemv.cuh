@@ -47,4 +47,34 @@ __device__ __forceinline__ void dense_gemv_row(const bf16 (*x_s)[kDenseGemvMaxK]
   for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
 }
 
+// A fused GEMV's blocks (kDenseGemvWarps warps each, x rows loaded into x_s and synced): warp w of block b computes
+// output n = 8 b + w (when n < N) for the kRows rows, y[r, n] = sum + bias[n]; then the block counts itself done on
+// `counter` (one int32, zero before the launch). Returns true in the last block to finish, whose threads then see
+// every block's y through L2 (read it with ld.cg: this SM's L1 may hold nothing of it, and must not be trusted to),
+// and which leaves the counter zero for the next launch; false in the others, which are done.
+template <int kRows>
+__device__ __forceinline__ bool dense_gemv_then_last_block(const bf16 (*x_s)[kDenseGemvMaxK], const bf16* W, int K,
+                                                           int N, const float* bias, float* y, int32_t* counter) {
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kDenseGemvWarps + warp;
+  if (n < N) {
+    float acc[kRows];
+    dense_gemv_row<kRows>(x_s, W + static_cast<int64_t>(n) * K, K, lane, acc);
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) y[static_cast<int64_t>(r) * N + n] = acc[r] + (bias != nullptr ? bias[n] : 0.0f);
+  }
+  __syncthreads();  // the block's outputs are written
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible to the device before the count says so
+    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;
+  return true;
+}
+
 }  // namespace moeserve::cuda

@@ -101,6 +101,14 @@ void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, cons
 // out[T, H] = the expert combine alone (the same sums launch_add_rms_norm adds): a tensor-parallel rank combines its
 // own rows, whose grouped order is its own, before the ranks sum the results.
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out);
+// launch_dense_gemv (in [rows, in_features] bf16 times weight [H, in_features] bf16, plus bias, into delta [rows, H]
+// fp32) then launch_add_rms_norm with that dense delta (x += delta; out = RMSNorm(x) * scale as out_type), in one
+// launch whose last block does the norm: the same bits as the two launches. For decode steps of 1-4 tokens (the
+// attention's output projection). counter: one int32 on the device, zero before the first launch and left zero by each.
+bool dense_gemv_add_rms_norm_supported(int rows, int64_t in_features, int H);
+void launch_dense_gemv_add_rms_norm(cudaStream_t stream, Precision out_type, const void* in, int rows,
+                                    const void* weight, int64_t in_features, const float* bias, float* delta, float* x,
+                                    const float* scale, int H, float eps, void* out, int32_t* counter);
 
 // ---- rope.cu: YaRN RoPE on q and k, k and v written into the paged cache -----------------------------------------
 struct RopeParams {

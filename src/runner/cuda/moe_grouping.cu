@@ -215,9 +215,8 @@ __global__ void __launch_bounds__(32 * 32)
 
 // ---- the router projection, top-k and grouping in one launch (launch_router_route_and_group) ------------------------
 // The router's GEMV (dense_gemv.cuh: a warp per expert, the same sums as launch_dense_gemv) over ceil(E / 8) blocks;
-// each block writes its logits, and the last block to finish (a counter, reset by that block for the next launch)
-// reads them all back and runs route_and_group with its 8 warps. The logits are read through L2 (ld.cg): other
-// blocks wrote them during this launch, so this SM's L1 may not hold them and must not be trusted to.
+// each block writes its logits, and the last block to finish (dense_gemv_then_last_block) reads them all back
+// through L2 and runs route_and_group with its 8 warps.
 template <int kRows>
 __global__ void __launch_bounds__(kDenseGemvWarps * 32)
     router_route_group_kernel(const bf16* x, int K, const bf16* W, const float* bias, int E, int k, float* logits,
@@ -226,27 +225,9 @@ __global__ void __launch_bounds__(kDenseGemvWarps * 32)
   __shared__ __align__(16) bf16 x_s[kRows][kDenseGemvMaxK];
   __shared__ float logits_s[kRows * kMaxExperts];
   __shared__ RouteGroupShared<kRows * kMaxTopK> sm;
-  __shared__ bool last;
   dense_gemv_load_x<kRows>(x, K, x_s);
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kDenseGemvWarps + warp;
-  if (n < E) {
-    float acc[kRows];
-    dense_gemv_row<kRows>(x_s, W + static_cast<int64_t>(n) * K, K, lane, acc);
-    if (lane == 0)
-#pragma unroll
-      for (int t = 0; t < kRows; ++t) logits[static_cast<int64_t>(t) * E + n] = acc[t] + (bias != nullptr ? bias[n] : 0.0f);
-  }
-  __syncthreads();  // the block's logits are written
-  if (threadIdx.x == 0) {
-    __threadfence();  // ... and visible to the device before the count says so
-    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;
+  if (!dense_gemv_then_last_block<kRows>(x_s, W, K, E, bias, logits, counter)) return;
   for (int i = threadIdx.x; i < kRows * E; i += blockDim.x) logits_s[i] = __ldcg(logits + i);
   __syncthreads();
   route_and_group(logits_s, kRows, E, k, experts, weights, tiling, r, sm);

@@ -5,13 +5,15 @@
 // CPU reference: cpu::rms_norm, and CpuRunner's residual adds (the combine sums slots in order, then adds).
 #include <algorithm>
 
+#include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/device_common.cuh"
 #include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
-enum class Delta { none, dense, experts };
+// dense_l2: a dense delta written by other blocks of the same launch, read through L2 (ld.cg).
+enum class Delta { none, dense, dense_l2, experts };
 
 // A row is read once as float4s into registers (up to kMaxVectors per thread) and written from there.
 // Version 1 looped over the row with 256 threads twice (a dependent chain of ~11 loads per pass): ~17 us per
@@ -41,36 +43,58 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
   return combined;
 }
 
-template <typename Out, Delta kDelta>
-__global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
-                                    float eps, Out* out) {
-  pdl_prologue();
-  const int64_t t = blockIdx.x;
-  float4* row = reinterpret_cast<float4*>(x + t * H);
+// The pieces of one token row's add + RMSNorm as thread vt of `threads` does them (add_rms_norm_kernel: a block's
+// threads; the fused o-projection below: virtual threads of that very layout, so the sums are the same bits).
+// First: float4s vt, vt + threads, ... of row get their delta added (and stored back), kept in v; returns the sum of
+// their squares.
+template <Delta kDelta>
+__device__ __forceinline__ float add_row_part(float4* row, const float* delta, const ExpertCombine& combine, int64_t t,
+                                              int H, int vt, int threads, float4 (&v)[kMaxVectors]) {
   const int vectors = H / 4;
-  float4 v[kMaxVectors];
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxVectors; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
+    const int i = vt + j * threads;
     if (i >= vectors) break;
     float4 a = row[i];
     if constexpr (kDelta == Delta::dense) a = a + reinterpret_cast<const float4*>(delta + t * H)[i];
+    if constexpr (kDelta == Delta::dense_l2) a = a + __ldcg(reinterpret_cast<const float4*>(delta + t * H) + i);
     if constexpr (kDelta == Delta::experts) a = a + combined_experts(combine, t, i, H);
     if constexpr (kDelta != Delta::none) row[i] = a;
     sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     v[j] = a;
   }
-  sum = block_sum(sum);
-  const float inv = 1.0f / sqrtf(sum / static_cast<float>(H) + eps);
+  return sum;
+}
+
+// Then: the same float4s, normalised by the row's inverse RMS and scaled, into out.
+template <typename Out>
+__device__ __forceinline__ void norm_row_part(const float4 (&v)[kMaxVectors], float inv, const float* scale, int64_t t,
+                                              int H, int vt, int threads, Out* out) {
+  const int vectors = H / 4;
   const float4* scale4 = reinterpret_cast<const float4*>(scale);
 #pragma unroll
   for (int j = 0; j < kMaxVectors; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
+    const int i = vt + j * threads;
     if (i >= vectors) break;
     const float4 s = scale4[i];
     store4(out + t * H + 4 * i, v[j].x * inv * s.x, v[j].y * inv * s.y, v[j].z * inv * s.z, v[j].w * inv * s.w);
   }
+}
+
+__device__ __forceinline__ float inverse_rms(float sum, int H, float eps) {
+  return 1.0f / sqrtf(sum / static_cast<float>(H) + eps);
+}
+
+template <typename Out, Delta kDelta>
+__global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
+                                    float eps, Out* out) {
+  pdl_prologue();
+  const int64_t t = blockIdx.x;
+  float4 v[kMaxVectors];
+  float sum = add_row_part<kDelta>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
+  sum = block_sum(sum);
+  norm_row_part(v, inverse_rms(sum, H, eps), scale, t, H, threadIdx.x, blockDim.x, out);
 }
 
 __global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
@@ -80,7 +104,76 @@ __global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
   for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts(combine, t, i, H);
 }
 
-int threads_for(int H) { return std::clamp((H / 4 + 31) / 32 * 32, 32, 1024); }
+__host__ __device__ constexpr int threads_for(int H) {
+  const int threads = (H / 4 + 31) / 32 * 32;
+  return threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+}
+
+// ---- the o-projection's GEMV with the residual add + RMSNorm after it (launch_dense_gemv_add_rms_norm) ---------------
+// dense_gemv.cuh's GEMV (a warp per output, launch_dense_gemv's sums) writes delta; the last of the blocks to finish
+// (dense_gemv_then_last_block) then does add_rms_norm_kernel's work for each row with its 8 warps standing in for that
+// kernel's threads_for(H) threads: virtual warp w of the row is done by real warp w % 8, each of its lanes taking
+// virtual thread 32 w + lane's float4s, and the virtual warps' sums are added in block_sum's order, so x and out are
+// the same bits as launch_dense_gemv then launch_add_rms_norm (dense delta) give. delta is read back through L2.
+constexpr int kNormWarps = 1024 / 32;  // threads_for's largest block
+
+template <typename Out, int kRows>
+__global__ void __launch_bounds__(kDenseGemvWarps * 32)
+    dense_gemv_add_rms_norm_kernel(const bf16* in, int K, const bf16* W, const float* bias, float* delta, float* x,
+                                   const float* scale, int H, float eps, Out* out, int32_t* counter) {
+  pdl_prologue();
+  __shared__ __align__(16) bf16 x_s[kRows][kDenseGemvMaxK];
+  __shared__ float partial[kNormWarps];
+  dense_gemv_load_x<kRows>(in, K, x_s);
+  __syncthreads();
+  if (!dense_gemv_then_last_block<kRows>(x_s, W, K, H, bias, delta, counter)) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int threads = threads_for(H), warps = threads / 32;
+  for (int t = 0; t < kRows; ++t) {
+    float4* row = reinterpret_cast<float4*>(x + static_cast<int64_t>(t) * H);
+    for (int w = warp; w < warps; w += kDenseGemvWarps) {
+      float4 v[kMaxVectors];
+      float sum = add_row_part<Delta::dense_l2>(row, delta, ExpertCombine{}, t, H, 32 * w + lane, threads, v);
+      sum = warp_sum(sum);
+      if (lane == 0) partial[w] = sum;
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += partial[w];
+    const float inv = inverse_rms(total, H, eps);
+    for (int w = warp; w < warps; w += kDenseGemvWarps) {
+      const int vt = 32 * w + lane;
+      float4 v[kMaxVectors];
+      add_row_part<Delta::none>(row, nullptr, ExpertCombine{}, t, H, vt, threads, v);  // the sums' values, read back
+      norm_row_part(v, inv, scale, t, H, vt, threads, out);
+    }
+    __syncthreads();  // partial[] is reused by the next row
+  }
+}
+
+template <typename Out>
+void launch_fused_norm(cudaStream_t stream, const bf16* in, int rows, int K, const bf16* W, const float* bias,
+                       float* delta, float* x, const float* scale, int H, float eps, Out* out, int32_t* counter) {
+  const int blocks = ceil_div(H, kDenseGemvWarps), threads = kDenseGemvWarps * 32;
+  switch (rows) {
+    case 1:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_add_rms_norm_kernel<Out, 1>, blocks, threads, 0, stream, in, K, W,
+                                      bias, delta, x, scale, H, eps, out, counter));
+      break;
+    case 2:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_add_rms_norm_kernel<Out, 2>, blocks, threads, 0, stream, in, K, W,
+                                      bias, delta, x, scale, H, eps, out, counter));
+      break;
+    case 3:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_add_rms_norm_kernel<Out, 3>, blocks, threads, 0, stream, in, K, W,
+                                      bias, delta, x, scale, H, eps, out, counter));
+      break;
+    default:
+      MOESERVE_CUDA_CHECK(cuda_launch(dense_gemv_add_rms_norm_kernel<Out, 4>, blocks, threads, 0, stream, in, K, W,
+                                      bias, delta, x, scale, H, eps, out, counter));
+      break;
+  }
+}
 
 template <typename Out>
 void launch_typed(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine, const float* scale,
@@ -116,6 +209,25 @@ void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T
   if (T == 0) return;
   if (H % 4 != 0) fail_cuda("moe_combine", "hidden size must be a multiple of 4", __FILE__, __LINE__);
   MOESERVE_CUDA_CHECK(cuda_launch(moe_combine_kernel, T, threads_for(H), 0, stream, combine, H, out));
+}
+
+bool dense_gemv_add_rms_norm_supported(int rows, int64_t in_features, int H) {
+  return dense_gemv_supported(rows, in_features) && H % 4 == 0 && H / 4 <= kMaxVectors * 1024;
+}
+
+void launch_dense_gemv_add_rms_norm(cudaStream_t stream, Precision out_type, const void* in, int rows,
+                                    const void* weight, int64_t in_features, const float* bias, float* delta, float* x,
+                                    const float* scale, int H, float eps, void* out, int32_t* counter) {
+  if (!dense_gemv_add_rms_norm_supported(rows, in_features, H))
+    fail_cuda("dense_gemv_add_rms_norm", "1-4 rows of at most 4096 inputs (a multiple of 8), a hidden size that is a "
+              "multiple of 4 and at most 16384", __FILE__, __LINE__);
+  const auto* inb = static_cast<const bf16*>(in);
+  const auto* wb = static_cast<const bf16*>(weight);
+  const int K = static_cast<int>(in_features);
+  if (out_type == Precision::bf16)
+    launch_fused_norm(stream, inb, rows, K, wb, bias, delta, x, scale, H, eps, static_cast<bf16*>(out), counter);
+  else
+    launch_fused_norm(stream, inb, rows, K, wb, bias, delta, x, scale, H, eps, static_cast<float*>(out), counter);
 }
 
 }  // namespace moeserve::cuda

@@ -143,6 +143,55 @@ TEST(CudaKernelsExact, DenseGemvMatchesCpu) {
     }
 }
 
+// The output projection with the residual add + RMSNorm in its last block (decode steps of 1-4 tokens) against
+// launch_dense_gemv then launch_add_rms_norm (each checked against the CPU above): the projection, the updated
+// residual and the normed rows must be the same bytes, for bf16 and fp32 outputs, at hidden sizes whose add + RMSNorm
+// block is partial (2,880: 720 float4s on 736 threads), small (64) and of two float4s a thread (7,168); launched
+// twice on one counter, which each launch leaves at zero.
+TEST(CudaKernelsExact, OutputProjectionAddRmsNormFusedMatchesTheTwoLaunches) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 19u);
+  DeviceBuffer counter = cuda::to_device(std::vector<int32_t>(1, 0));
+  for (auto [H, K] : {std::pair{2880, 4096}, std::pair{64, 2880}, std::pair{7168, 1024}})
+    for (int T = 1; T <= cuda::kMaxDenseGemvRows; ++T)
+      for (Precision out_type : {Precision::bf16, Precision::f32}) {
+        const std::string what = std::to_string(T) + " x " + std::to_string(H) + " from " + std::to_string(K) + ", " +
+                                 precision_name(out_type) + " out";
+        ASSERT_TRUE(cuda::dense_gemv_add_rms_norm_supported(T, K, H)) << what;
+        const auto in = random_floats(rng, static_cast<size_t>(T) * K);
+        const auto w = round_to(Precision::bf16, random_floats(rng, static_cast<size_t>(H) * K, 0.0f, 0.02f));
+        const auto bias = random_floats(rng, H);
+        const auto x = random_floats(rng, static_cast<size_t>(T) * H, 0.0f, 3.0f);
+        const auto scale = random_floats(rng, H, 1.0f, 0.1f);
+        const size_t rows = static_cast<size_t>(T) * H, out_bytes = rows * cuda::element_bytes(out_type);
+        DeviceBuffer in_d = upload_as(Precision::bf16, in), w_d = upload_as(Precision::bf16, w),
+                     bias_d = cuda::to_device(bias), scale_d = cuda::to_device(scale), x_two = cuda::to_device(x),
+                     delta_two(rows * 4), out_two(out_bytes);
+        cuda::launch_dense_gemv(nullptr, in_d.get(), T, w_d.get(), H, K, bias_d.as<float>(), delta_two.as<float>());
+        cuda::launch_add_rms_norm(nullptr, out_type, x_two.as<float>(), delta_two.as<float>(), nullptr,
+                                  scale_d.as<float>(), T, H, 1e-5f, out_two.get());
+        for (int launch = 0; launch < 2; ++launch) {
+          DeviceBuffer x_one = cuda::to_device(x), delta_one(rows * 4), out_one(out_bytes);
+          cuda::launch_dense_gemv_add_rms_norm(nullptr, out_type, in_d.get(), T, w_d.get(), K, bias_d.as<float>(),
+                                               delta_one.as<float>(), x_one.as<float>(), scale_d.as<float>(), H, 1e-5f,
+                                               out_one.get(), counter.as<int32_t>());
+          MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+          const std::string at = what + ", launch " + std::to_string(launch);
+          EXPECT_EQ(cuda::to_host<uint32_t>(delta_one.get(), rows), cuda::to_host<uint32_t>(delta_two.get(), rows)) << at;
+          EXPECT_EQ(cuda::to_host<uint32_t>(x_one.get(), rows), cuda::to_host<uint32_t>(x_two.get(), rows)) << at;
+          EXPECT_EQ(cuda::to_host<uint8_t>(out_one.get(), out_bytes), cuda::to_host<uint8_t>(out_two.get(), out_bytes))
+              << at;
+          EXPECT_EQ(cuda::to_host<int32_t>(counter.get(), 1), std::vector<int32_t>(1, 0)) << at;
+        }
+      }
+  EXPECT_FALSE(cuda::dense_gemv_add_rms_norm_supported(5, 2880, 2880));
+  EXPECT_FALSE(cuda::dense_gemv_add_rms_norm_supported(1, 4104, 2880));
+  EXPECT_FALSE(cuda::dense_gemv_add_rms_norm_supported(1, 2880, 2882));
+  EXPECT_THROW(cuda::launch_dense_gemv_add_rms_norm(nullptr, Precision::bf16, nullptr, 5, nullptr, 2880, nullptr,
+                                                    nullptr, nullptr, nullptr, 2880, 1e-5f, nullptr, nullptr),
+               std::exception);
+}
+
 // One layer with gpt-oss's attention widths (64 query heads, 8 KV heads of 64), the RoPE tests' model.
 ModelConfig attention_width_config() {
   TinyModelOptions options;
