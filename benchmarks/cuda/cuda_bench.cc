@@ -409,13 +409,10 @@ int run(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--profile", profile, "bracket the timed decode steps for ncu --profile-from-start off");
   app.add_flag("--no-graphs", no_graphs, "launch decode steps kernel by kernel (what CUDA graphs save)");
-  bool unfused_qkv_rope = false, unfused_o_norm = false, unfused_router = false;
-  app.add_flag("--unfused-qkv-rope", unfused_qkv_rope,
-               "the QKV projection and RoPE + KV write as two launches at batches 1-4 (what their fusion saves)");
-  app.add_flag("--unfused-o-norm", unfused_o_norm,
-               "the output projection and the residual add + RMSNorm as two launches at batches 1-4 (likewise)");
-  app.add_flag("--unfused-router", unfused_router,
-               "the router's projection and its top-k + grouping as two launches at batches 1-4 (likewise)");
+  bool fused_small_steps = false;
+  app.add_flag("--fused-small-steps", fused_small_steps,
+               "at batches 1-4, the QKV projection with RoPE + KV write, the output projection with add + RMSNorm and "
+               "the router with top-k + grouping as one kernel each (CudaRunnerOptions::fused_*; off by default)");
   bool pdl = false;
   app.add_flag("--pdl", pdl, "programmatic dependent launch for every kernel (else MOESERVE_PDL decides, default off)");
   app.add_option("--json", json_path, "write the figures here");
@@ -444,9 +441,7 @@ int run(int argc, char** argv) {
   auto made = Clock::now();
   CudaRunnerOptions runner_options;
   runner_options.cuda_graphs = !no_graphs;
-  runner_options.fused_qkv_rope = !unfused_qkv_rope;
-  runner_options.fused_router = !unfused_router;
-  runner_options.fused_o_norm = !unfused_o_norm;
+  runner_options.fused_qkv_rope = runner_options.fused_o_norm = runner_options.fused_router = fused_small_steps;
   runner_options.moe_path_table = moe_path_table;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;

@@ -28,14 +28,14 @@ struct CudaRunnerOptions {
   // tensor cores; AMD's MLPerf recipe of MXFP4 weights with FP8 activations; other paths stay bf16). Needs bf16.
   std::string activation_dtype = "auto";
   bool cuda_graphs = true;  // capture decode and chain verify steps per (batch-size bucket, tokens a sequence)
-  // Decode steps of at most 4 tokens (bf16) run the QKV projection with RoPE and the KV write in one kernel
+  // Decode steps of at most 4 tokens (bf16) may run the QKV projection with RoPE and the KV write in one kernel
   // (kernels.h's launch_qkv_rope_kv_write), the output projection with the residual add + RMSNorm after it in another
   // (launch_dense_gemv_add_rms_norm; on one GPU), and the router's projection with its top-k and the grouping in a
-  // third (launch_router_route_and_group), each the same bits as the launches it replaces; false: those launches,
-  // for comparison.
-  bool fused_qkv_rope = true;
-  bool fused_o_norm = true;
-  bool fused_router = true;
+  // third (launch_router_route_and_group), each the same bits as the launches it replaces. Off by default until
+  // their tests have run on a GPU (cuda_bench --fused-small-steps turns all three on).
+  bool fused_qkv_rope = false;
+  bool fused_o_norm = false;
+  bool fused_router = false;
   // Synthetic weights only: expert popularity, "uniform" (random router weights route near uniformly) or
   // "zipf:S" (DeviceWeights::synthetic's router_skew S; real gpt-oss routing is skewed, some experts hot).
   std::string synthetic_router = "uniform";
@@ -50,10 +50,11 @@ struct CudaRunnerOptions {
   // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: off, deepseek_cuda_runner.h says why). cuda_graphs false turns
   // them off either way.
   std::string deepseek_graphs;
-  // The DeepSeek runner's prefill attention: "expanded" (the default: the sequences of a step that bring many query
-  // tokens for their context run mla_prefill.cu's expanded form, the others the absorbed form) or "absorbed" (every
-  // token absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: expanded). The f32 path and
-  // graph-shaped steps take the absorbed form either way (deepseek_cuda_runner.h says why).
+  // The DeepSeek runner's prefill attention: "expanded" (the sequences of a step that bring many query tokens for
+  // their context run mla_prefill.cu's expanded form, the others the absorbed form) or "absorbed" (every token
+  // absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: absorbed, until the runner's tests
+  // with the expanded form have run on a GPU). The f32 path and graph-shaped steps take the absorbed form either way
+  // (deepseek_cuda_runner.h says why).
   std::string deepseek_mla_prefill;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL
   // (tensor_parallel_cuda_runner.h).

@@ -76,10 +76,11 @@ bool graphs_on(const CudaRunnerOptions& options) {
 }
 
 // Whether prefill may take the expanded form: options.deepseek_mla_prefill, else MOESERVE_DEEPSEEK_MLA_PREFILL
-// ("expanded" or "absorbed"), else expanded (mla_prefill_test.cc holds the kernels to the CPU reference).
+// ("expanded" or "absorbed"), else absorbed: the default stays the form a GPU has run until the runner's tests
+// with the expanded form (mla_prefill_test.cc holds the kernels themselves to the CPU reference) have run on one.
 bool expanded_prefill_asked(const CudaRunnerOptions& options) {
   return switch_value(options.deepseek_mla_prefill, "deepseek_mla_prefill", "MOESERVE_DEEPSEEK_MLA_PREFILL",
-                      "expanded", "absorbed") != "absorbed";
+                      "expanded", "absorbed") == "expanded";
 }
 
 // The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h).

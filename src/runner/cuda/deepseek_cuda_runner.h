@@ -18,16 +18,17 @@
 // Precision::f32: fp32 activations and latent cache, every FP8 projection W8A32 on deepseek_experts.cu (no
 // activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
 // fp32 rounding.
-// Prefill: on the bf16 path, a sequence whose step brings many query tokens for its context (mla_layout.h's
-// mla_prefill_pays: a whole prompt, a long chunk after a short cached prefix) runs its attention in the expanded
+// Prefill, with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "expanded" (the default is
+// "absorbed" until the runner's tests with it have run on a GPU): on the bf16 path, a sequence whose step brings many
+// query tokens for its context (mla_layout.h's mla_prefill_pays: a whole prompt, a long chunk after a short cached
+// prefix) runs its attention in the expanded
 // form (mla_prefill.h: kv_b expansion of its latent rows, FlashAttention-2 on tensor cores), launched after the
 // cache write (it reads the step's own latents from the cache) and writing its rows of the heads' output; the
 // absorbed form takes the step's other tokens, in chunks whose absorbed queries and decode partials fit
 // kAttentionScratchBytes. The two are the same function in exact arithmetic (cpu::MlaAttention's two forms). The
 // absorbed form keeps: the f32 path (its fp32 cache, which the bf16 tensor-core kernels do not read), graph-shaped
 // steps (a graph would hold one step's work lists and grid), sequences past the expansion scratch's bound
-// (kPrefillScratchBytes), the steps of plan_layer_step (the MTP head's layer, deepseek_layer_bench); and every
-// token with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "absorbed".
+// (kPrefillScratchBytes) and the steps of plan_layer_step (the MTP head's layer, deepseek_layer_bench).
 //
 // CUDA graphs, as the GPT-OSS runner's (graph_capture.h): decode steps and chain verify steps (every sequence the
 // same k + 1 <= 8 tokens and as many logits rows, no tree; MTP's verify steps capture the last layer) are padded to

@@ -40,10 +40,12 @@ using testing::run_prompts;
 class CudaRunnerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { MOESERVE_REQUIRE_CUDA(); }
-  std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const Checkpoint> checkpoint, bool graphs = true) {
+  std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const Checkpoint> checkpoint, bool graphs = true,
+                                           bool fused_small_steps = false) {
     CudaRunnerOptions options;
     options.precision = GetParam();
     options.cuda_graphs = graphs;
+    options.fused_qkv_rope = options.fused_o_norm = options.fused_router = fused_small_steps;
     return make_cuda_runner(std::move(checkpoint), options);
   }
 };
@@ -265,6 +267,23 @@ TEST_P(CudaRunnerTest, ProgrammaticLaunchMatchesOrdinaryLaunch) {
       cuda::set_programmatic_launch(on == 1);
       logits[on] = prefill_and_decode_logits(*cuda_runner(checkpoint));
     }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    ASSERT_FALSE(logits[0].empty());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
+  }
+}
+
+// The fused kernels of steps of 1-4 tokens (QKV + RoPE + KV write, output projection + add + RMSNorm, router +
+// top-k + grouping) compute what the launches they replace compute: the same logits, bit for bit, over a prefill and
+// 24 graphed decode steps of 3 sequences, on the tiny model and on the two-layer full-width one. (f32 runs the
+// separate launches either way: the fused kernels are bf16 only.)
+TEST_P(CudaRunnerTest, FusedSmallStepKernelsMatchSeparateLaunches) {
+  for (const TinyModelOptions& options : {TinyModelOptions{}, testing::full_width_two_layers()}) {
+    SCOPED_TRACE("hidden " + std::to_string(options.hidden));
+    auto checkpoint = std::shared_ptr<const Checkpoint>(Checkpoint::open(testing::tiny_model(options)));
+    std::vector<float> logits[2];
+    for (int fused = 0; fused < 2; ++fused)
+      logits[fused] = prefill_and_decode_logits(*cuda_runner(checkpoint, true, fused == 1));
     ASSERT_EQ(logits[0].size(), logits[1].size());
     ASSERT_FALSE(logits[0].empty());
     EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
