@@ -198,8 +198,9 @@ __device__ void consume(const DeepseekExpertParams& p, const Shared& s, const Ti
     const float* scales = s.scales(stage);
     const float x_scale[2] = {scales[row], scales[row + 8]};
     const float w_scale[2] = {scales[kTileM], scales[kTileM + 1]};
-    __syncwarp();  // the warp's scale reads before lane 0 gives the stage back
-    if (lane == 0) mbarrier_arrive(&s.empty[stage]);
+    // Every consumer thread gives the stage back after its own scale reads (compute-sanitizer's racecheck flagged the
+    // earlier __syncwarp + lane-0 arrive against the producer's next cp.async into the stage; 256 arrivals a stage).
+    mbarrier_arrive(&s.empty[stage]);
 #pragma unroll
     for (int j = 0; j < kTileN / 8; ++j)
 #pragma unroll
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + kBarrierOffset);
   s.empty = s.full + kStages;
-  init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);  // ends in __syncthreads
+  init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, 32 * kConsumerWarps);  // ends in __syncthreads
   Tile tile = tile_of_cta;
   if (tile.expert < 0) return;  // the whole CTA
   tile.n0 = static_cast<int64_t>(blockIdx.x) * (kSwiglu ? kTileN / 2 : kTileN);

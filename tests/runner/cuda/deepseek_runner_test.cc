@@ -388,8 +388,10 @@ TEST_F(DeepseekCudaRunnerExperts, GroupedExpertsMatchCpuAtTileEdges) {
         y_got.insert(y_got.end(), y.begin() + row * H, y.begin() + (row + 1) * H);
       }
     const std::string name = testing::precision_name(type);
+    // bf16: the SwiGLU outputs are rounded to bf16, at most 2^-8 of each value (half an ulp of an 8-bit significand),
+    // so no row's relative error can pass 2^-8 from that; 2.5e-3 was exceeded on an H200 (2.84e-3, worst of 82 rows).
     testing::expect_error_within("experts gate/up + SwiGLU " + name, worst_row_error(act_got, act_want, I),
-                                 type == Precision::f32 ? 1e-5 : 2.5e-3);
+                                 type == Precision::f32 ? 1e-5 : 0x1p-8);
     testing::expect_error_within("experts down " + name, worst_row_error(y_got, y_want, H), 1e-5);
   }
 
