@@ -47,13 +47,13 @@ struct CudaRunnerOptions {
   // stays on v1 under either); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v1). For tests and benchmarks.
   std::string deepseek_experts;
   // The DeepSeek runner's CUDA graphs (its decode and chain verify steps, and its MTP head's chains): "on" or "off";
-  // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: off, deepseek_cuda_runner.h says why). cuda_graphs false turns
+  // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: on, since their tests passed on an H200). cuda_graphs false turns
   // them off either way.
   std::string deepseek_graphs;
   // The DeepSeek runner's prefill attention: "expanded" (the sequences of a step that bring many query tokens for
   // their context run mla_prefill.cu's expanded form, the others the absorbed form) or "absorbed" (every token
-  // absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: absorbed, until the runner's tests
-  // with the expanded form have run on a GPU). The f32 path and graph-shaped steps take the absorbed form either way
+  // absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: absorbed, until the expanded form
+  // is timed against it; its tests pass on an H200). The f32 path and graph-shaped steps take the absorbed form either way
   // (deepseek_cuda_runner.h says why).
   std::string deepseek_mla_prefill;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL

@@ -33,10 +33,11 @@ constexpr int kFp8RowMultiple = 4;
 // the tile list, whose size does not depend on the heads.
 constexpr int kEverySequenceInTiles = 1;
 
-// CUDA graphs stay off unless asked for (CudaRunnerOptions::deepseek_graphs, MOESERVE_DEEPSEEK_GRAPHS) until a GPU
-// has run their tests (deepseek_graph_test.cc, and deepseek_mtp_test.cc's graphed chains and speculation): written
-// and compiled only, as the routed experts' version 2 was before its first run.
-constexpr bool kDeepseekGraphsDefault = false;
+// CUDA graphs are on unless turned off (CudaRunnerOptions::deepseek_graphs, MOESERVE_DEEPSEEK_GRAPHS "off"): their
+// tests (deepseek_graph_test.cc's graphed steps bit-equal to direct ones, deepseek_mtp_test.cc's graphed chains and
+// greedy speculation) passed on an H200 on 2026-12-07, where graphed decode layers ran ~5% faster than launched ones
+// at batch 1 (deepseek_layer_bench; docs/PERF.md).
+constexpr bool kDeepseekGraphsDefault = true;
 // The smallest context bucket of a graph-shaped step: one split of launch_mla_decode's largest (kMlaMaxSplitKeys),
 // so short contexts share one graph a bucket. Buckets double from there: a graph serves contexts up to its bucket,
 // launching at most twice the splits the longest needs (the extra blocks return at once) and holding at most twice
@@ -76,8 +77,8 @@ bool graphs_on(const CudaRunnerOptions& options) {
 }
 
 // Whether prefill may take the expanded form: options.deepseek_mla_prefill, else MOESERVE_DEEPSEEK_MLA_PREFILL
-// ("expanded" or "absorbed"), else absorbed: the default stays the form a GPU has run until the runner's tests
-// with the expanded form (mla_prefill_test.cc holds the kernels themselves to the CPU reference) have run on one.
+// ("expanded" or "absorbed"), else absorbed: the runner's tests with the expanded form passed on an H200
+// (2026-12-07), but it has not yet been timed against the absorbed form, so the default stays the measured one.
 bool expanded_prefill_asked(const CudaRunnerOptions& options) {
   return switch_value(options.deepseek_mla_prefill, "deepseek_mla_prefill", "MOESERVE_DEEPSEEK_MLA_PREFILL",
                       "expanded", "absorbed") == "expanded";

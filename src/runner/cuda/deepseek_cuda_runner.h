@@ -19,7 +19,7 @@
 // activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
 // fp32 rounding.
 // Prefill, with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "expanded" (the default is
-// "absorbed" until the runner's tests with it have run on a GPU): on the bf16 path, a sequence whose step brings many
+// "absorbed" until the expanded form is timed against it; its tests pass on an H200): on the bf16 path, a sequence whose step brings many
 // query tokens for its context (mla_layout.h's mla_prefill_pays: a whole prompt, a long chunk after a short cached
 // prefix) runs its attention in the expanded
 // form (mla_prefill.h: kv_b expansion of its latent rows, FlashAttention-2 on tensor cores), launched after the
@@ -37,9 +37,9 @@
 // graph serves every step whose contexts fit the bucket). Both hold with or without graphs, so the two run the
 // same kernels on the same shapes; with graphs the first step of a (bucket, tokens a sequence, context bucket,
 // layers captured) is run directly and captured, the later ones replay it with their metadata uploaded into the
-// same device buffer. A reallocated buffer drops the graphs (buffers_generation). Off by default
-// (kDeepseekGraphsDefault) until a GPU has run their tests; CudaRunnerOptions::deepseek_graphs or
-// MOESERVE_DEEPSEEK_GRAPHS turns them on.
+// same device buffer. A reallocated buffer drops the graphs (buffers_generation). On by default
+// (kDeepseekGraphsDefault, since their tests passed on a GPU); CudaRunnerOptions::deepseek_graphs or
+// MOESERVE_DEEPSEEK_GRAPHS "off" turns them off.
 // Not yet: tree verification steps (refused), tensor / expert parallelism.
 //
 // DeepSeek's MTP head on the GPU (deepseek_mtp_cuda_drafter.h) runs its decoder layer through decoder_layer() below,
