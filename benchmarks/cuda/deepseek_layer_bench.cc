@@ -14,6 +14,10 @@
 // MLA (q_a, q_a_norm, q_b, kv_a, latent cache write, absorb, attention, un-absorb, o), the residual add and
 // post-attention RMSNorm, the FFN (router, noaux_tc, grouping, routed experts, shared expert, combine; or the
 // dense MLP). The lm_head is timed alone (the runner's projection) over the step's logits rows.
+// With MOESERVE_DEEPSEEK_MLA_PREFILL=expanded, a step's sequences take the expanded MLA prefill (kv_b expansion,
+// FlashAttention-2) by the runner's rule as forward() plans it (a whole prompt does while the expansion scratch holds
+// its rows; decode and verify steps stay absorbed): the header line, each prefill row and the JSON (mla_prefill,
+// expanded_sequences) say which ran.
 // Routed experts the step touched are counted from the router: its logits and noaux_tc's choice are recomputed on
 // the layer's own post-attention state (same inputs, same kernels) and the experts with a row are counted.
 //
@@ -67,6 +71,7 @@ struct Figure {
   std::string what;
   LayerStep step;
   int64_t head_rows = 0;
+  int expanded_sequences = 0;  // the step's sequences whose attention took the expanded form (MLA prefill)
   LayerTime moe, dense;
   double head_us = 0, touched = 0;
 };
@@ -214,6 +219,7 @@ class LayerTimer {
     f.what = what;
     f.step = s;
     f.head_rows = head_rows;
+    f.expanded_sequences = static_cast<int>(step.plan.expanded.size());
     f.moe = time_layer(stream, reps_, restore, layer(kMoeLayer));
     f.dense = time_layer(stream, reps_, restore, layer(kDenseLayer));
     restore();
@@ -378,8 +384,12 @@ int run(int argc, char** argv) {
                  "synthetic deepseek-r1 at {} layers: layer {} dense and layer {} MoE expected", kSyntheticLayers,
                  kDenseLayer, kMoeLayer);
   const int kv_bytes = static_cast<int>(cuda::kv_element_bytes(runner->kv_dtype()));
-  fmt::print("synthetic deepseek-r1, {} layers: {:.1f} GB of weights, made in {:.1f} s; latent cache {} B a value\n\n",
-             kSyntheticLayers, runner->weight_bytes() / 1e9, bench_cuda::seconds_since(made), kv_bytes);
+  // The form prefill steps' attention takes (MOESERVE_DEEPSEEK_MLA_PREFILL; plan_layer_step follows forward()'s rule).
+  const std::string mla_prefill = runner->expanded_prefill_possible(kBlockSize) ? "expanded" : "absorbed";
+  fmt::print(
+      "synthetic deepseek-r1, {} layers: {:.1f} GB of weights, made in {:.1f} s; latent cache {} B a value; MLA "
+      "prefill: {}\n\n",
+      kSyntheticLayers, runner->weight_bytes() / 1e9, bench_cuda::seconds_since(made), kv_bytes, mla_prefill);
 
   LayerTimer timer(*runner, reps);
   nlohmann::json rows = nlohmann::json::array();
@@ -405,6 +415,9 @@ int run(int argc, char** argv) {
         100 * dense["of_byte_floor"].get<double>(), f.head_us, f.head_rows);
     for (const LayerTime* t : {&f.moe, &f.dense})
       if (!t->capture_error.empty()) fmt::print("  {}: {}\n", what, t->timing());
+    if (prefill && mla_prefill == "expanded")
+      fmt::print("  {}: {} of {} sequences' attention in the expanded form\n", what, f.expanded_sequences,
+                 s.sequences);
     rows.push_back({{"what", what},
                     {"sequences", s.sequences},
                     {"tokens", s.tokens},
@@ -419,6 +432,7 @@ int run(int argc, char** argv) {
                     {"lm_head_rows", f.head_rows},
                     {"touched_experts", f.touched},
                     {"touched_experts_uniform", uniform},
+                    {"expanded_sequences", f.expanded_sequences},
                     {"moe_floor", moe},
                     {"dense_floor", dense}});
   }
@@ -431,6 +445,7 @@ int run(int argc, char** argv) {
                                {"fp8_tflop_per_s", fp8_flops / 1e12},
                                {"kv_cache_dtype", kv_cache_dtype},
                                {"kv_element_bytes", kv_bytes},
+                               {"mla_prefill", mla_prefill},
                                {"reps", reps},
                                {"environment", moeserve_environment()},
                                {"rows", rows}};

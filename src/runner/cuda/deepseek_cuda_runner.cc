@@ -180,10 +180,15 @@ void DeepseekCudaRunner::allocate_kv_cache(const KvCacheLayout& layout) {
   kv_ = DeviceBuffer(kv_block_bytes(layout.block_size) * (layout.num_blocks + 1));
   layout_ = layout;
   padding_block_ = static_cast<int32_t>(layout.num_blocks);
-  expanded_prefill_ = expanded_prefill_asked_ && precision_ == Precision::bf16 &&
-                      std::all_of(weights_.layers.begin(), weights_.layers.end(), [&](const DeepseekDeviceLayer& w) {
-                        return mla_prefill_shape_error(kv_b_view(w.kv_b, config_), cache_view()).empty();
-                      });
+  expanded_prefill_ = expanded_prefill_possible(layout.block_size);
+}
+
+bool DeepseekCudaRunner::expanded_prefill_possible(int block_size) const {
+  if (!expanded_prefill_asked_ || precision_ != Precision::bf16) return false;
+  const MlaCacheView pool{nullptr, {config_.kv_lora_rank, config_.qk_rope_head_dim, block_size, 1}, kv_dtype_};
+  return std::all_of(weights_.layers.begin(), weights_.layers.end(), [&](const DeepseekDeviceLayer& w) {
+    return mla_prefill_shape_error(kv_b_view(w.kv_b, config_), pool).empty();
+  });
 }
 
 void DeepseekCudaRunner::buffers_moved() {
@@ -431,8 +436,11 @@ DeepseekCudaRunner::Plan DeepseekCudaRunner::plan_layer_step(const ForwardBatch&
     MOESERVE_CHECK(step.tree_parent.empty() && step.num_logits == 0,
                    "a layer step takes causal runs without logits rows");
   meta.build(batch, engine_config_, groups_, cache, 0, 0, 0, kEverySequenceInTiles);
-  const Plan plan = plan_for(meta, std::max(context, longest_context(batch)));
+  Plan plan = plan_for(meta, std::max(context, longest_context(batch)));
   ensure_capacity(plan, 0);
+  // A step of its own may take the expanded form, as forward()'s steps that are not graph-shaped; a chain's steps
+  // (context > 0) share one plan and its graphs, so every token of theirs stays absorbed.
+  if (context == 0 && expanded_prefill_possible(cache.block_size)) plan_expanded_prefill(batch, plan);
   return plan;
 }
 
@@ -476,7 +484,6 @@ void DeepseekCudaRunner::upload_metadata() {
 }
 
 void DeepseekCudaRunner::plan_expanded_prefill(const ForwardBatch& batch, Plan& plan) {
-  if (!expanded_prefill_) return;
   const deepseek_v3::Config& c = config_;
   const MlaKvbView widths = kv_b_view(weights_.layers[0].kv_b, c);  // the scratch's size depends on widths alone
   std::vector<MlaPrefillSequence> expanded;
@@ -518,7 +525,7 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   Plan plan = plan_for(meta_, bucket > 0 ? graph_context(longest) : longest);
   ensure_capacity(plan, batch.capture_layers.size());
   upload_metadata();
-  if (bucket == 0) plan_expanded_prefill(batch, plan);
+  if (bucket == 0 && expanded_prefill_) plan_expanded_prefill(batch, plan);
   if (plan.tokens > 0 && graphs_on_ && bucket > 0)
     graphs_.run({bucket, q_len, plan.context, batch.capture_layers}, stream_,
                 [&] { enqueue(plan, batch.capture_layers); });

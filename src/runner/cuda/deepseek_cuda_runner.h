@@ -28,7 +28,9 @@
 // kAttentionScratchBytes. The two are the same function in exact arithmetic (cpu::MlaAttention's two forms). The
 // absorbed form keeps: the f32 path (its fp32 cache, which the bf16 tensor-core kernels do not read), graph-shaped
 // steps (a graph would hold one step's work lists and grid), sequences past the expansion scratch's bound
-// (kPrefillScratchBytes) and the steps of plan_layer_step (the MTP head's layer, deepseek_layer_bench).
+// (kPrefillScratchBytes) and the MTP head's chain steps (plan_layer_step with a context: they share one plan and
+// its graphs). plan_layer_step's steps of their own (the MTP head's extend over a prompt, deepseek_layer_bench's
+// prefill) follow the same rule as forward()'s.
 //
 // CUDA graphs, as the GPT-OSS runner's (graph_capture.h): decode steps and chain verify steps (every sequence the
 // same k + 1 <= 8 tokens and as many logits rows, no tree; MTP's verify steps capture the last layer) are padded to
@@ -96,7 +98,7 @@ class DeepseekCudaRunner : public ModelRunner {
     int attention_chunk = 1;                            // tokens a chunk of the absorbed attention
     int context = 0;  // the longest context the bf16 path's attention is sized for (0 on f32: nothing depends on it)
     // The expanded form's sequences in step order (their tokens q_start .. q_start + q_len - 1) and their work on
-    // the device; the absorbed form takes every other token. Only forward() plans them: none, every token absorbed.
+    // the device; the absorbed form takes every other token. None: every token absorbed.
     std::vector<MlaPrefillSequence> expanded;
     MlaPrefillWork expanded_work;
   };
@@ -106,7 +108,13 @@ class DeepseekCudaRunner : public ModelRunner {
   // A step of one extra layer over `batch` (causal runs without logits rows) whose block tables index a latent pool
   // laid out as `cache`: its metadata built into `meta`, the runner's buffers sized for it; returns its plan, its
   // attention sized for the batch's longest context or `context`, whichever is longer (a chain's steps share one).
+  // With `context` 0, a step of its own: its sequences take the expanded form as forward()'s do (the header
+  // comment), their work lists held by the runner until its next plan (forward() or this), so a graph that captures
+  // the step serves until then only. With a positive `context`, a chain's graph-shaped steps: all absorbed.
   Plan plan_layer_step(const ForwardBatch& batch, const KvCacheLayout& cache, int context, StepMetadata& meta);
+  // Whether prefill may take the expanded form over a latent pool of `block_size` tokens a block: asked for
+  // (deepseek_mla_prefill), the bf16 path, and every layer's kv_b and such a pool in shapes its kernels take.
+  bool expanded_prefill_possible(int block_size) const;
   // The context a graph-shaped step's attention is planned for (see the header comment): the longest context
   // rounded up to a power of two, at least kMinGraphContext, at most the model's.
   int graph_context(int context) const;
@@ -130,8 +138,8 @@ class DeepseekCudaRunner : public ModelRunner {
   void ensure_capacity(const Plan& plan, size_t capture_layers);
   // meta_ into meta_device_ (grown by doubling: each reallocation drops the graphs).
   void upload_metadata();
-  // The sequences of a step (not graph-shaped) whose attention takes the expanded form, into plan.expanded, their
-  // work lists uploaded and the expansion's scratch grown.
+  // The sequences of a step (not graph-shaped, the form possible) whose attention takes the expanded form, into
+  // plan.expanded, their work lists uploaded and the expansion's scratch grown: forward()'s and plan_layer_step's.
   void plan_expanded_prefill(const ForwardBatch& batch, Plan& plan);
   // A buffer was reallocated: the graphs are dropped and the generation moves on.
   void buffers_moved();
@@ -178,9 +186,10 @@ class DeepseekCudaRunner : public ModelRunner {
   MoeBuffers moe_;
   LogitsRows logits_rows_;
 
-  // The expanded-form prefill: asked for (deepseek_mla_prefill), and possible (the bf16 path and every layer's kv_b
-  // and the cache in shapes its kernels take; known once the cache is allocated). Its work lists and scratch are
-  // read by direct launches only, never by a graph: growing them drops none.
+  // The expanded-form prefill: asked for (deepseek_mla_prefill), and possible over the runner's cache
+  // (expanded_prefill_possible, known once the cache is allocated; plan_layer_step asks it of its pool). Its work
+  // lists and scratch are read by direct launches only, never by the runner's or the MTP head's graphs: growing them
+  // drops none (a caller's graph of a plan_layer_step step is its own, see there).
   bool expanded_prefill_asked_ = false, expanded_prefill_ = false;
   DeviceBuffer prefill_words_, prefill_scratch_;
 
