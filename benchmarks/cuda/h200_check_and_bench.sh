@@ -15,6 +15,8 @@
 #   deepseek  deepseek_layer_bench: one DeepSeek-R1 dense and one MoE layer at full width (decode batch 1..1,024 @ 2k,
 #             prefill 1 x 4k and 16 x 1k) beside their floors, for each routed-expert version in DEEPSEEK_EXPERTS
 #             (default "v1 v2"), then deepseek_projection's 8 x H200 projection from each (issue 17)
+#   deepseek-prefill  deepseek_layer_bench's prefill rows (1 x 4k, 16 x 1k) with the routed experts' version 2, once
+#             with each MLA prefill form in MLA_PREFILL_FORMS (default "absorbed expanded"), for the per-layer A/B
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
@@ -62,6 +64,13 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
           --json "$OUT/deepseek-layers-$version.json" > "$OUT/deepseek-layers-$version.log" 2>&1
         echo "deepseek_layer_bench experts $version: exit $?" >> "$OUT/deepseek.log"
       done ;;
+    deepseek-prefill)
+      for form in ${MLA_PREFILL_FORMS:-absorbed expanded}; do
+        MOESERVE_DEEPSEEK_EXPERTS=v2 MOESERVE_DEEPSEEK_MLA_PREFILL=$form timeout ${T_BENCH:-600} $BIN/deepseek_layer_bench \
+          --decode-batches 1 --verify-tokens 0 --prefill 1x4096,16x1024 --json "$OUT/deepseek-prefill-$form.json" \
+          > "$OUT/deepseek-prefill-$form.log" 2>&1
+        echo "deepseek_layer_bench prefill $form: exit $?" >> "$OUT/deepseek.log"
+      done ;;
     sanitize)
       for tool in ${SANITIZERS:-memcheck racecheck}; do
         timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
@@ -81,6 +90,6 @@ for f in attention moe; do [ -f "$OUT/$f.log" ] && echo "==== $f" && tail -${TAB
 [ -f "$OUT/breakdown.log" ] && grep -E "^\||^[a-z]|wall" "$OUT/breakdown.log"
 [ -f "$OUT/throughput.log" ] && sed -n '/==== Offline/,$p' "$OUT/throughput.log"
 [ -f "$OUT/server.log" ] && sed -n '/==== Server/,$p' "$OUT/server.log"
-[ -f "$OUT/deepseek.log" ] && cat "$OUT/deepseek.log" && tail -${TABLE_LINES:-40} "$OUT"/deepseek-layers-*.log
+[ -f "$OUT/deepseek.log" ] && cat "$OUT/deepseek.log" && tail -${TABLE_LINES:-40} "$OUT"/deepseek-layers-*.log "$OUT"/deepseek-prefill-*.log 2>/dev/null
 tar -czf "$FINAL_OUT/run.tar.gz" -C "$FINAL_OUT" run && rm -rf "$OUT"
 exit 0
