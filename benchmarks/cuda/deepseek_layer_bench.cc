@@ -14,10 +14,12 @@
 // MLA (q_a, q_a_norm, q_b, kv_a, latent cache write, absorb, attention, un-absorb, o), the residual add and
 // post-attention RMSNorm, the FFN (router, noaux_tc, grouping, routed experts, shared expert, combine; or the
 // dense MLP). The lm_head is timed alone (the runner's projection) over the step's logits rows.
-// With MOESERVE_DEEPSEEK_MLA_PREFILL=expanded, a step's sequences take the expanded MLA prefill (kv_b expansion,
-// FlashAttention-2) by the runner's rule as forward() plans it (a whole prompt does while the expansion scratch holds
+// The runner's defaults hold unless the environment names others: routed experts v2 (MOESERVE_DEEPSEEK_EXPERTS=v1 for
+// version 1) and the expanded MLA prefill (MOESERVE_DEEPSEEK_MLA_PREFILL=absorbed keeps every token absorbed). With
+// the expanded form a step's sequences take the expanded MLA prefill (kv_b expansion, FlashAttention-2) by the
+// runner's rule as forward() plans it (a whole prompt does while the expansion scratch holds
 // its rows; decode and verify steps stay absorbed): the header line, each prefill row and the JSON (mla_prefill,
-// expanded_sequences) say which ran.
+// expanded_sequences) say which ran, and which routed experts' kernel (routed_experts).
 // Routed experts the step touched are counted from the router: its logits and noaux_tc's choice are recomputed on
 // the layer's own post-attention state (same inputs, same kernels) and the experts with a row are counted.
 //
@@ -384,12 +386,16 @@ int run(int argc, char** argv) {
                  "synthetic deepseek-r1 at {} layers: layer {} dense and layer {} MoE expected", kSyntheticLayers,
                  kDenseLayer, kMoeLayer);
   const int kv_bytes = static_cast<int>(cuda::kv_element_bytes(runner->kv_dtype()));
-  // The form prefill steps' attention takes (MOESERVE_DEEPSEEK_MLA_PREFILL; plan_layer_step follows forward()'s rule).
+  // The form prefill steps' attention takes (MOESERVE_DEEPSEEK_MLA_PREFILL, else the runner's default, expanded;
+  // plan_layer_step follows forward()'s rule).
   const std::string mla_prefill = runner->expanded_prefill_possible(kBlockSize) ? "expanded" : "absorbed";
+  // The routed experts' kernel (MOESERVE_DEEPSEEK_EXPERTS, else the runner's default, v2).
+  const std::string experts = runner->experts_version() == cuda::DeepseekExpertsVersion::v2 ? "v2" : "v1";
   fmt::print(
       "synthetic deepseek-r1, {} layers: {:.1f} GB of weights, made in {:.1f} s; latent cache {} B a value; MLA "
-      "prefill: {}\n\n",
-      kSyntheticLayers, runner->weight_bytes() / 1e9, bench_cuda::seconds_since(made), kv_bytes, mla_prefill);
+      "prefill: {}; routed experts: {}\n\n",
+      kSyntheticLayers, runner->weight_bytes() / 1e9, bench_cuda::seconds_since(made), kv_bytes, mla_prefill,
+      experts);
 
   LayerTimer timer(*runner, reps);
   nlohmann::json rows = nlohmann::json::array();
@@ -446,6 +452,7 @@ int run(int argc, char** argv) {
                                {"kv_cache_dtype", kv_cache_dtype},
                                {"kv_element_bytes", kv_bytes},
                                {"mla_prefill", mla_prefill},
+                               {"routed_experts", experts},
                                {"reps", reps},
                                {"environment", moeserve_environment()},
                                {"rows", rows}};

@@ -14,9 +14,12 @@
 #   server    benchmarks/cuda/server_search.sh: the highest VALID Server target_qps at the MLPerf shape
 #   deepseek  deepseek_layer_bench: one DeepSeek-R1 dense and one MoE layer at full width (decode batch 1..1,024 @ 2k,
 #             prefill 1 x 4k and 16 x 1k) beside their floors, for each routed-expert version in DEEPSEEK_EXPERTS
-#             (default "v1 v2"), then deepseek_projection's 8 x H200 projection from each (issue 17)
-#   deepseek-prefill  deepseek_layer_bench's prefill rows (1 x 4k, 16 x 1k) with the routed experts' version 2, once
-#             with each MLA prefill form in MLA_PREFILL_FORMS (default "absorbed expanded"), for the per-layer A/B
+#             (default "v1 v2"), then deepseek_projection's 8 x H200 projection from each (issue 17); MLA prefill in
+#             the runner's default form, expanded (MOESERVE_DEEPSEEK_MLA_PREFILL=absorbed in the environment for the
+#             other)
+#   deepseek-prefill  deepseek_layer_bench's prefill rows (1 x 4k, 16 x 1k) with the routed experts' version 2 (the
+#             runner's default, named here all the same), once with each MLA prefill form in MLA_PREFILL_FORMS
+#             (default "absorbed expanded"; the runner's default is expanded), for the per-layer A/B
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary

@@ -42,9 +42,9 @@ struct CudaRunnerOptions {
   // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
   // built-in choice measured on an H200. For benchmarking kernels end to end.
   std::string moe_path_table;
-  // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v1" (CUDA cores, the
-  // default) or "v2" (the FP8 grouped GEMM on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest
-  // stays on v1 under either); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v1). For tests and benchmarks.
+  // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
+  // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
+  // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.
   std::string deepseek_experts;
   // The DeepSeek runner's CUDA graphs (its decode and chain verify steps, and its MTP head's chains): "on" or "off";
   // empty: MOESERVE_DEEPSEEK_GRAPHS decides (unset: on, since their tests passed on an H200). cuda_graphs false turns
@@ -52,8 +52,8 @@ struct CudaRunnerOptions {
   std::string deepseek_graphs;
   // The DeepSeek runner's prefill attention: "expanded" (the sequences of a step that bring many query tokens for
   // their context run mla_prefill.cu's expanded form, the others the absorbed form) or "absorbed" (every token
-  // absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: absorbed, until the expanded form
-  // is timed against it; its tests pass on an H200). The f32 path and graph-shaped steps take the absorbed form either way
+  // absorbed, as decode); empty: MOESERVE_DEEPSEEK_MLA_PREFILL decides (unset: expanded, 2.6-3.7x faster an MoE
+  // layer's prefill on an H100; docs/PERF.md). The f32 path and graph-shaped steps take the absorbed form either way
   // (deepseek_cuda_runner.h says why).
   std::string deepseek_mla_prefill;
   // vLLM's --tensor-parallel-size: the model split over GPUs 0 .. N-1 of this host, through NCCL

@@ -38,6 +38,11 @@ constexpr int kEverySequenceInTiles = 1;
 // greedy speculation) passed on an H200 on 2026-12-07, where graphed decode layers ran ~5% faster than launched ones
 // at batch 1 (deepseek_layer_bench; docs/PERF.md).
 constexpr bool kDeepseekGraphsDefault = true;
+// The expanded-form prefill is on unless turned off (CudaRunnerOptions::deepseek_mla_prefill,
+// MOESERVE_DEEPSEEK_MLA_PREFILL "absorbed"): the runner's tests with it passed on an H200 and an H100 (2026-12-07),
+// and on the H100 (binaries of 09cef2e, v2 experts, deepseek_layer_bench) it took an MoE layer's prefill of 1 x 4k
+// from 76.2 to 20.6 ms and of 16 x 1k from 150.3 to 57.4 ms, decode unchanged (docs/PERF.md).
+constexpr bool kExpandedPrefillDefault = true;
 // The smallest context bucket of a graph-shaped step: one split of launch_mla_decode's largest (kMlaMaxSplitKeys),
 // so short contexts share one graph a bucket. Buckets double from there: a graph serves contexts up to its bucket,
 // launching at most twice the splits the longest needs (the extra blocks return at once) and holding at most twice
@@ -77,14 +82,15 @@ bool graphs_on(const CudaRunnerOptions& options) {
 }
 
 // Whether prefill may take the expanded form: options.deepseek_mla_prefill, else MOESERVE_DEEPSEEK_MLA_PREFILL
-// ("expanded" or "absorbed"), else absorbed: the runner's tests with the expanded form passed on an H200
-// (2026-12-07), but it has not yet been timed against the absorbed form, so the default stays the measured one.
+// ("expanded" or "absorbed"), else kExpandedPrefillDefault.
 bool expanded_prefill_asked(const CudaRunnerOptions& options) {
-  return switch_value(options.deepseek_mla_prefill, "deepseek_mla_prefill", "MOESERVE_DEEPSEEK_MLA_PREFILL",
-                      "expanded", "absorbed") == "expanded";
+  const std::string value = switch_value(options.deepseek_mla_prefill, "deepseek_mla_prefill",
+                                         "MOESERVE_DEEPSEEK_MLA_PREFILL", "expanded", "absorbed");
+  return value.empty() ? kExpandedPrefillDefault : value == "expanded";
 }
 
-// The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h).
+// The routed experts' kernel: the option, else MOESERVE_DEEPSEEK_EXPERTS, else kDeepseekExpertsDefault, v2
+// (deepseek_kernels.h).
 DeepseekExpertsVersion experts_version_of(const CudaRunnerOptions& options) {
   return options.deepseek_experts.empty()
              ? deepseek_experts_version()

@@ -13,17 +13,18 @@
 //
 // Precision::bf16: bf16 activations into every product, the FP8 projections on cuBLASLt with DeepSeek's act_quant
 // (fp8_gemm.h; the token count padded to a multiple of 4, which cuBLASLt's scale layout needs), the routed
-// experts W8A16 on version 1 (deepseek_experts.cu) or, with deepseek_experts v2, W8A8 after act_quant on wgmma
-// (deepseek_experts_wgmma.cu), a bf16 or fp8 e4m3 latent cache (--kv-cache-dtype) through launch_mla_decode.
+// experts W8A8 after act_quant on wgmma (deepseek_experts v2, the default: deepseek_experts_wgmma.cu) or W8A16 on
+// version 1 (deepseek_experts v1: deepseek_experts.cu), a bf16 or fp8 e4m3 latent cache (--kv-cache-dtype) through
+// launch_mla_decode.
 // Precision::f32: fp32 activations and latent cache, every FP8 projection W8A32 on deepseek_experts.cu (no
 // activation quantisation, as the CPU reference), attention on mla_attention_f32.cu: the CPU runner's logits to
 // fp32 rounding.
-// Prefill, with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "expanded" (the default is
-// "absorbed" until the expanded form is timed against it; its tests pass on an H200): on the bf16 path, a sequence whose step brings many
-// query tokens for its context (mla_layout.h's mla_prefill_pays: a whole prompt, a long chunk after a short cached
-// prefix) runs its attention in the expanded
-// form (mla_prefill.h: kv_b expansion of its latent rows, FlashAttention-2 on tensor cores), launched after the
-// cache write (it reads the step's own latents from the cache) and writing its rows of the heads' output; the
+// Prefill, with CudaRunnerOptions::deepseek_mla_prefill or MOESERVE_DEEPSEEK_MLA_PREFILL "expanded" (the default,
+// kExpandedPrefillDefault; "absorbed" keeps every token absorbed): on the bf16 path, a sequence whose step brings
+// many query tokens for its context (mla_layout.h's mla_prefill_pays: a whole prompt, a long chunk after a short
+// cached prefix) runs its attention in the expanded form (mla_prefill.h: kv_b expansion of its latent rows,
+// FlashAttention-2 on tensor cores), launched after the cache write (it reads the step's own latents from the cache)
+// and writing its rows of the heads' output; the
 // absorbed form takes the step's other tokens, in chunks whose absorbed queries and decode partials fit
 // kAttentionScratchBytes. The two are the same function in exact arithmetic (cpu::MlaAttention's two forms). The
 // absorbed form keeps: the f32 path (its fp32 cache, which the bf16 tensor-core kernels do not read), graph-shaped
@@ -86,6 +87,7 @@ class DeepseekCudaRunner : public ModelRunner {
   size_t weight_bytes() const { return weights_.bytes; }
   Precision precision() const { return precision_; }
   KvDtype kv_dtype() const { return kv_dtype_; }
+  DeepseekExpertsVersion experts_version() const { return experts_version_; }  // the routed experts' kernel
   bool cuda_graphs() const { return graphs_on_; }
   size_t captured_graphs() const { return graphs_.size(); }  // for tests: graphs held now
 

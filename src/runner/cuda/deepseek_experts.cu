@@ -15,8 +15,8 @@
 // thread per 16 values, and the FMAs run on CUDA cores. A bandwidth-bound decode path is still to build.
 // Version 2 (deepseek_experts_wgmma.cu): the tensor-core grouped GEMM of issue 17 (wgmma e4m3 with fp32 promotion
 // per K block) for the FP8 path's routed experts, chosen in the DeepSeek CUDA runner by
-// CudaRunnerOptions::deepseek_experts or MOESERVE_DEEPSEEK_EXPERTS=v2 (deepseek_kernels.h); not yet run on a GPU, so
-// version 1 stays the default.
+// CudaRunnerOptions::deepseek_experts or MOESERVE_DEEPSEEK_EXPERTS (deepseek_kernels.h), and the default; "v1" keeps
+// every projection here.
 // CPU reference: cpu::linear over the expert's deepseek_v3::Linear, then cpu::silu_mul.
 #include <algorithm>
 #include <cstdlib>
