@@ -291,9 +291,15 @@ int run(int argc, char** argv) {
   app.add_option("--mixed-bounds", mixed_texts,
                  "decode-mma-mixed's N8:N16 bounds to run it with (each its own row, named decode-mma-mixed-N8-N16; "
                  "default: the built-in bounds)")->delimiter(',');
+  std::vector<int> split_maxes;
+  app.add_option("--split-max", split_maxes,
+                 "prefill-wgmma-split's bound (an expert's last rows, at most this many, go to 32-row tiles; 0-127) to "
+                 "run it with (each its own row, named prefill-wgmma-split-N; default: the built-in bound)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, cuda::kMoePrefillTileRows - 1));
   app.add_option("--json", json_path, "write the results as JSON to this file");
   std::string activation_dtype = "bf16";
-  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths and prefill_wgmma)")
+  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths, prefill_wgmma and prefill_wgmma_split)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -308,7 +314,15 @@ int run(int argc, char** argv) {
   for (const std::string& name : path_names) {
     const MoePath path = cuda::parse_moe_path(name);
     MOESERVE_CHECK(!fp8 || cuda::moe_path_takes_fp8(path), "--activation-dtype fp8: {} takes bf16 only (the "
-                   "decode-mma paths and prefill-wgmma take fp8)", name);
+                   "decode-mma paths, prefill-wgmma and prefill-wgmma-split take fp8)", name);
+    if (path == MoePath::prefill_wgmma_split && !split_maxes.empty()) {
+      for (int split_max : split_maxes) {
+        cuda::MoeMixedBounds b;
+        b.split_max = split_max;
+        paths.push_back({path, b, fmt::format("{}-{}", name, split_max)});
+      }
+      continue;
+    }
     if (path != MoePath::decode_mma_mixed || mixed_texts.empty()) {
       paths.push_back({path, {}, name});
       continue;

@@ -12,8 +12,10 @@
 // and less than 0.25 ms at batches 8-32 (docs/PERF.md), so the classes are the graphed step's kernels to that.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -34,10 +36,12 @@ using cuda::kKernelClasses;
 // The routing of the step's last layer: experts touched, and the hottest expert's rows against the mean.
 struct Routing {
   double touched = 0, hottest_over_mean = 0;
+  std::vector<int32_t> rows;  // each expert's rows in the last layer
 };
 Routing routing_of(cuda::CudaRunner& runner) {
   const std::vector<int32_t> rows = runner.last_layer_expert_rows();
   Routing r;
+  r.rows = rows;
   const double total = std::accumulate(rows.begin(), rows.end(), 0.0);
   r.touched = static_cast<double>(std::count_if(rows.begin(), rows.end(), [](int32_t n) { return n > 0; }));
   if (total > 0) r.hottest_over_mean = *std::max_element(rows.begin(), rows.end()) / (total / rows.size());
@@ -202,10 +206,27 @@ nlohmann::json report(const Breakdown& r, const Ceilings& ceilings) {
   const double host_gap = (r.times.host_ms - gpu) / steps;
   fmt::print("| all kernels | {:.3f} | {:.3f} | {:.0f}% | |\n", gpu / steps, floor_total, 100 * floor_total * steps / gpu);
   fmt::print("| forward() not on kernels (host work, waits) | {:.3f} | | | |\n", host_gap);
+  // The last layer's rows per expert, and what they make of the grouped GEMM's 128-row tiles: an expert's last
+  // tile costs it a whole tile whatever its rows (docs/PERF.md, prefill_wgmma_split).
+  if (!r.routing.rows.empty()) {
+    std::vector<int32_t> sorted = r.routing.rows;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    int64_t total = 0, tiles = 0, last_small[2] = {0, 0};
+    for (int32_t n : sorted) {
+      total += n;
+      tiles += (n + 127) / 128;
+      if (n % 128 != 0 && n % 128 <= 32) ++last_small[0];
+      if (n % 128 > 32 && n % 128 <= 64) ++last_small[1];
+    }
+    fmt::print("expert rows, last layer (most first): {}\n", fmt::join(sorted, " "));
+    fmt::print("128-row tiles: {} for {} rows ({:.1f} full tiles' worth); last tiles of 1-32 rows: {}, of 33-64: {}\n",
+               tiles, total, total / 128.0, last_small[0], last_small[1]);
+  }
   nlohmann::json j = {{"what", r.what},           {"steps", r.times.steps},   {"classes", classes},
                       {"gpu_ms_per_step", gpu / steps}, {"floor_ms_per_step", floor_total},
                       {"forward_host_gap_ms_per_step", host_gap},
-                      {"hottest_expert_over_mean", r.routing.hottest_over_mean}};
+                      {"hottest_expert_over_mean", r.routing.hottest_over_mean},
+                      {"expert_rows_last_layer", r.routing.rows}};
   if (r.wall_ms > 0) {
     const double outside = (r.wall_ms - r.times.host_ms) / steps;
     fmt::print("| engine between steps (scheduling, streaming) | {:.3f} | | | |\n", outside);
@@ -260,6 +281,8 @@ int run(int argc, char** argv) {
   app.add_option("--json", json_path, "write the breakdowns here");
   std::string activation_dtype = "auto";
   app.add_option("--activation-dtype", activation_dtype, "auto, bf16 or fp8 (moeserve's flag)")->capture_default_str();
+  std::string moe_path_table;
+  app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
   CLI11_PARSE(app, argc, argv);
 
   const Ceilings ceilings = measure_ceilings();
@@ -268,11 +291,13 @@ int run(int argc, char** argv) {
   CudaRunnerOptions options;
   options.synthetic_router = router;
   options.activation_dtype = activation_dtype;
+  options.moe_path_table = moe_path_table;
   std::unique_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, options);
   auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
   nlohmann::json json = {{"model", shape},
                          {"synthetic_router", router},
                          {"activation_dtype", activation_dtype},
+                         {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"breakdowns", nlohmann::json::array()}};

@@ -61,7 +61,8 @@ void add_runner_options(CLI::App* command, RunnerArgs& args) {
       ->capture_default_str();
   command->add_option("--moe-path-table", args.moe_path_table,
                       "CUDA MoE kernels by mean rows per expert, PATH:MAX,...,PATH (e.g. decode-x1:3.9,decode-mma-n16:12,"
-                      "prefill-wgmma); default: the choice measured on an H200. For benchmarking kernels end to end");
+                      "prefill-wgmma-split); default: the choice measured on an H200 and an H100. For benchmarking kernels end to "
+                      "end");
   command
       ->add_option("--tensor-parallel-size,--tp-size", args.tensor_parallel_size,
                    "ranks to split the model over: attention heads, expert intermediate columns and the vocabulary "

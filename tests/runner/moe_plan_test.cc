@@ -37,12 +37,12 @@ TEST(MoePlan, PathFollowsRowsPerExpert) {
   EXPECT_EQ(choose_moe_path(true, 1254, 4, 128), MoePath::decode_mma_mixed);  // 39.19
   EXPECT_EQ(choose_moe_path(true, 1255, 4, 128), MoePath::decode_mma_n64);  // 39.22
   EXPECT_EQ(choose_moe_path(true, 2896, 4, 128), MoePath::decode_mma_n64);  // 90.5
-  EXPECT_EQ(choose_moe_path(true, 2897, 4, 128), MoePath::prefill_wgmma);
-  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(true, 2897, 4, 128), MoePath::prefill_wgmma_split);
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma_split);
   // gpt-oss-20b: top-4 of 32.
   EXPECT_EQ(choose_moe_path(true, 1, 4, 32), MoePath::decode_x1);      // 4 grouped rows
   EXPECT_EQ(choose_moe_path(true, 2, 4, 32), MoePath::decode_mma_n8);  // 8
-  EXPECT_EQ(choose_moe_path(true, 1024, 4, 32), MoePath::prefill_wgmma);
+  EXPECT_EQ(choose_moe_path(true, 1024, 4, 32), MoePath::prefill_wgmma_split);
   expect_error([] { choose_moe_path(true, -1, 4, 128); }, "-1 tokens");
 }
 
@@ -143,6 +143,55 @@ TEST(MoePlan, MixedTilesTakeTheWidthOfEachExpertsOwnCount) {
               << b.n8_max << ":" << b.n16_max << " rows " << rows << " experts " << experts << " class " << c;
       }
   expect_error([] { moe_mixed_class_max_tiles(8, 3, MoeMixedBounds{}, 4); }, "class 3");
+}
+
+// The split grouping (prefill_wgmma_split): an expert's whole 128-row tiles stay on the grouped GEMM, and its last
+// rows go to 32-row tiles when there are at most split_max of them; each class's launch bound holds for every way
+// the rows can fall among the experts (brute force over small cases at tile sizes scaled down by the same rule).
+TEST(MoePlan, SplitTilesSendFewLastRowsToNarrowTiles) {
+  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_split), kMoeSplitTileRows);
+  EXPECT_TRUE(moe_path_takes_fp8(MoePath::prefill_wgmma_split));
+  EXPECT_EQ(MoeMixedBounds{}.split_max, kMoeSplitMaxDefault);
+  struct Case {
+    int rows, split_max, small, wide, narrow;
+  };
+  for (const Case& c : {Case{0, 64, 0, 0, 0}, Case{1, 64, 1, 0, 1}, Case{64, 64, 64, 0, 2}, Case{65, 64, 0, 1, 0},
+                        Case{128, 64, 0, 1, 0}, Case{129, 64, 1, 1, 1}, Case{192, 64, 64, 1, 2},
+                        Case{193, 64, 0, 2, 0}, Case{300, 64, 44, 2, 2}, Case{300, 0, 0, 3, 0},
+                        Case{127, 127, 127, 0, 4}, Case{255, 127, 127, 1, 4}, Case{33, 32, 0, 1, 0}}) {
+    EXPECT_EQ(moe_split_small_rows(c.rows, c.split_max), c.small) << c.rows << " rows, bound " << c.split_max;
+    EXPECT_EQ(moe_split_tiles(c.rows, c.split_max, 0), c.wide) << c.rows << " rows, bound " << c.split_max;
+    EXPECT_EQ(moe_split_tiles(c.rows, c.split_max, 1), c.narrow) << c.rows << " rows, bound " << c.split_max;
+  }
+  // Every split of `rows` rows over `experts` experts stays within each class's bound.
+  for (int split_max : {0, 1, 32, 64, 127})
+    for (int rows : {0, 1, 5, 64, 65, 130, 200, 257, 400})
+      for (int experts = 1; experts <= 3; ++experts) {
+        int most[2] = {0, 0}, most_total = 0;
+        std::function<void(int, int, int, int)> walk = [&](int i, int left, int wide, int narrow) {
+          if (i == experts - 1) {
+            wide += moe_split_tiles(left, split_max, 0);
+            narrow += moe_split_tiles(left, split_max, 1);
+            most[0] = std::max(most[0], wide);
+            most[1] = std::max(most[1], narrow);
+            most_total = std::max(most_total, wide + narrow);
+            return;
+          }
+          for (int r = 0; r <= left; ++r)
+            walk(i + 1, left - r, wide + moe_split_tiles(r, split_max, 0), narrow + moe_split_tiles(r, split_max, 1));
+        };
+        walk(0, rows, 0, 0);
+        for (int cls = 0; cls < 2; ++cls)
+          ASSERT_GE(moe_split_class_max_tiles(rows, cls, split_max, experts), most[cls])
+              << "bound " << split_max << " rows " << rows << " experts " << experts << " class " << cls;
+        // Never more than the 8-row tiling's bound, which sizes the grouping's tile list (moe_buffers.h).
+        EXPECT_LE(most_total, moe_max_tiles(rows, 8, experts));
+      }
+  // gpt-oss-120b prefill of 8k tokens (32,768 rows over 128 experts), bound 64: two 32-row tiles an expert at most.
+  EXPECT_EQ(moe_split_class_max_tiles(32768, 1, 64, 128), 256);
+  EXPECT_EQ(moe_split_class_max_tiles(32768, 0, 64, 128), moe_max_tiles(32768, 128, 128));
+  expect_error([] { moe_split_class_max_tiles(100, 2, 64, 8); }, "class 2");
+  expect_error([] { moe_split_class_max_tiles(100, 0, 128, 8); }, "bound 128");
 }
 
 TEST(MoePlan, AGivenTableReplacesTheBuiltInChoice) {

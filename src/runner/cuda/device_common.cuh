@@ -218,13 +218,19 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i ==
 struct MoeTile {
   int expert = 0, row0 = 0, row_end = 0;
 };
+// The tiles a launch reads: all of them (tile_class -1), or one class of a mixed or split grouping, whose classes
+// follow each other in the list. Their count, and the index of the first.
+__device__ __forceinline__ int moe_class_tile_count(const MoeRouting& r) {
+  return r.tile_class < 0 ? r.num_tiles[0] : r.num_tiles[1 + r.tile_class];
+}
+__device__ __forceinline__ int moe_class_tile_base(const MoeRouting& r) {
+  int base = 0;
+  for (int c = 0; c < r.tile_class; ++c) base += r.num_tiles[1 + c];
+  return base;
+}
 __device__ __forceinline__ bool moe_tile(const MoeRouting& r, int tile, MoeTile& t) {
-  if (r.tile_class < 0) {
-    if (tile >= r.num_tiles[0]) return false;
-  } else {  // tile of one class of a mixed grouping: its classes follow each other in the list
-    if (tile >= r.num_tiles[1 + r.tile_class]) return false;
-    for (int c = 0; c < r.tile_class; ++c) tile += r.num_tiles[1 + c];
-  }
+  if (tile >= moe_class_tile_count(r)) return false;
+  tile += moe_class_tile_base(r);
   t.expert = r.tile_expert[tile];
   t.row0 = r.tile_row0[tile];
   t.row_end = r.expert_offsets[t.expert + 1];

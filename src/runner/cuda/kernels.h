@@ -374,6 +374,9 @@ void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, i
 // class of the mixed grouping, each of its width), each expert's weights read once,
 // activations shared through shared memory (mma.sync).
 void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
+// The same over at most max_tiles tiles of tile_rows (8, 16, 32 or 64) rows: the grid's bound, for a launch over one
+// class of a split grouping (params.routing.tile_class).
+void launch_moe_decode_mma_tiles(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles);
 // Large batches (prefill): grouped GEMM over tiles of kMoePrefillTileRows rows, mma.sync.
 void launch_moe_prefill(cudaStream_t stream, const MoeGemmParams& params);
 // The same on wgmma with a warp-specialised producer / consumer pipeline (sm_90a).

@@ -339,18 +339,34 @@ void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
 
 }  // namespace
 
-void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
+namespace {
+
+// max_tiles: the grid's tile bound, or -1 for the grouping's bound for tiles of tile_rows.
+void launch_bounded(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles) {
   check_moe_gemm_shape("moe_decode_mma", params.rows, params.w.out_features, params.w.in_features,
                        params.routing.num_experts);
   if (params.rows == 0) return;
   switch (tile_rows) {
     case kMoeMixedTileRows: return launch_mixed(stream, params);
-    case 8: return launch_tiles<1>(stream, params);
-    case 16: return launch_tiles<2>(stream, params);
-    case 32: return launch_tiles<4>(stream, params);
-    case 64: return launch_tiles<8>(stream, params);
+    case 8: return launch_tiles<1>(stream, params, max_tiles);
+    case 16: return launch_tiles<2>(stream, params, max_tiles);
+    case 32: return launch_tiles<4>(stream, params, max_tiles);
+    case 64: return launch_tiles<8>(stream, params, max_tiles);
     default: fail_cuda("moe_decode_mma", "tile_rows must be 8, 16, 32, 64 or mixed", __FILE__, __LINE__);
   }
+}
+
+}  // namespace
+
+void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
+  launch_bounded(stream, params, tile_rows, -1);
+}
+
+void launch_moe_decode_mma_tiles(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles) {
+  if (max_tiles < 0 || tile_rows == kMoeMixedTileRows)
+    fail_cuda("moe_decode_mma", "a tile bound needs one width (8, 16, 32 or 64) and max_tiles >= 0", __FILE__,
+              __LINE__);
+  launch_bounded(stream, params, tile_rows, max_tiles);
 }
 
 }  // namespace moeserve::cuda

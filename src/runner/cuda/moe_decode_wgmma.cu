@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_decode_wgmma_kernel(const __g
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + L::kStages;
   init_stage_barriers(s.full, s.empty, L::kStages, kProducerThreads, 32 * kConsumerWarps);  // consumer threads
-  const int items = *p.routing.num_tiles * n_blocks;
+  const int items = moe_class_tile_count(p.routing) * n_blocks;
   const int ksteps = static_cast<int>((p.w.in_features + kTileK - 1) / kTileK);
   if (threadIdx.x < kProducerThreads) {
     warpgroup_registers_release<kProducerRegisters>();

@@ -18,16 +18,37 @@ namespace {
 
 constexpr int kExpertsPerLane = kMaxExperts / 32;
 
-// Tiles of one width class: fixed tiling has one class of rows_per_tile rows; mixed tiling (rows_per_tile
+// Tiles of width classes: fixed tiling has one class of rows_per_tile rows; mixed tiling (rows_per_tile
 // kMoeMixedTileRows) three, 32-, 16- and 8-row tiles in that order of the list, each expert in the class its own
-// count picks (moe_mixed_tile_rows).
+// count picks (moe_mixed_tile_rows); split tiling (kMoeSplitTileRows) two, an expert's whole 128-row tiles and its
+// few last rows' 32-row tiles (moe_split_small_rows). Each class covers one span of an expert's rows.
 constexpr int kMixedClasses = 3;
 struct Tiling {
-  bool mixed = false;
+  bool mixed = false, split = false;
   int rows_per_tile = 8;
   MoeMixedBounds bounds;
-  __device__ int width(int cls) const { return mixed ? moe_mixed_class_rows(cls) : rows_per_tile; }
-  __device__ int class_of(int rows) const { return mixed ? moe_mixed_tile_class(rows, bounds) : 0; }
+  __device__ bool classed() const { return mixed || split; }
+  __device__ int width(int cls) const {
+    return mixed ? moe_mixed_class_rows(cls) : split ? (cls == 0 ? kMoePrefillTileRows : kMoeSplitSmallTileRows)
+                                                     : rows_per_tile;
+  }
+  // The expert's rows [first, end) in class cls's tiles, for an expert of `rows` rows.
+  __device__ void span(int rows, int cls, int& first, int& end) const {
+    if (split) {
+      const int small = moe_split_small_rows(rows, bounds.split_max);
+      first = cls == 0 ? 0 : rows - small;
+      end = cls == 0 ? rows - small : cls == 1 ? rows : first;
+      return;
+    }
+    const bool in = cls == (mixed ? moe_mixed_tile_class(rows, bounds) : 0);
+    first = 0;
+    end = in ? rows : 0;
+  }
+  __device__ int tiles(int rows, int cls) const {
+    int first = 0, end = 0;
+    span(rows, cls, first, end);
+    return (end - first + width(cls) - 1) / width(cls);
+  }
 };
 
 // One warp: lane l takes experts [l * per_lane, (l + 1) * per_lane), sums their rows and tiles per class, and warp
@@ -46,10 +67,8 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r, int32_t* 
     counts[i] = i < per_lane && first + i < E ? counts_of[first + i] : 0;
     if (i < per_lane && first + i < E) counts_of[first + i] = 0;
     rows += counts[i];
-    const int cls = tiling.class_of(counts[i]);
 #pragma unroll
-    for (int c = 0; c < kMixedClasses; ++c)
-      if (c == cls) tiles[c] += (counts[i] + tiling.width(c) - 1) / tiling.width(c);
+    for (int c = 0; c < kMixedClasses; ++c) tiles[c] += tiling.tiles(counts[i], c);
   }
   int row_offset = rows, tile_offset[kMixedClasses];  // inclusive scans, then made exclusive
 #pragma unroll
@@ -80,7 +99,7 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r, int32_t* 
   if (lane == 31) {
     r.expert_offsets[E] = row_offset;
     r.num_tiles[0] = class_base;
-    if (tiling.mixed)
+    if (tiling.classed())
 #pragma unroll
       for (int c = 0; c < kMixedClasses; ++c) r.num_tiles[1 + c] = class_total[c];
   }
@@ -91,19 +110,16 @@ __device__ void scan_experts(const Tiling tiling, const MoeRouting& r, int32_t* 
     const int e = first + i;
     r.expert_offsets[e] = row_offset;
     r.expert_fill[e] = 0;
-    const int cls = tiling.class_of(counts[i]), width = tiling.width(cls);
-    int tile = 0;
 #pragma unroll
-    for (int c = 0; c < kMixedClasses; ++c)
-      if (c == cls) tile = tile_offset[c];
-    const int first_tile = tile;
-    for (int row = 0; row < counts[i]; row += width, ++tile) {
-      r.tile_expert[tile] = e;
-      r.tile_row0[tile] = row_offset + row;
+    for (int c = 0; c < kMixedClasses; ++c) {
+      int first = 0, end = 0;
+      tiling.span(counts[i], c, first, end);
+      const int width = tiling.width(c);
+      for (int row = first; row < end; row += width, ++tile_offset[c]) {
+        r.tile_expert[tile_offset[c]] = e;
+        r.tile_row0[tile_offset[c]] = row_offset + row;
+      }
     }
-#pragma unroll
-    for (int c = 0; c < kMixedClasses; ++c)
-      if (c == cls) tile_offset[c] += tile - first_tile;
     row_offset += counts[i];
   }
 }
@@ -242,9 +258,13 @@ Tiling grouping_tiling(int rows_per_tile, const MoeRouting& routing) {
     fail_cuda("group_by_expert", "a rank's experts outside the router's", __FILE__, __LINE__);
   Tiling tiling;
   tiling.mixed = rows_per_tile == kMoeMixedTileRows;
-  tiling.rows_per_tile = tiling.mixed ? 8 : rows_per_tile;
+  tiling.split = rows_per_tile == kMoeSplitTileRows;
+  tiling.rows_per_tile = tiling.mixed || tiling.split ? 8 : rows_per_tile;
   tiling.bounds = routing.mixed;
-  if (!tiling.mixed && rows_per_tile < 1) fail_cuda("group_by_expert", "rows_per_tile below 1", __FILE__, __LINE__);
+  if (!tiling.mixed && !tiling.split && rows_per_tile < 1)
+    fail_cuda("group_by_expert", "rows_per_tile below 1", __FILE__, __LINE__);
+  if (tiling.split && (tiling.bounds.split_max < 0 || tiling.bounds.split_max >= kMoePrefillTileRows))
+    fail_cuda("group_by_expert", "split tiles need 0 <= split_max < 128", __FILE__, __LINE__);
   if (tiling.mixed && (tiling.bounds.n8_max < 1 || tiling.bounds.n16_max < tiling.bounds.n8_max))
     fail_cuda("group_by_expert", "mixed tiles need bounds 1 <= n8_max <= n16_max", __FILE__, __LINE__);
   return tiling;

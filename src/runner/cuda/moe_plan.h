@@ -29,8 +29,14 @@ namespace moeserve::cuda {
 //   the producers dequantise serves 256 rows of MACs instead of 128. 2-6% faster than prefill_wgmma at 256-1,024
 //   evenly spread rows per expert, slower under skewed routing and end to end (docs/PERF.md): kept for moe_bench.
 // prefill_wgmma_deep: prefill_wgmma with its producers' raw weight copies four own steps ahead instead of two (bf16
-//   only). Built 2026-12-07 against the producers' L1TEX stalls; not yet measured, so the built-in choice keeps
-//   prefill_wgmma.
+//   only). Built 2026-12-07 against the producers' L1TEX stalls; 1-2% slower on an H200 (docs/PERF.md), so the
+//   built-in choice keeps prefill_wgmma.
+// prefill_wgmma_split: prefill_wgmma over each expert's whole 128-row tiles, and decode_mma's 32-row tiles over the
+//   rest of an expert's rows when they are few (at most MoeMixedBounds::split_max: the split grouping,
+//   kMoeSplitTileRows). A 128-row tile costs the grouped GEMM the same whatever its rows (its producers dequantise
+//   the whole weight tile), so an expert's last tile of a few rows, and a cold expert's only one, cost it as much as
+//   a full tile; decode_mma's 32-row tiles cost about a third of that. Skewed routing makes many such tiles. The
+//   built-in choice for prefill-sized steps since 2026-12-07 (docs/PERF.md).
 enum class MoePath {
   reference,
   decode_x1,
@@ -47,20 +53,23 @@ enum class MoePath {
   prefill_mma,
   prefill_wgmma,
   prefill_wgmma_m256,
-  prefill_wgmma_deep
+  prefill_wgmma_deep,
+  prefill_wgmma_split
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
-    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep};
+    MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep,
+    MoePath::prefill_wgmma_split};
 const char* moe_path_name(MoePath path);
 // The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
 // block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into
 // the weights' e4m3 exponents, moe_layout.h); the others stay bf16.
 constexpr bool moe_path_takes_fp8(MoePath path) {
   return path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
-         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma;
+         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma ||
+         path == MoePath::prefill_wgmma_split;
 }
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -84,10 +93,12 @@ inline constexpr int kMoeMixedTileRows = 0;
 int moe_rows_per_tile(MoePath path);
 
 // decode_mma_mixed's widths by an expert's rows r: 8-row tiles for r <= n8_max, 16-row tiles for r <= n16_max,
-// 32-row tiles beyond (ceil(r / width) tiles each).
+// 32-row tiles beyond (ceil(r / width) tiles each). split_max: the split grouping's bound (prefill_wgmma_split, below).
+inline constexpr int kMoeSplitMaxDefault = 64;
 struct MoeMixedBounds {
   int n8_max = 8;
   int n16_max = 16;
+  int split_max = kMoeSplitMaxDefault;
 };
 // The class decode_mma_mixed's grouping puts an expert of `rows` rows in (0, 1, 2: the 32-, 16- and 8-row tiles,
 // listed in that order), and that class's tile rows: the device scan's rule, shared with the launches and tests.
@@ -98,6 +109,26 @@ MOESERVE_HD constexpr int moe_mixed_class_rows(int cls) { return 32 >> cls; }
 MOESERVE_HD constexpr int moe_mixed_tile_rows(int rows, const MoeMixedBounds& b) {
   return moe_mixed_class_rows(moe_mixed_tile_class(rows, b));
 }
+// The split grouping (rows_per_tile kMoeSplitTileRows, prefill_wgmma_split): an expert of `rows` rows has
+// rows / 128 whole tiles of 128 rows (class 0), and its remaining rows % 128 go to 32-row tiles (class 1) when there
+// are at most split_max (0 <= split_max <= 127) of them, else to one more 128-row tile (class 0). The list holds the
+// 128-row tiles first, each class's count in num_tiles[1 + class]. Rows of the expert in 32-row tiles:
+inline constexpr int kMoeSplitTileRows = -1;
+inline constexpr int kMoeSplitSmallTileRows = 32;
+MOESERVE_HD constexpr int moe_split_small_rows(int rows, int split_max) {
+  const int rest = rows % kMoePrefillTileRows;
+  return rest <= split_max ? rest : 0;
+}
+// The split grouping's tiles of class `cls` (0: 128 rows, 1: 32 rows) for an expert of `rows` rows.
+MOESERVE_HD constexpr int moe_split_tiles(int rows, int split_max, int cls) {
+  const int small = moe_split_small_rows(rows, split_max);
+  return cls == 0 ? (rows - small + kMoePrefillTileRows - 1) / kMoePrefillTileRows
+                  : (small + kMoeSplitSmallTileRows - 1) / kMoeSplitSmallTileRows;
+}
+// At most this many tiles of split class `cls` for `rows` grouped rows over `num_experts` experts. Throws on a bad
+// class or bound.
+int moe_split_class_max_tiles(int64_t rows, int cls, int split_max, int num_experts);
+
 // At most this many tiles of mixed class `cls` (0, 1, 2: the 32-, 16- and 8-row tiles) for `rows` grouped rows over
 // `num_experts` experts: an expert in class 2 has at most n8_max rows, one in class 1 more than n8_max and at most
 // n16_max, one in class 0 more than n16_max. Throws on a bad class or bounds.
@@ -107,7 +138,8 @@ MoeMixedBounds parse_moe_mixed_bounds(std::string_view text);
 
 // The path for a step of `tokens` tokens with top-k of `num_experts`, by the mean rows per expert r = tokens k / E
 // (bf16; fp32 steps use the reference), from moe_bench's and cuda_bench's measurements (docs/PERF.md): decode_x1 for
-// fewer than 8 grouped rows (tokens k), decode_mma_n8 up to r = 4.5, n16 up to 8, decode_mma_mixed up to 39.2, n64 up to 90.5, prefill_wgmma beyond.
+// fewer than 8 grouped rows (tokens k), decode_mma_n8 up to r = 4.5, n16 up to 8, decode_mma_mixed up to 39.2, n64 up to
+// 90.5, prefill_wgmma_split beyond.
 // decode_x2, the decode_wgmma tiles, decode_mma_n32 and prefill_mma win at no measured point of the built-in choice
 // and are kept for moe_bench's comparison.
 // A table given by the user replaces the built-in choice (moeserve's --moe-path-table, for benchmarking kernels

@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + kStages;
   init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);
-  const int items = *p.routing.num_tiles * n_tiles;
+  const int items = moe_class_tile_count(p.routing) * n_tiles;
   const int ksteps = static_cast<int>((p.w.in_features + L::kTileK - 1) / L::kTileK);
   if (threadIdx.x < kProducerGroups * kProducerThreads) {
     warpgroup_registers_release<S::kProducerRegisters>();

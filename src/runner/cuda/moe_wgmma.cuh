@@ -94,15 +94,16 @@ __device__ __forceinline__ int cta_item_count(int items) {
   return items > first ? (items - first + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) : 0;
 }
 
-// A persistent expert GEMM's work item: row tile `item / weight_tiles` of the grouping (rows of one expert, at most
-// tile_rows) x weight rows from (item % weight_tiles) * weight_rows.
+// A persistent expert GEMM's work item: row tile `item / weight_tiles` of the launch's tiles (moe_class_tile_count:
+// all of the grouping's, or one class's; rows of one expert, at most tile_rows) x weight rows from
+// (item % weight_tiles) * weight_rows.
 struct MoeItem {
   int expert, row0, rows;
   int64_t n0;
 };
 __device__ __forceinline__ MoeItem moe_item_at(const MoeGemmParams& p, int item, int weight_tiles, int tile_rows,
                                                int weight_rows) {
-  const int tile = item / weight_tiles;
+  const int tile = item / weight_tiles + moe_class_tile_base(p.routing);
   MoeItem it;
   it.expert = p.routing.tile_expert[tile];
   it.row0 = p.routing.tile_row0[tile];

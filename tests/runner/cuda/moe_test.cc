@@ -389,7 +389,8 @@ TEST_F(CudaMoe, EveryPathMatchesCpuAtTileEdges) {
 // k20b shape of EveryPathMatchesCpuOnSkewedRouting: 45 64-k steps an item.)
 TEST_F(CudaMoe, EveryPathMatchesCpuAtWideTileEdges) {
   check(Precision::bf16,
-        {MoePath::prefill_wgmma, MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep, MoePath::prefill_mma},
+        {MoePath::prefill_wgmma, MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep, MoePath::prefill_wgmma_split,
+         MoePath::prefill_mma},
         kManyPairs,
         counted_routing(rng_, {255, 256, 257, 511, 512, 1, 0, 260}, 4), "wide edge counts");
 }
@@ -403,6 +404,21 @@ TEST_F(CudaMoe, MixedTilesMatchCpuAtEveryBound) {
     const MoeErrors errors = c.run(MoePath::decode_mma_mixed, bounds);
     const std::string what = "moe decode-mma-mixed " + std::to_string(bounds.n8_max) + ":" +
                              std::to_string(bounds.n16_max) + " edge counts";
+    testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
+    testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
+  }
+}
+
+// prefill_wgmma_split at bounds that send no expert's last rows to 32-row tiles (0), up to 32 or 64 of them, and
+// every remainder (127), on counts at the edges of both widths (a cold expert of 1-127 rows, whole tiles and one
+// more row, 128 + 64 and + 65), top-2; the two launches write disjoint rows of one output.
+TEST_F(CudaMoe, SplitTilesMatchCpuAtEveryBound) {
+  const MoeCase c(Precision::bf16, kManyPairs, counted_routing(rng_, {1, 33, 64, 65, 129, 192, 193, 0}, 2), rng_);
+  for (int split_max : {0, 32, 64, 127}) {
+    cuda::MoeMixedBounds bounds;
+    bounds.split_max = split_max;
+    const MoeErrors errors = c.run(MoePath::prefill_wgmma_split, bounds);
+    const std::string what = "moe prefill-wgmma-split " + std::to_string(split_max) + " edge counts";
     testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
     testing::expect_error_within(what + " mlp2", errors.mlp2, 1e-4);
   }
@@ -445,7 +461,7 @@ TEST_F(CudaMoe, Fp8QuantiserMatchesTheHostConversion) {
 // K = 160 / 320 / 2,880, a random walk of 2^-13.4 relative per k32 step over K / 32 steps; the bound is 1.5 times
 // 2^-13 sqrt(K / 32). (mlp1's bf16 output rounding, 4e-3, covers its own.)
 double fp8_mlp2_bound(MoePath path, int K) {
-  if (path != MoePath::prefill_wgmma) return 1e-4;
+  if (path != MoePath::prefill_wgmma && path != MoePath::prefill_wgmma_split) return 1e-4;
   return 1.5 * std::ldexp(1.0, -13) * std::sqrt(K / 32.0);
 }
 
@@ -454,7 +470,8 @@ double fp8_mlp2_bound(MoePath path, int K) {
 // what FP8 costs against bf16 inputs is printed.
 TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
   const std::vector<MoePath> fp8_paths = {MoePath::decode_mma_n8,  MoePath::decode_mma_n16,   MoePath::decode_mma_n32,
-                                          MoePath::decode_mma_n64, MoePath::decode_mma_mixed, MoePath::prefill_wgmma};
+                                          MoePath::decode_mma_n64, MoePath::decode_mma_mixed, MoePath::prefill_wgmma,
+                                          MoePath::prefill_wgmma_split};
   struct Case {
     Shape shape;
     Routing routing;
@@ -552,6 +569,71 @@ TEST_F(CudaMoe, MixedGroupingCoversEachExpertWithItsWidth) {
   }
 }
 
+// The split grouping's tile list (prefill_wgmma_split): each expert's rows covered once, in order, by its whole
+// 128-row tiles and then either one more 128-row tile or, for at most split_max last rows, 32-row tiles
+// (moe_split_small_rows); the 128-row tiles listed first, each class's count in num_tiles[1 + class] and within the
+// bound its launch's grid is sized by.
+TEST_F(CudaMoe, SplitGroupingCoversEachExpert) {
+  const std::vector<int> wanted = {0, 1, 31, 32, 33, 64, 65, 127, 128, 129, 160, 161, 192, 193, 255, 256, 300, 3};
+  const int E = static_cast<int>(wanted.size()), k = 1;
+  std::vector<int32_t> experts;
+  for (int e = 0; e < E; ++e) experts.insert(experts.end(), wanted[e], e);
+  std::shuffle(experts.begin(), experts.end(), rng_);
+  const int T = static_cast<int>(experts.size());
+  for (int split_max : {0, 32, 64, 127}) {
+    cuda::MoeBuffers buffers;
+    buffers.grow(T, k, E);
+    cuda::MoeRouting routing = buffers.routing();
+    routing.mixed.split_max = split_max;
+    MOESERVE_CUDA_CHECK(cudaMemcpy(routing.expert_counts, wanted.data(), E * 4, cudaMemcpyHostToDevice));
+    DeviceBuffer experts_d = cuda::to_device(experts);
+    cuda::launch_group_by_expert(nullptr, experts_d.as<int32_t>(), T, k, cuda::kMoeSplitTileRows, routing);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto counts = cuda::to_host<int32_t>(routing.num_tiles, 4);
+    const std::string label = "split " + std::to_string(split_max);
+    ASSERT_EQ(counts[0], counts[1] + counts[2]) << label;
+    EXPECT_EQ(counts[3], 0) << label;
+    for (int cls = 0; cls < 2; ++cls)
+      EXPECT_LE(counts[1 + cls], cuda::moe_split_class_max_tiles(T * k, cls, split_max, E)) << label << " class " << cls;
+    const auto tile_expert = cuda::to_host<int32_t>(routing.tile_expert, counts[0]);
+    const auto tile_row0 = cuda::to_host<int32_t>(routing.tile_row0, counts[0]);
+    const auto offsets = cuda::to_host<int32_t>(routing.expert_offsets, E + 1);
+    // Rows each expert's 128-row tiles cover, then its 32-row tiles.
+    std::vector<int> wide(E, 0), narrow(E, 0);
+    for (int i = 0; i < counts[0]; ++i) {
+      const int e = tile_expert[i];
+      ASSERT_TRUE(e >= 0 && e < E) << label << " tile " << i;
+      const bool is_wide = i < counts[1];
+      const int small = wanted[e] % 128 <= split_max ? wanted[e] % 128 : 0;
+      if (is_wide) {
+        EXPECT_EQ(tile_row0[i], offsets[e] + wide[e]) << label << " expert " << e << " tile " << i;
+        wide[e] += 128;
+      } else {
+        EXPECT_EQ(tile_row0[i], offsets[e] + (wanted[e] - small) + narrow[e]) << label << " expert " << e;
+        narrow[e] += 32;
+      }
+    }
+    int want_wide = 0, want_narrow = 0;
+    for (int e = 0; e < E; ++e) {
+      EXPECT_EQ(offsets[e + 1] - offsets[e], wanted[e]) << label << " expert " << e;
+      const int small = wanted[e] % 128 <= split_max ? wanted[e] % 128 : 0;
+      EXPECT_EQ(small, cuda::moe_split_small_rows(wanted[e], split_max)) << label << " expert " << e;
+      // The 128-row tiles cover the rows before the small ones, less than a tile over; the 32-row ones the rest.
+      EXPECT_GE(wide[e], wanted[e] - small) << label << " expert " << e;
+      EXPECT_LT(wide[e] - (wanted[e] - small), wanted[e] == small ? 1 : 128) << label << " expert " << e;
+      EXPECT_GE(narrow[e], small) << label << " expert " << e;
+      EXPECT_LT(narrow[e] - small, small == 0 ? 1 : 32) << label << " expert " << e;
+      want_wide += (wanted[e] - small + 127) / 128;
+      want_narrow += (small + 31) / 32;
+    }
+    EXPECT_EQ(counts[1], want_wide) << label;
+    EXPECT_EQ(counts[2], want_narrow) << label;
+    if (split_max == 0) EXPECT_EQ(counts[2], 0) << label;
+  }
+  EXPECT_THROW(cuda::moe_split_class_max_tiles(100, 2, 64, 8), Error);
+  EXPECT_THROW(cuda::moe_split_class_max_tiles(100, 0, 128, 8), Error);
+}
+
 // One grouping's outputs on the host, from the two launches (launch_route_top_k, launch_group_by_expert) or the
 // fused one (launch_route_top_k_and_group).
 struct Grouped {
@@ -570,7 +652,8 @@ struct RouteCase {
            std::to_string(first) + "+" + std::to_string(local) + " tile rows " + std::to_string(rows_per_tile) +
            (rows_per_tile == cuda::kMoeMixedTileRows
                 ? " mixed " + std::to_string(mixed.n8_max) + ":" + std::to_string(mixed.n16_max)
-                : "");
+            : rows_per_tile == cuda::kMoeSplitTileRows ? " split " + std::to_string(mixed.split_max)
+                                                       : "");
   }
 };
 
@@ -594,7 +677,8 @@ Grouped grouped_by(const RouteCase& c, Launch&& launch) {
   g.row_expert = cuda::to_host<int32_t>(routing.row_expert, rows);
   g.slot_row = cuda::to_host<int32_t>(routing.slot_row, pairs);
   // Fixed tiling writes the total only; mixed tiling each class's count too.
-  g.num_tiles = cuda::to_host<int32_t>(routing.num_tiles, c.rows_per_tile == cuda::kMoeMixedTileRows ? 4 : 1);
+  const bool classed = c.rows_per_tile == cuda::kMoeMixedTileRows || c.rows_per_tile == cuda::kMoeSplitTileRows;
+  g.num_tiles = cuda::to_host<int32_t>(routing.num_tiles, classed ? 4 : 1);
   g.tile_expert = cuda::to_host<int32_t>(routing.tile_expert, g.num_tiles[0]);
   g.tile_row0 = cuda::to_host<int32_t>(routing.tile_row0, g.num_tiles[0]);
   g.counts = cuda::to_host<int32_t>(routing.expert_counts, c.E);
