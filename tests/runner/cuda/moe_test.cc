@@ -628,7 +628,9 @@ TEST_F(CudaMoe, SplitGroupingCoversEachExpert) {
     }
     EXPECT_EQ(counts[1], want_wide) << label;
     EXPECT_EQ(counts[2], want_narrow) << label;
-    if (split_max == 0) EXPECT_EQ(counts[2], 0) << label;
+    if (split_max == 0) {
+      EXPECT_EQ(counts[2], 0) << label;
+    }
   }
   EXPECT_THROW(cuda::moe_split_class_max_tiles(100, 2, 64, 8), Error);
   EXPECT_THROW(cuda::moe_split_class_max_tiles(100, 0, 128, 8), Error);
