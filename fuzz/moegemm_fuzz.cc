@@ -100,16 +100,15 @@ void plan(Reader& in) {
     } catch (const Error&) {
     }
   }
-  for (int tile : {8, 16, 32, 64})
-    for (int cta_rows : {kMoeDecodeMmaWeightRows, kMoeDecodeMmaX1WeightRows}) {
-      try {
-        const MoeGrid decode = moe_decode_mma_grid(rows, tile, cta_rows, out_features, in_features, experts);
-        check(decode.blocks >= 0 && decode.blocks <= 65535 && decode.blocks >= (rows + tile - 1) / tile);
-        check(int64_t{decode.weight_tiles} * cta_rows >= out_features);
-        check(out_features * in_features / 2 < int64_t{1} << 31);
-      } catch (const Error&) {
-      }
+  for (int tile : {8, 16, 32, 64}) {
+    try {
+      const MoeGrid decode = moe_decode_mma_grid(rows, tile, out_features, in_features, experts);
+      check(decode.blocks >= 0 && decode.blocks <= 65535 && decode.blocks >= (rows + tile - 1) / tile);
+      check(int64_t{decode.weight_tiles} * kMoeDecodeMmaWeightRows >= out_features);
+      check(out_features * in_features / 2 < int64_t{1} << 31);
+    } catch (const Error&) {
     }
+  }
   // decode_mma_mixed's per-class grids: within the 8-row count of all tiles (what MoeBuffers holds), and holding
   // the tiles of an extreme split: every row in one expert.
   // (the bounds from the token count's bytes, so that the seeds' layout of the rest is unchanged)

@@ -7,7 +7,6 @@
 #include <functional>
 #include <string>
 
-#include "runner/cuda/moe_layout.h"
 #include "runner/cuda/moe_plan.h"
 #include "util/error.h"
 
@@ -68,43 +67,15 @@ TEST(MoePlan, EveryChosenPathHasATileItsKernelReads) {
 
 TEST(MoePlan, DecodeMmaGridCoversEveryWeightRowAndTile) {
   // gpt-oss-120b's first projection (5,760 rows: 22.5 slices of 256) and second (2,880: 11.25), 32-row tiles.
-  MoeGrid g = moe_decode_mma_grid(1024 * 4, 32, 256, 5760, 2880, 128);
+  MoeGrid g = moe_decode_mma_grid(1024 * 4, 32, 5760, 2880, 128);
   EXPECT_EQ(g.weight_tiles, 23);
   EXPECT_EQ(g.blocks, moe_max_tiles(1024 * 4, 32, 128));
-  EXPECT_EQ(moe_decode_mma_grid(4, 8, 256, 2880, 2880, 128).weight_tiles, 12);
-  EXPECT_EQ(moe_decode_mma_grid(4, 8, 256, 256, 64, 4).weight_tiles, 1);
+  EXPECT_EQ(moe_decode_mma_grid(4, 8, 2880, 2880, 128).weight_tiles, 12);
+  EXPECT_EQ(moe_decode_mma_grid(4, 8, 256, 64, 4).weight_tiles, 1);
   // The grid's y dimension holds 65,535 tiles.
-  expect_error([] { moe_decode_mma_grid(int64_t{8} << 20, 8, 256, 2880, 2880, 128); }, "at most 65,535");
-  expect_error([] { moe_decode_mma_grid(8, 8, 256, int64_t{1} << 24, int64_t{1} << 24, 4); }, "under 2^31 bytes");
-  expect_error([] { moe_decode_mma_grid(8, 8, 256, 0, 64, 4); }, "out_features 0");
-}
-
-// decode_mma_x1's CTAs of 64 weight rows: 4x the CTAs at batch 1 (gpt-oss-120b: 4 experts x 90 for the first
-// projection, x 45 for the second), every weight row in exactly one CTA and each CTA's rows inside one 256-row slice
-// of the tiled layout, the last, shorter slice included.
-TEST(MoePlan, NarrowDecodeMmaCtasCoverEveryRowInsideOneSlice) {
-  EXPECT_EQ(moe_decode_mma_cta_rows(MoePath::decode_mma_x1), kMoeDecodeMmaX1WeightRows);
-  EXPECT_EQ(moe_decode_mma_cta_rows(MoePath::decode_mma_n8), kMoeDecodeMmaWeightRows);
-  EXPECT_EQ(moe_rows_per_tile(MoePath::decode_mma_x1), 8);
-  EXPECT_TRUE(moe_path_takes_fp8(MoePath::decode_mma_x1));
-  EXPECT_EQ(moe_decode_mma_grid(4, 8, 64, 5760, 2880, 128).weight_tiles, 90);
-  EXPECT_EQ(moe_decode_mma_grid(4, 8, 64, 2880, 2880, 128).weight_tiles, 45);
-  EXPECT_EQ(moe_decode_mma_grid(4, 8, 64, 2880, 2880, 128).blocks, moe_max_tiles(4, 8, 128));
-  for (int cta_rows : {32, 64, 128, 256})
-    for (int64_t n : {2, 62, 64, 66, 96, 160, 320, 576, 640, 2880, 5760, 5762}) {
-      const MoeGrid g = moe_decode_mma_grid(4, 8, cta_rows, n, 2880, 128);
-      int64_t covered = 0;
-      for (int x = 0; x < g.weight_tiles; ++x) {
-        const int64_t first = int64_t{x} * cta_rows, last = std::min<int64_t>(first + cta_rows, n) - 1;
-        EXPECT_LE(first, last) << cta_rows << " rows a CTA, " << n << " rows: CTA " << x << " holds none";
-        EXPECT_EQ(first / kMxfp4SliceRows, last / kMxfp4SliceRows) << cta_rows << " rows a CTA, " << n << ": CTA " << x;
-        covered += last - first + 1;
-      }
-      EXPECT_EQ(covered, n) << cta_rows << " rows a CTA, " << n << " rows";
-    }
-  expect_error([] { moe_decode_mma_grid(4, 8, 96, 2880, 2880, 128); }, "CTAs of 96 weight rows");
-  expect_error([] { moe_decode_mma_grid(4, 8, 512, 2880, 2880, 128); }, "CTAs of 512 weight rows");
-  expect_error([] { moe_decode_mma_grid(4, 8, 0, 2880, 2880, 128); }, "CTAs of 0 weight rows");
+  expect_error([] { moe_decode_mma_grid(int64_t{8} << 20, 8, 2880, 2880, 128); }, "at most 65,535");
+  expect_error([] { moe_decode_mma_grid(8, 8, int64_t{1} << 24, int64_t{1} << 24, 4); }, "under 2^31 bytes");
+  expect_error([] { moe_decode_mma_grid(8, 8, 0, 64, 4); }, "out_features 0");
 }
 
 TEST(MoePlan, MixedTilesTakeTheWidthOfEachExpertsOwnCount) {

@@ -372,9 +372,8 @@ void launch_moe_decode(cudaStream_t stream, const MoeGemmParams& params, int n_t
 void launch_moe_decode_wgmma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
 // Decode at batch 8-64 rows per expert: tiles of tile_rows = 8, 16, 32 or 64 rows (kMoeMixedTileRows: one launch per
 // class of the mixed grouping, each of its width), each expert's weights read once,
-// activations shared through shared memory (mma.sync). cta_rows: the weight rows of a CTA, kMoeDecodeMmaWeightRows,
-// or kMoeDecodeMmaX1WeightRows with 8-row tiles (decode_mma_x1: 4x the CTAs for steps of few experts).
-void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int cta_rows);
+// activations shared through shared memory (mma.sync).
+void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows);
 // The same over at most max_tiles tiles of tile_rows (8, 16, 32 or 64) rows: the grid's bound, for a launch over one
 // class of a split grouping (params.routing.tile_class).
 void launch_moe_decode_mma_tiles(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles);

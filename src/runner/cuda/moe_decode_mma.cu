@@ -31,18 +31,6 @@
 // free of bank conflicts. Counted per 8 weight values: 6 integer instructions and half an mma, against 9 integer
 // instructions, 4 bf16 multiplies and an mma for bf16 activations; plus 4 FMAs and ~2.5 integer instructions of
 // block scale per 32 values.
-// Narrow CTAs (decode_mma_x1, 2026-12-07, issue 15; compiled and CPU-tested, not yet run on a GPU): the same kernel
-// with kWarps = 2, a CTA owning 64 weight rows (CTAs at multiples of 64, so inside one 256-row slice) for 8-row
-// tiles, bf16 and FP8. At batch 1 (4 experts of one row, gpt-oss-120b) the 256-row CTAs are 4 x 5,760 / 256 = 90
-// (mlp1) and 45 (mlp2) for 132 SMs, and the GEMV (decode_x1) serves the step instead at 29% of the copy rate
-// (docs/PERF.md). Counted for that step: mlp1 reads 4 x 5,760 rows x (1,440 bytes of MXFP4 + 92 of scale words) =
-// 35.3 MB, mlp2 17.6 MB, 12.3 us at the H200's 4.3 TB/s. The 64-row CTAs are 360 (mlp1) and 180 (mlp2), all resident
-// at once (25 KB of shared memory and 64 threads each); the ring keeps 3 chunks of 4.3 KB (weights and scale words)
-// in flight a CTA, 13 KB, so ~35 KB an SM for mlp1 (2.7 CTAs) and ~18 KB for mlp2 (1.4), against the ~25-30 KB an SM
-// that 4.3 TB/s at ~0.8 us of loaded DRAM latency needs. Each CTA's chain over K (both projections: K = 2,880, 23
-// chunks, 3 in flight) is ~8 dependent round trips, ~5-8 us. Predicted: mlp1 ~10 us (near the rate, plus ramp),
-// mlp2 ~6-7 us (its chain, and short of bytes in flight), ~16-17 us a layer against decode_x1's 42.2; if mlp2 lags,
-// a deeper ring for the narrow CTA (its stages are 6.3 KB) is the next step.
 // Tried and removed (docs/PERF.md): shallower rings for more CTAs an SM (3 stages x 3 CTAs, 2 x 4 for the 8-row tiles,
 // 3 x 3 for 16) ran 7-30% slower on an H100 where the runner uses these tiles, the extra warps issuing less, not more.
 // CPU reference: cpu::expert_linear (+ cpu::swiglu); with FP8 on the activations quantised as the device does.
@@ -55,38 +43,30 @@
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kMSlabs = 2;  // m16 slabs per warp: 32 weight rows a warp
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMSlabs = 2;                          // m16 slabs per warp
+constexpr int kWeightRows = kWarps * kMSlabs * 16;  // 256 weight rows per CTA
 constexpr int kStages = 4;
 constexpr int kChunkBlocks = 4;  // MXFP4 blocks (32 k) per row per chunk: 128 k
+static_assert(kWeightRows == kMoeDecodeMmaWeightRows);
 
-// A CTA of kWarps warps (8: 256 weight rows, decode_mma_n*; 2: 64 rows, decode_mma_x1) for tiles of 8 kNTiles rows.
-template <int kWarps, int kNTiles, bool kFp8>
+template <int kNTiles, bool kFp8>
 struct Layout {
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kWeightRows = kWarps * kMSlabs * 16;
-  // The CTAs sit at multiples of their rows, so that each one's rows lie in one slice of the tiled weights and its
-  // chunk is one contiguous run (moe_layout.h; the last slice of a matrix is shorter, which the alignment keeps).
-  static_assert(kMxfp4SliceRows % kWeightRows == 0);
   static constexpr int kTileRows = 8 * kNTiles;
-  static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB (8 warps), 4 KB (2 warps)
+  static constexpr int kWeightBytes = kWeightRows * kChunkBlocks * 16;  // 16 KB
   static constexpr int kScaleBytes = kWeightRows * 4;                   // the chunk's 4 scale bytes of each row
-  static_assert(kScaleBytes == kThreads * 4);                           // one thread copies each row's word
   static constexpr int kRowPieces = kFp8 ? 8 : 16;                      // 16-byte pieces of a token row per chunk
   static constexpr int kActivationBytes = kTileRows * kRowPieces * 16;
   static constexpr int kStageBytes = kWeightBytes + kScaleBytes + kActivationBytes;
   static constexpr int kSharedBytes = kStages * kStageBytes;
 };
-static_assert(Layout<8, 1, false>::kWeightRows == kMoeDecodeMmaWeightRows);
-static_assert(Layout<2, 1, false>::kWeightRows == kMoeDecodeMmaX1WeightRows);
 
-// Min blocks an SM: 2 CTAs of 8 warps (1 for 64-row tiles), and as many more narrower CTAs, so that every width
-// gets the same register budget a thread (128; 255 for the 64-row tiles).
-template <bool kSwiglu, int kNTiles, bool kFp8, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, (kNTiles >= 8 ? 1 : 2) * 8 / kWarps)
-    moe_decode_mma_kernel(MoeGemmParams p) {
+template <bool kSwiglu, int kNTiles, bool kFp8>
+__global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma_kernel(MoeGemmParams p) {
   pdl_prologue();
-  using L = Layout<kWarps, kNTiles, kFp8>;
-  constexpr int kThreads = L::kThreads, kWeightRows = L::kWeightRows, kRowPieces = L::kRowPieces;
+  using L = Layout<kNTiles, kFp8>;
+  constexpr int kRowPieces = L::kRowPieces;
   MoeTile t;
   if (!moe_tile(p.routing, blockIdx.y, t)) return;
   const int e = t.expert, row0 = t.row0, row_end = t.row_end;
@@ -96,8 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kNTiles >= 8 ? 1 : 2) * 8 / kWar
   const int chunks = (blocks_per_row + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t expert_row = static_cast<int64_t>(e) * N;
   const int64_t slab0 = static_cast<int64_t>(blockIdx.x) * kWarps * kMSlabs;
-  // The CTA's rows are weight rows [kWeightRows x, kWeightRows (x + 1)) for x = blockIdx.x, all in one slice of the
-  // tiled weights (Layout): chunk c of a row is c of that slice's chunk strides on.
+  // The CTA's rows are slice blockIdx.x of the tiled weights: chunk c of a row is c chunk strides on.
   const int64_t expert_first = static_cast<int64_t>(e) * N * mxfp4_padded_blocks(blocks_per_row);
   const int64_t chunk_stride = mxfp4_tiled_row(slab0 * 16, N, blocks_per_row).chunk_stride;
 
@@ -105,10 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32, (kNTiles >= 8 ? 1 : 2) * 8 / kWar
 
   // ---- the copies one thread issues per chunk (all loop-invariant but the k offset) ----
   // Weights: kWeightRows x 4 pieces; piece i = threadIdx.x + kThreads * j is (warp w, slab m, which, g, block c)
-  // in that order (128 pieces a warp, whatever the warps), so that a warp's 32 lanes read 512 contiguous shared
-  // bytes per (slab, which).
-  constexpr int kWeightCopies = kWeightRows * kChunkBlocks / kThreads;  // 4 at every width
-  static_assert(kWeightCopies * kThreads == kWarps * kMSlabs * 2 * 8 * kChunkBlocks);
+  // in that order, so that a warp's 32 lanes read 512 contiguous shared bytes per (slab, which).
+  constexpr int kWeightCopies = kWeightRows * kChunkBlocks / kThreads;  // 4
   const uint8_t* w_base = p.w.blocks + expert_first * 16;
   uint32_t w_offset[kWeightCopies];  // bytes from w_base (moe_decode_mma_grid bounds an expert's blocks below 2^31 bytes)
   uint32_t w_dst[kWeightCopies];     // bytes from the stage: piece i, or (FP8) block cc of its row at slot cc ^ (cg / 2)
@@ -133,8 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kNTiles >= 8 ? 1 : 2) * 8 / kWar
     s_ok = row < N;
     s_src = p.w.scales + expert_first + mxfp4_tiled_row(s_ok ? row : 0, N, blocks_per_row).row_offset;
   }
-  // Activations: kTileRows x kRowPieces pieces, piece i = threadIdx.x + kThreads * j is (token row i / kRowPieces,
-  // piece i % kRowPieces); 2 copies a thread for 8-row bf16 tiles of the 2-warp CTA, 1 for FP8.
+  // Activations: kTileRows x 16 pieces, piece i = threadIdx.x + kThreads * j is (token row i / 16, piece i % 16).
   constexpr int kActivationCopies = (L::kTileRows * kRowPieces + kThreads - 1) / kThreads;
   // bf16: piece i covers k 8i .. 8i + 7 of the chunk; FP8: k 16i .. 16i + 15.
   constexpr int kPieceElements = kFp8 ? 16 : 8;
@@ -322,31 +298,29 @@ __global__ void __launch_bounds__(kWarps * 32, (kNTiles >= 8 ? 1 : 2) * 8 / kWar
 }
 
 // max_tiles: the grid's tile count (-1: the grouping's bound for tiles of this kernel's rows).
-template <bool kSwiglu, int kNTiles, bool kFp8, int kWarps>
+template <bool kSwiglu, int kNTiles, bool kFp8>
 void launch_kernel(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
-  using L = Layout<kWarps, kNTiles, kFp8>;
-  const auto kernel = moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8, kWarps>;
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), L::kSharedBytes);
-  // x: the CTAs' runs of kWeightRows weight rows; y: the grouping's tiles (those past the step's count return at once).
-  MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, L::kWeightRows, p.w.out_features, p.w.in_features,
-                                     p.routing.num_experts);
+  constexpr int bytes = Layout<kNTiles, kFp8>::kSharedBytes;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>), bytes);
+  // x: the CTA's 256-row weight slices; y: the grouping's tiles (those past the step's count return at once).
+  MoeGrid grid = moe_decode_mma_grid(p.rows, 8 * kNTiles, p.w.out_features, p.w.in_features, p.routing.num_experts);
   if (max_tiles >= 0) grid.blocks = max_tiles;
   if (grid.blocks == 0) return;
-  MOESERVE_CUDA_CHECK(
-      cuda_launch(kernel, dim3(grid.weight_tiles, grid.blocks), L::kThreads, L::kSharedBytes, stream, p));
+  MOESERVE_CUDA_CHECK(cuda_launch(moe_decode_mma_kernel<kSwiglu, kNTiles, kFp8>, dim3(grid.weight_tiles, grid.blocks),
+                                  kThreads, bytes, stream, p));
 }
 
-template <int kNTiles, int kWarps>
-void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles) {
+template <int kNTiles>
+void launch_tiles(cudaStream_t stream, const MoeGemmParams& p, int max_tiles = -1) {
   const bool fp8 = p.x_fp8 != nullptr;
   if (p.swiglu && fp8)
-    launch_kernel<true, kNTiles, true, kWarps>(stream, p, max_tiles);
+    launch_kernel<true, kNTiles, true>(stream, p, max_tiles);
   else if (p.swiglu)
-    launch_kernel<true, kNTiles, false, kWarps>(stream, p, max_tiles);
+    launch_kernel<true, kNTiles, false>(stream, p, max_tiles);
   else if (fp8)
-    launch_kernel<false, kNTiles, true, kWarps>(stream, p, max_tiles);
+    launch_kernel<false, kNTiles, true>(stream, p, max_tiles);
   else
-    launch_kernel<false, kNTiles, false, kWarps>(stream, p, max_tiles);
+    launch_kernel<false, kNTiles, false>(stream, p, max_tiles);
 }
 
 // decode_mma_mixed: the grouping's 32-, 16- and 8-row classes, each by the kernel of its width (widest first), so
@@ -357,9 +331,9 @@ void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
     MoeGemmParams q = p;
     q.routing.tile_class = cls;
     const int max_tiles = moe_mixed_class_max_tiles(p.rows, cls, p.routing.mixed, p.routing.num_experts);
-    if (cls == 0) launch_tiles<4, 8>(stream, q, max_tiles);
-    if (cls == 1) launch_tiles<2, 8>(stream, q, max_tiles);
-    if (cls == 2) launch_tiles<1, 8>(stream, q, max_tiles);
+    if (cls == 0) launch_tiles<4>(stream, q, max_tiles);
+    if (cls == 1) launch_tiles<2>(stream, q, max_tiles);
+    if (cls == 2) launch_tiles<1>(stream, q, max_tiles);
   }
 }
 
@@ -367,37 +341,32 @@ void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
 
 namespace {
 
-// max_tiles: the grid's tile bound, or -1 for the grouping's bound for tiles of tile_rows. cta_rows: the weight rows
-// of a CTA, kMoeDecodeMmaWeightRows (8 warps) for every tile width or kMoeDecodeMmaX1WeightRows (2 warps) for 8-row
-// tiles.
-void launch_bounded(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int cta_rows, int max_tiles) {
+// max_tiles: the grid's tile bound, or -1 for the grouping's bound for tiles of tile_rows.
+void launch_bounded(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles) {
   check_moe_gemm_shape("moe_decode_mma", params.rows, params.w.out_features, params.w.in_features,
                        params.routing.num_experts);
   if (params.rows == 0) return;
-  if (cta_rows == kMoeDecodeMmaX1WeightRows && tile_rows == 8) return launch_tiles<1, 2>(stream, params, max_tiles);
-  if (cta_rows != kMoeDecodeMmaWeightRows)
-    fail_cuda("moe_decode_mma", "CTAs of 256 weight rows, or of 64 rows for 8-row tiles", __FILE__, __LINE__);
   switch (tile_rows) {
     case kMoeMixedTileRows: return launch_mixed(stream, params);
-    case 8: return launch_tiles<1, 8>(stream, params, max_tiles);
-    case 16: return launch_tiles<2, 8>(stream, params, max_tiles);
-    case 32: return launch_tiles<4, 8>(stream, params, max_tiles);
-    case 64: return launch_tiles<8, 8>(stream, params, max_tiles);
+    case 8: return launch_tiles<1>(stream, params, max_tiles);
+    case 16: return launch_tiles<2>(stream, params, max_tiles);
+    case 32: return launch_tiles<4>(stream, params, max_tiles);
+    case 64: return launch_tiles<8>(stream, params, max_tiles);
     default: fail_cuda("moe_decode_mma", "tile_rows must be 8, 16, 32, 64 or mixed", __FILE__, __LINE__);
   }
 }
 
 }  // namespace
 
-void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int cta_rows) {
-  launch_bounded(stream, params, tile_rows, cta_rows, -1);
+void launch_moe_decode_mma(cudaStream_t stream, const MoeGemmParams& params, int tile_rows) {
+  launch_bounded(stream, params, tile_rows, -1);
 }
 
 void launch_moe_decode_mma_tiles(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles) {
   if (max_tiles < 0 || tile_rows == kMoeMixedTileRows)
     fail_cuda("moe_decode_mma", "a tile bound needs one width (8, 16, 32 or 64) and max_tiles >= 0", __FILE__,
               __LINE__);
-  launch_bounded(stream, params, tile_rows, kMoeDecodeMmaWeightRows, max_tiles);
+  launch_bounded(stream, params, tile_rows, max_tiles);
 }
 
 }  // namespace moeserve::cuda

@@ -42,9 +42,7 @@ void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const Mo
     case MoePath::decode_mma_n16:
     case MoePath::decode_mma_n32:
     case MoePath::decode_mma_n64:
-    case MoePath::decode_mma_x1:
-    case MoePath::decode_mma_mixed:
-      return launch_moe_decode_mma(stream, params, moe_rows_per_tile(path), moe_decode_mma_cta_rows(path));
+    case MoePath::decode_mma_mixed: return launch_moe_decode_mma(stream, params, moe_rows_per_tile(path));
     case MoePath::prefill_mma: return launch_moe_prefill(stream, params);
     case MoePath::prefill_wgmma: return launch_moe_prefill_wgmma(stream, params);
     case MoePath::prefill_wgmma_m256: return launch_moe_prefill_wgmma_m256(stream, params);

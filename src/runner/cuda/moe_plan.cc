@@ -6,7 +6,6 @@
 #include <limits>
 #include <string>
 
-#include "runner/cuda/moe_layout.h"
 #include "util/parse.h"
 
 #include "util/error.h"
@@ -26,7 +25,6 @@ const char* moe_path_name(MoePath path) {
     case MoePath::decode_mma_n16: return "decode-mma-n16";
     case MoePath::decode_mma_n32: return "decode-mma-n32";
     case MoePath::decode_mma_n64: return "decode-mma-n64";
-    case MoePath::decode_mma_x1: return "decode-mma-x1";
     case MoePath::decode_mma_mixed: return "decode-mma-mixed";
     case MoePath::prefill_mma: return "prefill-mma";
     case MoePath::prefill_wgmma: return "prefill-wgmma";
@@ -56,8 +54,7 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::decode_wgmma_n32: return 32;
     case MoePath::decode_wgmma_n64: return 64;
     case MoePath::wgmma_rs_n128: return 128;
-    case MoePath::decode_mma_n8:
-    case MoePath::decode_mma_x1: return 8;
+    case MoePath::decode_mma_n8: return 8;
     case MoePath::decode_mma_n16: return 16;
     case MoePath::decode_mma_n32: return 32;
     case MoePath::decode_mma_n64: return 64;
@@ -237,17 +234,13 @@ MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features,
                          moe_decode_wgmma_weight_rows(tile_rows), num_experts, multiprocessors);
 }
 
-MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int cta_rows, int64_t out_features, int64_t in_features,
-                            int num_experts) {
-  MOESERVE_CHECK(cta_rows > 0 && cta_rows % 32 == 0 && kMxfp4SliceRows % cta_rows == 0,
-                 "moe_decode_mma: CTAs of {} weight rows (a multiple of 32 dividing the {}-row slice)", cta_rows,
-                 kMxfp4SliceRows);
+MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts) {
   MOESERVE_CHECK(out_features > 0 && out_features <= int64_t{1} << 24, "moe_decode_mma: out_features {}", out_features);
   // The tiled layout pads each row to whole 128-k chunks (moe_layout.h).
   MOESERVE_CHECK(in_features > 0 && out_features * ((in_features + 127) / 128 * 128) / 2 < int64_t{1} << 31,
                  "moe_decode_mma: {} x {} MXFP4 weights an expert (under 2^31 bytes)", out_features, in_features);
   MoeGrid grid;
-  grid.weight_tiles = static_cast<int>((out_features + cta_rows - 1) / cta_rows);
+  grid.weight_tiles = static_cast<int>((out_features + kMoeDecodeMmaWeightRows - 1) / kMoeDecodeMmaWeightRows);
   grid.blocks = moe_max_tiles(rows, tile_rows, num_experts);
   MOESERVE_CHECK(grid.blocks <= 65535, "moe_decode_mma: {} rows make up to {} tiles of {} (at most 65,535)", rows,
                  grid.blocks, tile_rows);

@@ -20,10 +20,6 @@ namespace moeserve::cuda {
 // decode_mma_n8 / _n16 / _n32 / _n64: tiles of up to 8 / 16 / 32 / 64 rows x 256-row weight slices, mma.sync with
 //   the weights dequantised in registers and the tile's activations shared through shared memory; each expert's
 //   weights read once per step when its rows fit one tile (moe_decode_mma.cu).
-// decode_mma_x1: decode_mma's kernel over 8-row tiles with CTAs of 2 warps = 64 weight rows (kMoeDecodeMmaX1WeightRows)
-//   instead of 8 warps = 256, so that a step of a few experts (batch 1: 4 experts) makes 4x the CTAs: 360 for
-//   gpt-oss-120b's first projection where the 256-row CTAs make 90 for 132 SMs. Built 2026-12-07 for issue 15,
-//   not yet measured: off in the built-in choice.
 // decode_mma_mixed: decode_mma with each expert's tile width (8, 16 or 32 rows) chosen on the device by that
 //   expert's own row count (MoeMixedBounds), one launch for all widths: skewed routing's hot experts get wide tiles
 //   and the cold ones narrow tiles in the same step, where the other paths pick one width by the mean.
@@ -53,7 +49,6 @@ enum class MoePath {
   decode_mma_n16,
   decode_mma_n32,
   decode_mma_n64,
-  decode_mma_x1,
   decode_mma_mixed,
   prefill_mma,
   prefill_wgmma,
@@ -64,8 +59,7 @@ enum class MoePath {
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
-    MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_x1,
-    MoePath::decode_mma_mixed,
+    MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
     MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep,
     MoePath::prefill_wgmma_split};
 const char* moe_path_name(MoePath path);
@@ -74,8 +68,8 @@ const char* moe_path_name(MoePath path);
 // the weights' e4m3 exponents, moe_layout.h); the others stay bf16.
 constexpr bool moe_path_takes_fp8(MoePath path) {
   return path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
-         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_x1 || path == MoePath::decode_mma_mixed ||
-         path == MoePath::prefill_wgmma || path == MoePath::prefill_wgmma_split;
+         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma ||
+         path == MoePath::prefill_wgmma_split;
 }
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -91,12 +85,7 @@ inline constexpr int kMoeWgmmaRsWeightRows = 256;      // weight rows of a wgmma
 constexpr int moe_decode_wgmma_weight_rows(int tile_rows) {
   return tile_rows == 128 ? kMoeWgmmaRsWeightRows : kMoeDecodeWgmmaWeightRows;
 }
-inline constexpr int kMoeDecodeMmaWeightRows = 256;    // weight rows of a decode_mma CTA (8 warps)
-inline constexpr int kMoeDecodeMmaX1WeightRows = 64;   // of decode_mma_x1's CTA (2 warps, 8-row tiles)
-// The weight rows of a CTA of decode_mma path `path` (decode_mma_n*, _x1 or _mixed).
-constexpr int moe_decode_mma_cta_rows(MoePath path) {
-  return path == MoePath::decode_mma_x1 ? kMoeDecodeMmaX1WeightRows : kMoeDecodeMmaWeightRows;
-}
+inline constexpr int kMoeDecodeMmaWeightRows = 256;    // weight rows of a decode_mma CTA
 
 // Rows of the grouping's tiles (launch_group_by_expert's rows_per_tile) the path expects; kMoeMixedTileRows for
 // decode_mma_mixed, whose tiles' widths the grouping chooses per expert.
@@ -184,13 +173,10 @@ MoeGrid moe_prefill_wgmma_m256_grid(int64_t rows, int64_t out_features, int64_t 
 MoeGrid moe_decode_wgmma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features,
                               int num_experts, int multiprocessors);
 
-// decode_mma's grid (not persistent): weight_tiles = runs of cta_rows weight rows of out_features (grid x; CTA x
-// holds rows [cta_rows x, cta_rows (x + 1))), blocks = the grouping's tile bound (grid y, at most 65,535: throws
-// beyond). cta_rows must be a multiple of 32 (a warp's rows) dividing the tiled layout's 256-row slice, so that
-// every CTA's rows lie in one slice. Throws too when an expert's MXFP4 blocks reach 2^31 bytes (the kernel's 32-bit
-// offsets).
-MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int cta_rows, int64_t out_features, int64_t in_features,
-                            int num_experts);
+// decode_mma's grid (not persistent): weight_tiles = 256-row slices of out_features (grid x), blocks = the grouping's
+// tile bound (grid y, at most 65,535: throws beyond). Throws too when an expert's MXFP4 blocks reach 2^31 bytes
+// (the kernel's 32-bit offsets).
+MoeGrid moe_decode_mma_grid(int64_t rows, int tile_rows, int64_t out_features, int64_t in_features, int num_experts);
 
 // Throws moeserve::Error naming `kernel` and the bad value unless 0 <= rows <= 2^30, 1 <= num_experts <= 256,
 // 0 < out_features <= 2^24 and even (SwiGLU pairs; the epilogues store pairs), 0 < in_features <= 2^24 and a

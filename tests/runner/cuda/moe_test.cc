@@ -469,9 +469,9 @@ double fp8_mlp2_bound(MoePath path, int K) {
 // at the tile edges (odd widths: K tails of 96 and 160 inside a 128-k chunk) and at gpt-oss-120b's expert shape;
 // what FP8 costs against bf16 inputs is printed.
 TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
-  const std::vector<MoePath> fp8_paths = {MoePath::decode_mma_n8,    MoePath::decode_mma_n16, MoePath::decode_mma_n32,
-                                          MoePath::decode_mma_n64,   MoePath::decode_mma_x1,  MoePath::decode_mma_mixed,
-                                          MoePath::prefill_wgmma,    MoePath::prefill_wgmma_split};
+  const std::vector<MoePath> fp8_paths = {MoePath::decode_mma_n8,  MoePath::decode_mma_n16,   MoePath::decode_mma_n32,
+                                          MoePath::decode_mma_n64, MoePath::decode_mma_mixed, MoePath::prefill_wgmma,
+                                          MoePath::prefill_wgmma_split};
   struct Case {
     Shape shape;
     Routing routing;
@@ -853,33 +853,6 @@ class CudaFullWidthMoe : public CudaMoe {};
 TEST_F(CudaFullWidthMoe, EveryPathMatchesCpuAtTileEdges) {
   for (const Shape& s : {k120b, k20b})
     check(Precision::bf16, kBf16Paths, s, counted_routing(rng_, edge_counts(s.E), 4), "edge counts");
-}
-
-// A decode step of `batch` tokens of gpt-oss-120b (top-4 of 128): 4 batch pairs over experts spread across the range,
-// the last one included, each of one row, but from batch 2 on one expert shared by two tokens.
-Routing decode_step_routing(std::mt19937& rng, int batch) {
-  std::vector<int> counts(k120b.E, 0);
-  counts[k120b.E - 1] = 1;
-  for (int i = 0; i < 4 * batch - 1; ++i) {
-    const bool shared = batch > 1 && i == 4 * batch - 2;  // expert 5's second row
-    ++counts[shared ? 5 : (37 * i + 5) % (k120b.E - 1)];  // 37 i + 5 distinct mod 127 (a prime)
-  }
-  return counted_routing(rng, counts, 4);
-}
-
-// decode_mma_x1 (64-row CTAs) at the shape and batches it is for (issue 15: batch 1 touches 4 experts, 360 CTAs for
-// the first projection), bf16 at batch 1-4 and FP8 at 1 and 4 (the quantised inputs' reference).
-TEST_F(CudaFullWidthMoe, NarrowDecodeMmaMatchesCpuAtBatchOneToFour) {
-  for (int batch = 1; batch <= 4; ++batch)
-    check(Precision::bf16, {MoePath::decode_mma_x1}, k120b, decode_step_routing(rng_, batch),
-          "decode batch " + std::to_string(batch));
-  for (int batch : {1, 4}) {
-    const MoeCase moe(Precision::bf16, k120b, decode_step_routing(rng_, batch), rng_, /*fp8=*/true);
-    const MoeErrors errors = moe.run(MoePath::decode_mma_x1);
-    const std::string what = std::string("moe fp8 decode-mma-x1 ") + k120b.name + " batch " + std::to_string(batch);
-    testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
-    testing::expect_error_within(what + " mlp2", errors.mlp2, fp8_mlp2_bound(MoePath::decode_mma_x1, k120b.I));
-  }
 }
 
 // A step with no rows launches nothing and writes nothing.
