@@ -82,6 +82,8 @@ void plan(Reader& in) {
     const int tile = moe_rows_per_tile(path);
     if (path == MoePath::decode_mma_mixed)
       check(tile == kMoeMixedTileRows);  // each expert's width chosen by the grouping
+    else if (path == MoePath::prefill_wgmma_split)
+      check(tile == kMoeSplitTileRows);  // 128-row tiles and, for an expert's few last rows, 32-row ones
     else
       check(tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128);
     check(parse_moe_path(moe_path_name(path)) == path);
@@ -120,6 +122,17 @@ void plan(Reader& in) {
       check(tiles >= 0 && tiles <= moe_max_tiles(rows, 8, experts));
       if (moe_mixed_tile_class(static_cast<int>(std::min<int64_t>(rows, 1 << 30)), bounds) == cls)
         check(tiles >= (rows + moe_mixed_class_rows(cls) - 1) / moe_mixed_class_rows(cls));
+    } catch (const Error&) {
+    }
+  }
+  // The split grouping's per-class bounds (its bound from the token count's next bits): within the 8-row count, and
+  // holding the tiles of every row in one expert.
+  const int split_max = static_cast<int>((tokens >> 17) & 0x7f);
+  for (int cls = 0; cls < 2; ++cls) {
+    try {
+      const int tiles = moe_split_class_max_tiles(rows, cls, split_max, experts);
+      check(tiles >= 0 && tiles <= moe_max_tiles(rows, 8, experts));
+      if (rows <= 1 << 30) check(tiles >= moe_split_tiles(static_cast<int>(rows), split_max, cls));
     } catch (const Error&) {
     }
   }
