@@ -23,6 +23,7 @@
 #include "bench_common.h"
 #include "engine/engine_core.h"
 #include "runner/cuda/cuda_runner.h"
+#include "runner/cuda/moe_plan.h"
 #include "step_floors.h"
 #include "util/error.h"
 
@@ -212,11 +213,12 @@ nlohmann::json report(const Breakdown& r, const Ceilings& ceilings) {
     std::vector<int32_t> sorted = r.routing.rows;
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     int64_t total = 0, tiles = 0, last_small[2] = {0, 0};
+    constexpr int kTile = cuda::kMoePrefillTileRows, kNarrow = cuda::kMoeSplitSmallTileRows;
     for (int32_t n : sorted) {
       total += n;
-      tiles += (n + 127) / 128;
-      if (n % 128 != 0 && n % 128 <= 32) ++last_small[0];
-      if (n % 128 > 32 && n % 128 <= 64) ++last_small[1];
+      tiles += (n + kTile - 1) / kTile;
+      if (n % kTile != 0 && n % kTile <= kNarrow) ++last_small[0];
+      if (n % kTile > kNarrow && n % kTile <= 2 * kNarrow) ++last_small[1];
     }
     fmt::print("expert rows, last layer (most first): {}\n", fmt::join(sorted, " "));
     fmt::print("128-row tiles: {} for {} rows ({:.1f} full tiles' worth); last tiles of 1-32 rows: {}, of 33-64: {}\n",

@@ -337,10 +337,6 @@ void launch_mixed(cudaStream_t stream, const MoeGemmParams& p) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // max_tiles: the grid's tile bound, or -1 for the grouping's bound for tiles of tile_rows.
 void launch_bounded(cudaStream_t stream, const MoeGemmParams& params, int tile_rows, int max_tiles) {
   check_moe_gemm_shape("moe_decode_mma", params.rows, params.w.out_features, params.w.in_features,
