@@ -139,6 +139,7 @@ struct Producer {
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
   const uint8_t* row_max_end;  // one past row_scale_max (FP8): a word reaching past it is read byte-wise
+  uint32_t smem = 0;           // s.base's shared-space address: the copies and stores address shared memory by it
 
   // The item (local index) and k step of a global step; a group's next one is two steps on.
   struct Cursor {
@@ -151,52 +152,64 @@ struct Producer {
   }
   __device__ int item_of_local(int local) const { return blockIdx.x + local * gridDim.x; }
 
-  // A: the x row of each of the thread's A rows (-1 past the tile's rows), for item a_item.
+  // A, for item a_item: each of the thread's A rows as its x row's offset in 16-byte units (a row past the tile's rows
+  // reads the tile's first row instead: finite values whose products land in tile rows the epilogue does not store),
+  // so that a step's copy is one wide multiply-add per row (the launcher bounds x's bytes by 2^36). Version 4 kept the
+  // x row and multiplied it by the row's bytes in 64 bits every step: ~18 instructions a row, a quarter of the
+  // producers' own step.
   int a_item = -1;
-  int a_row[L::kARowsPerThread];
-  // Raw, for item raw_item: the item's expert's tiled blocks and scales (moe_layout.h), the tiled offset of each of
-  // the thread's rows (t / B + (128 / B) i of the item) and how many of them lie inside N; the chunk stride is 4 x 256
-  // but in the matrix's last, shorter slice (rows from last_first on). (FP8) The thread's b = t % B: 0 copies the word
-  // of the step's four scale bytes of its row (a chunk's: one aligned word), 2 the word holding s_max, 1 and 3 none;
-  // s_max's byte index in its word is constant per row.
+  uint32_t a_chunk[L::kARowsPerThread];
+  // Raw, for item raw_item: the item's expert's tiled blocks and scales (moe_layout.h); for each of the thread's rows
+  // (t / B + (128 / B) i of the item) the tiled index of the block it copies next (the row clamped to 0 past N: its
+  // copy is zero-filled) and how far that index moves an own step (2B / 4 chunks: the chunk stride times that, the
+  // stride being 4 x 256 but in the matrix's last, shorter slice), and how many of the rows lie inside N. Each copy is
+  // then an add and a wide multiply-add (version 4 recomputed the tiled index from the row and block every step).
+  // (FP8) The thread's b = t % B: 0 copies the word of the step's four scale bytes of its row (a chunk's: the aligned
+  // word at its block's index), 2 the word holding s_max, 1 and 3 none; s_max's byte index in its word is constant
+  // per row.
   int raw_item = -1;
   const uint8_t* expert_blocks = nullptr;
   const uint8_t* expert_scales = nullptr;
-  uint32_t row_offset[L::kBlocksPerThread];
+  uint32_t block_index[L::kBlocksPerThread];
+  uint32_t block_advance[L::kBlocksPerThread];
   int rows_in = 0;
-  int64_t n_first = 0;            // the thread's first row
-  int64_t last_first = 0;         // first row of the matrix's last slice
-  uint32_t last_stride = 0;       // its chunk stride
-  const uint8_t* max_src = nullptr;  // FP8, b 2: the word holding s_max of row n_first
+  uint32_t scale_shift = 0;          // bf16: the bit offset of this thread's blocks' scale bytes in their words
+  const uint8_t* max_src = nullptr;  // FP8, b 2: the word holding s_max of the thread's first row
   int max_shift = 0;                 // its byte index
   bool near_end = false;             // FP8: an s_max word of the thread's rows may reach past row_max_end
   Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
     const Item it = item_at<S>(p, item_of_local(local), n_tiles);
+    const uint32_t row_chunks = static_cast<uint32_t>(p.w.in_features * L::kElementBytes / 16);
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i) {
-      const int r = t / 8 + 16 * i;
-      a_row[i] = r < it.rows ? (p.x_row != nullptr ? p.x_row[it.row0 + r] : it.row0 + r) : -1;
+      const int r = t / 8 + 16 * i, in_tile = r < it.rows ? r : 0;
+      const int row = p.x_row != nullptr ? p.x_row[it.row0 + in_tile] : it.row0 + in_tile;
+      a_chunk[i] = static_cast<uint32_t>(row) * row_chunks;
     }
     a_item = local;
   }
 
-  __device__ void start_raw_item(int local) {
+  // `step`: the item's first step this group copies raw blocks for.
+  __device__ void start_raw_item(int local, int step) {
     const Item it = item_at<S>(p, item_of_local(local), n_tiles);
     const int64_t N = p.w.out_features;
     const int64_t expert_first = it.expert * N * mxfp4_padded_blocks(blocks_per_row);
     expert_blocks = p.w.blocks + expert_first * 16;
     expert_scales = p.w.scales + expert_first;
-    n_first = it.n0 + t / kB;
+    const int64_t n_first = it.n0 + t / kB;
     rows_in = n_first < N ? static_cast<int>((N - n_first + kRowStride - 1) / kRowStride) : 0;
+    const int kb = kB * step + t % kB;
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int64_t n = n_first + static_cast<int64_t>(kRowStride) * i;
-      row_offset[i] = static_cast<uint32_t>(mxfp4_tiled_row(n < N ? n : 0, N, blocks_per_row).row_offset);
+      const Mxfp4TiledRow row = mxfp4_tiled_row(n < N ? n : 0, N, blocks_per_row);
+      block_index[i] = static_cast<uint32_t>(row.row_offset + (kb / kMxfp4ChunkBlocks) * row.chunk_stride +
+                                             kb % kMxfp4ChunkBlocks);
+      block_advance[i] = static_cast<uint32_t>(row.chunk_stride * (2 * kB / kMxfp4ChunkBlocks));
     }
-    last_first = (N - 1) - (N - 1) % kMxfp4SliceRows;
-    last_stride = static_cast<uint32_t>(mxfp4_tiled_row(last_first, N, blocks_per_row).chunk_stride);
+    scale_shift = static_cast<uint32_t>(8 * (kb % kMxfp4ChunkBlocks));
     if constexpr (kFp8) {
       const int64_t row = it.expert * N + n_first;
       const uintptr_t address = reinterpret_cast<uintptr_t>(p.w.row_scale_max + row);
@@ -207,31 +220,25 @@ struct Producer {
     raw_item = local;
   }
 
-  // Tiled index, from the item's expert's first element, of block kb of the thread's row i.
-  __device__ uint32_t tiled_index(int i, int kb) const {
-    const int64_t n = n_first + static_cast<int64_t>(kRowStride) * i;
-    const uint32_t stride = n >= last_first ? last_stride : kMxfp4SliceRows * kMxfp4ChunkBlocks;
-    return row_offset[i] + static_cast<uint32_t>(kb / kMxfp4ChunkBlocks) * stride + kb % kMxfp4ChunkBlocks;
-  }
-
-  // Activations of cursor c (global step g) into A stage g % kStages, once the consumers gave the stage back.
+  // Activations of cursor c (global step g) into A stage g % kStages, once the consumers gave the stage back. Past
+  // the K of the matrix (its last step, when K is not a whole number of steps) a chunk is zero-filled.
   __device__ void copy_a(Cursor c, int g) {
     if (c.local != a_item) start_a_item(c.local);
-    mbarrier_wait_or_trap(&s.empty[g % kStages], ((g / kStages) & 1) ^ 1);
+    const unsigned stage = static_cast<unsigned>(g) % kStages;
+    mbarrier_wait_or_trap(&s.empty[stage], ((static_cast<unsigned>(g) / kStages) & 1) ^ 1);
     const uint8_t* x = kFp8 ? p.x_fp8 : static_cast<const uint8_t*>(p.x);
-    const int64_t row_bytes = p.w.in_features * L::kElementBytes;
-    unsigned char* a = s.a(g % kStages);
     const int chunk = t % 8;
+    // Rows t / 8 + 16 i share row % 8, so their chunks are 16 rows (2,048 bytes) apart.
+    const uint32_t a = smem + stage * L::kABytes + swizzled_chunk_offset(t / 8, chunk);
     const int64_t k = static_cast<int64_t>(c.step) * L::kTileK + chunk * (16 / L::kElementBytes);
     const bool k_ok = k < p.w.in_features;
-    const uint8_t* at = x + k * L::kElementBytes;
+    const uint8_t* at = x + (k_ok ? k * L::kElementBytes : 0);
+    const uint32_t bytes = k_ok ? 16 : 0;
 #pragma unroll
-    for (int i = 0; i < L::kARowsPerThread; ++i) {
-      const bool ok = a_row[i] >= 0 && k_ok;
-      cp_async_16(a + swizzled_chunk_offset(t / 8 + 16 * i, chunk), ok ? at + a_row[i] * row_bytes : x, ok);
-    }
+    for (int i = 0; i < L::kARowsPerThread; ++i)
+      cp_async_16_to(a + 16 * kSwizzleRowBytes * i, at + static_cast<uint64_t>(a_chunk[i]) * 16, bytes);
     // The stage's "full" completes only once these rows landed: the producer never waits for them itself.
-    cp_async_mbarrier_arrive(&s.full[g % kStages]);
+    cp_async_mbarrier_arrive(&s.full[stage]);
   }
 
   // One meta word the careful way: byte-wise for the bytes before `end` when the word reaches past it.
@@ -246,32 +253,37 @@ struct Producer {
   }
 
   // Raw blocks and scale words of cursor c (global step g, own step g / 2) into this group's raw stage
-  // (g / 2) % kRawStages, whose previous contents (own step g / 2 - kRawStages) this warp converted already.
+  // (g / 2) % kRawStages, whose previous contents (own step g / 2 - kRawStages) this warp converted already. The
+  // group's next step of the item is two on, so each row's block index then moves by block_advance.
   __device__ void copy_raw(Cursor c, int g) {
-    if (c.local != raw_item) start_raw_item(c.local);
-    unsigned char* raw = s.raw(group, (g / 2) % L::kRawStages);
+    if (c.local != raw_item) start_raw_item(c.local, c.step);
+    const unsigned stage = (static_cast<unsigned>(g) / 2) % L::kRawStages;
+    unsigned char* raw = s.raw(group, stage);
     unsigned char* meta = raw + L::kRawBlockBytes;
-    const int b = t % kB, kb = kB * c.step + b;
-    const bool block_ok = kb < blocks_per_row;
+    const uint32_t raw_at = smem + L::kRawOffset + (group * L::kRawStages + stage) * L::kRawBytes;
+    const int b = t % kB;
+    const bool block_ok = kB * c.step + b < blocks_per_row;  // a pad block past K is zero-filled, not read
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
       const bool ok = i < rows_in && block_ok;
-      const uint32_t index = tiled_index(i, kb);
-      cp_async_16(raw + q * 16, ok ? expert_blocks + static_cast<int64_t>(index) * 16 : p.w.blocks, ok);
+      const uint32_t index = block_index[i];
+      block_index[i] = index + block_advance[i];
+      cp_async_16_to(raw_at + q * 16, expert_blocks + static_cast<uint64_t>(index) * 16, ok ? 16 : 0);
       if constexpr (!kFp8) {
-        // The aligned word holding this block's scale byte (its chunk's word), and the byte's bit offset.
-        cp_async_4(meta + q * 4, ok ? expert_scales + (index & ~3u) : p.w.scales, ok);
-        meta[L::kTileN * kB * 4 + q] = static_cast<unsigned char>(8 * (index & 3u));
+        // The aligned word holding this block's scale byte (its chunk's word); the byte's bit offset is the
+        // thread's, scale_shift, stored once below.
+        cp_async_4_to(raw_at + L::kRawBlockBytes + q * 4, expert_scales + (index & ~3u), ok ? 4 : 0);
       } else {
         // Per weight row (16 bytes): the word of the step's four scale bytes (b = 0: the step is one chunk, so
-        // they are one aligned word), the word holding s_max (b = 2), then the two byte indices.
-        const bool in_row = i < rows_in;
+        // they are one aligned word, at this block's index), the word holding s_max (b = 2), then the two byte
+        // indices.
         unsigned char* row_meta = meta + (q / kB) * 16;
         if (b == 0) {
-          cp_async_4(row_meta, in_row ? expert_scales + tiled_index(i, 4 * c.step) : p.w.scales, in_row);
+          cp_async_4(row_meta, expert_scales + index, i < rows_in);
         } else if (b == 2) {
           const uint8_t* word = max_src + static_cast<int64_t>(kRowStride) * i;
+          const bool in_row = i < rows_in;
           if (!near_end)
             cp_async_4(row_meta + 8, in_row ? word : p.w.scales, in_row);
           else
@@ -280,30 +292,32 @@ struct Producer {
         }
       }
     }
+    if constexpr (!kFp8) meta[L::kTileN * kB * 4 + t] = static_cast<unsigned char>(scale_shift);
   }
 
   // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in). The thread's
   // rows t / B + (128 / B) i share row % 8, so their chunks share one swizzle term.
   __device__ void convert_step(int g) {
-    const unsigned char* raw = s.raw(group, (g / 2) % L::kRawStages);
+    const unsigned char* raw = s.raw(group, (static_cast<unsigned>(g) / 2) % L::kRawStages);
     const unsigned char* meta = raw + L::kRawBlockBytes;
     const int row0 = t / kB, b = t % kB;
     const uint32_t swizzle = static_cast<uint32_t>(row0 % 8);
-    unsigned char* tile = s.b(g % kStages) + row0 * kSwizzleRowBytes;
+    const uint32_t tile = smem + L::kBOffset + (static_cast<unsigned>(g) % kStages) * L::kBBytes + row0 * kSwizzleRowBytes;
+    const uint32_t shift = kFp8 ? 0u : meta[L::kTileN * kB * 4 + t];
 #pragma unroll
     for (int i = 0; i < L::kBlocksPerThread; ++i) {
       const int q = t + kProducerThreads * i;
       const uint4 block = *reinterpret_cast<const uint4*>(raw + q * 16);
-      unsigned char* row = tile + i * kRowStride * kSwizzleRowBytes;
+      const uint32_t row = tile + i * kRowStride * kSwizzleRowBytes;
       if constexpr (!kFp8) {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(meta + q * 4);
-        const uint32_t scale = (word >> meta[L::kTileN * kB * 4 + q]) & 0xffu;
+        const uint32_t scale = (word >> shift) & 0xffu;
         const uint32_t factor = mxfp4_scale_bf16x2(scale);
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           uint32_t v[4];
           mxfp4_word_to_bf16(word_of(block, w), factor, constants, v);
-          *reinterpret_cast<uint4*>(row + (((4 * b + w) ^ swizzle) << 4)) = make_uint4(v[0], v[1], v[2], v[3]);
+          st_shared_16(row + (((4 * b + w) ^ swizzle) << 4), v[0], v[1], v[2], v[3]);
         }
       } else {
         const unsigned char* row_meta = meta + (row0 + kRowStride * i) * 16;
@@ -316,14 +330,15 @@ struct Producer {
         uint32_t v[8];
 #pragma unroll
         for (int w = 0; w < 4; ++w) mxfp4_packed_to_e4m3(word_of(block, w), table, v[2 * w], v[2 * w + 1]);
-        *reinterpret_cast<uint4*>(row + (((2 * b) ^ swizzle) << 4)) = make_uint4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<uint4*>(row + (((2 * b + 1) ^ swizzle) << 4)) = make_uint4(v[4], v[5], v[6], v[7]);
+        st_shared_16(row + (((2 * b) ^ swizzle) << 4), v[0], v[1], v[2], v[3]);
+        st_shared_16(row + (((2 * b + 1) ^ swizzle) << 4), v[4], v[5], v[6], v[7]);
       }
     }
   }
 
   __device__ void run(int total) {
     if constexpr (!kFp8) constants = mxfp4_bf16_constants();
+    smem = shared_address(s.base);
     constexpr int R = L::kRawStages;
     const int mine = total > group ? (total - group + 1) / 2 : 0;  // own steps
     auto global = [&](int own) { return group + 2 * own; };
@@ -360,7 +375,7 @@ struct Producer {
       // the same lanes overwrite the stage R own steps on.
       if constexpr (kFp8) __syncwarp();
       convert_step(global(i));
-      mbarrier_arrive(&s.full[global(i) % kStages]);
+      mbarrier_arrive(&s.full[static_cast<unsigned>(global(i)) % kStages]);
       if constexpr (kFp8) __syncwarp();
       if (i + R < mine) copy_raw(r, global(i + R)), advance(r);
       cp_async_commit();
@@ -519,6 +534,11 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<kernel>(kBytes);
   const auto grid_of = std::is_same_v<S, Shape256> ? moe_prefill_wgmma_m256_grid : moe_prefill_wgmma_grid;
   static_assert(!kFp8 || S::kRawStages == 2, "FP8's raw stages fit two a group");
+  // The producers hold each A row's place in x in 16-byte units, 32 bits (x's rows number at most p.rows).
+  const int64_t x_chunks = static_cast<int64_t>(p.rows) * p.w.in_features * Layout<kFp8, S>::kElementBytes / 16;
+  if (x_chunks > int64_t{UINT32_MAX})
+    fail_cuda("moe_prefill_wgmma", "the grouped rows times the inputs exceed the kernel's 2^36 bytes of activations; "
+              "take fewer tokens a step (--max-batched-tokens)", __FILE__, __LINE__);
   const MoeGrid grid =
       grid_of(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts, device_multiprocessors());
   MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid.blocks, kThreads, kBytes, stream, p, grid.weight_tiles));
