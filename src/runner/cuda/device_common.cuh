@@ -296,11 +296,13 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, co
                : "r"(shared_address(row)));
 }
 
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (then `source` is not read).
+// 16 bytes global -> shared, bypassing L1, to a shared-space address; `bytes` 0 zero-fills (`source` is not read).
+__device__ __forceinline__ void cp_async_16_to(uint32_t destination, const void* source, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(bytes));
+}
+// The same to a generic pointer into shared memory; zero-filled when !valid.
 __device__ __forceinline__ void cp_async_16(void* destination, const void* source, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
-               "r"(bytes));
+  cp_async_16_to(shared_address(destination), source, valid ? 16 : 0);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }

@@ -131,20 +131,16 @@ void allow_dynamic_shared_memory(int bytes) {
 }
 
 // ---- cp.async --------------------------------------------------------------------------------------------------------
-// 4 bytes global -> shared through L1; zero-filled when !valid (`source` is not read then).
-__device__ __forceinline__ void cp_async_4(void* destination, const void* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(destination)), "l"(source),
-               "r"(valid ? 4 : 0));
-}
-// The same, and 16 bytes through L2 only, to a shared-space address; `bytes` 0 zero-fills (`source` is not read).
-// st_shared_16 has no memory clobber, so that loads of shared memory may move above it: a caller orders it before a
-// hand-off by an asm volatile (an mbarrier arrive), which the compiler keeps in order.
+// 4 bytes global -> shared through L1, to a shared-space address; `bytes` 0 zero-fills (`source` is not read).
 __device__ __forceinline__ void cp_async_4_to(uint32_t destination, const void* source, uint32_t bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async_16_to(uint32_t destination, const void* source, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(bytes));
+// The same to a generic pointer into shared memory; zero-filled when !valid.
+__device__ __forceinline__ void cp_async_4(void* destination, const void* source, bool valid) {
+  cp_async_4_to(shared_address(destination), source, valid ? 4 : 0);
 }
+// 16 bytes to a shared-space address. No memory clobber, so that loads of shared memory may move above it: a caller
+// orders it before a hand-off by an asm volatile (an mbarrier arrive), which the compiler keeps in order.
 __device__ __forceinline__ void st_shared_16(uint32_t destination, uint32_t v0, uint32_t v1, uint32_t v2, uint32_t v3) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(destination), "r"(v0), "r"(v1), "r"(v2), "r"(v3));
 }
