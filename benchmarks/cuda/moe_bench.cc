@@ -297,9 +297,19 @@ int run(int argc, char** argv) {
                  "run it with (each its own row, named prefill-wgmma-split-N; default: the built-in bound)")
       ->delimiter(',')
       ->check(CLI::Range(0, cuda::kMoePrefillTileRows - 1));
+  std::vector<int> hot_mins;
+  app.add_option("--hot-min", hot_mins,
+                 "prefill-wgmma-hot's rows that make an expert hot, to run it with (each its own row, named "
+                 "prefill-wgmma-hot-N; default: the built-in 1,024)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  int hot_slots = cuda::kMoeHotSlotsDefault;
+  app.add_option("--hot-slots", hot_slots, "prefill-wgmma-hot's scratch: how many hot experts' weights it holds")
+      ->check(CLI::Range(1, cuda::kMoeHotMaxSlots))
+      ->capture_default_str();
   app.add_option("--json", json_path, "write the results as JSON to this file");
   std::string activation_dtype = "bf16";
-  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths, prefill_wgmma and prefill_wgmma_split)")
+  app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths and the prefill_wgmma ones: plain, split, hot)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -309,12 +319,17 @@ int run(int argc, char** argv) {
     MoePath path;
     cuda::MoeMixedBounds mixed;
     std::string name;
+    int hot_min = cuda::kMoeHotMinRowsDefault;
   };
   std::vector<Run> paths;
   for (const std::string& name : path_names) {
     const MoePath path = cuda::parse_moe_path(name);
     MOESERVE_CHECK(!fp8 || cuda::moe_path_takes_fp8(path), "--activation-dtype fp8: {} takes bf16 only (the "
-                   "decode-mma paths, prefill-wgmma and prefill-wgmma-split take fp8)", name);
+                   "decode-mma paths and prefill-wgmma, -split and -hot take fp8)", name);
+    if (path == MoePath::prefill_wgmma_hot && !hot_mins.empty()) {
+      for (int hot_min : hot_mins) paths.push_back({path, {}, fmt::format("{}-{}", name, hot_min), hot_min});
+      continue;
+    }
     if (path == MoePath::prefill_wgmma_split && !split_maxes.empty()) {
       for (int split_max : split_maxes) {
         cuda::MoeMixedBounds b;
@@ -371,6 +386,11 @@ int run(int argc, char** argv) {
       const double bytes = step.touched() * (w1.expert_bytes() + w2.expert_bytes()) +
                            (static_cast<double>(T) * H * 2 + 2.0 * rows * I * 2 + static_cast<double>(rows) * H * 4);
       const double flops = 2.0 * rows * (2.0 * I * H + static_cast<double>(H) * I);
+      // prefill-wgmma-hot's scratch, for the larger projection (the two run one after the other).
+      const bool any_hot = std::any_of(paths.begin(), paths.end(), [](const Run& run) { return run.path == MoePath::prefill_wgmma_hot; });
+      DeviceBuffer hot_tiles(any_hot ? static_cast<size_t>(std::max(cuda::moe_hot_bytes(hot_slots, 2 * I, H, fp8),
+                                                                    cuda::moe_hot_bytes(hot_slots, H, I, fp8)))
+                                     : 0);
       for (const Run& run : paths) {
         const MoePath path = run.path;
         Result res;
@@ -380,6 +400,11 @@ int run(int argc, char** argv) {
         res.tokens = T;
         res.touched = step.touched();
         Projections p = projections(c, w1, w2, step.group(cuda::moe_rows_per_tile(path), run.mixed), rows, x.get(), act.get(), y.get());
+        for (cuda::MoeGemmParams* q : {&p.mlp1, &p.mlp2}) {
+          q->hot.tiles = hot_tiles.as<uint8_t>();
+          q->hot.slots = hot_slots;
+          q->hot.min_rows = run.hot_min;
+        }
         if (fp8) {
           p.fp8 = true;
           p.tokens = T;

@@ -280,6 +280,29 @@ TEST(MoePlan, PersistentGridsFillTheMachineAtMost) {
   expect_error([] { moe_prefill_wgmma_grid(int64_t{1} << 30, 192, int64_t{1} << 24, 1, 1); }, "pipeline steps");
 }
 
+// prefill_wgmma_hot: the split grouping's tiles, FP8 activations taken, and a scratch of one B image (192 weight rows
+// x 128 bytes) per (slot, weight tile, k step): gpt-oss-120b's first projection is 30 tiles x 45 steps of 64 k (bf16)
+// or 23 steps of 128 k (e4m3), 33,177,600 bytes a slot in bf16 (its 5,760 x 2,880 values x 2 bytes exactly).
+TEST(MoePlan, HotScratchHoldsEveryTileOfEachSlot) {
+  EXPECT_EQ(moe_rows_per_tile(MoePath::prefill_wgmma_hot), kMoeSplitTileRows);
+  EXPECT_TRUE(moe_path_takes_fp8(MoePath::prefill_wgmma_hot));
+  EXPECT_EQ(parse_moe_path("prefill-wgmma-hot"), MoePath::prefill_wgmma_hot);
+  EXPECT_EQ(moe_hot_bytes(1, 5760, 2880, false), int64_t{5760} * 2880 * 2);
+  EXPECT_EQ(moe_hot_bytes(8, 5760, 2880, false), int64_t{8} * 30 * 45 * 192 * 128);
+  EXPECT_EQ(moe_hot_bytes(8, 5760, 2880, true), int64_t{8} * 30 * 23 * 192 * 128);
+  EXPECT_EQ(moe_hot_bytes(2, 2880, 2880, false), int64_t{2} * 15 * 45 * 192 * 128);
+  // Partial tiles and steps round up: 100 x 96 is one tile of 192 rows x 2 steps of 64 (1 of 128).
+  EXPECT_EQ(moe_hot_bytes(3, 100, 96, false), int64_t{3} * 2 * 192 * 128);
+  EXPECT_EQ(moe_hot_bytes(3, 100, 96, true), int64_t{3} * 192 * 128);
+  expect_error([] { moe_hot_bytes(0, 5760, 2880, false); }, "0 hot expert slots (1 to 127)");
+  expect_error([] { moe_hot_bytes(128, 5760, 2880, false); }, "128 hot expert slots");
+  expect_error([] { moe_hot_bytes(8, 0, 2880, false); }, "0 x 2880 weights");
+  // A table can name it; the built-in choice does not (it is not measured faster yet).
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128, parse_moe_path_table("decode-x1:0.99,prefill-wgmma-hot")),
+            MoePath::prefill_wgmma_hot);
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma_split);
+}
+
 TEST(MoePlan, ShapeChecksNameTheKernelAndTheValue) {
   check_moe_gemm_shape("k", 0, 5760, 2880, 128);
   check_moe_gemm_shape("k", 1 << 20, 2, 32, 1);

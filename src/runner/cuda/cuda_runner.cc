@@ -154,6 +154,11 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, siz
   grow(moe_act_fp8_, fp8_activations_ ? T * K * I : 0);
   grow(moe_act_scale_, fp8_activations_ ? T * K * 4 : 0);
   grow(moe_out_, communicator_ != nullptr ? T * H * 4 : 0);
+  if (plan.moe == MoePath::prefill_wgmma_hot) {
+    const bool fp8 = fp8_activations_;
+    grow(moe_hot_, static_cast<size_t>(std::max(moe_hot_bytes(kMoeHotSlotsDefault, 2 * I, H, fp8),
+                                                moe_hot_bytes(kMoeHotSlotsDefault, H, I, fp8))));
+  }
   const size_t decode_units = static_cast<size_t>(meta.num_decode_groups()) * c.num_kv_heads;
   grow(partial_, precision_ == Precision::f32 ? T * c.num_heads * plan.splits * (c.head_dim + 2) * 4
                                               : attention_decode_partial_floats(decode_units, plan.splits) * 4);
@@ -303,6 +308,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.swiglu_limit = c.swiglu_limit;
     mlp1.routing = routing;
     mlp1.rows = T * k;
+    mlp1.hot.tiles = moe_hot_.as<uint8_t>();  // prefill_wgmma_hot only (ensure_capacity grew it)
     const bool fp8 = fp8_activations_ && moe_path_takes_fp8(plan.moe);
     timer_.mark(stream_, KernelClass::expert_mlp1);
     if (fp8) {

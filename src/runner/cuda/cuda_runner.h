@@ -144,6 +144,7 @@ class CudaRunner : public ModelRunner {
   DeviceBuffer logits_local_, vocab_best_, vocab_bests_, vocab_piece_, vocab_pieces_;
   // FP8 activations: the expert projections' inputs as e4m3 with a scale per row (mlp1: [T, H]; mlp2: [T * k, I]).
   DeviceBuffer moe_x_fp8_, moe_x_scale_, moe_act_fp8_, moe_act_scale_;
+  DeviceBuffer moe_hot_;  // prefill_wgmma_hot's dequantised hot experts (moe_hot_bytes), grown by steps on that path
   IndexRange vocab_;  // the unembedding rows the weights hold (all of them unless join_group gave a slice)
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches

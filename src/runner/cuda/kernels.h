@@ -358,6 +358,13 @@ struct MoeGemmParams {
   // scale (x ~ x_fp8 * x_scale; launch_quantize_rows_e4m3). When set, x is not read.
   const uint8_t* x_fp8 = nullptr;
   const float* x_scale = nullptr;
+  // prefill_wgmma_hot (moe_plan.h): the scratch of moe_hot_bytes(slots, w.out_features, w.in_features, fp8) bytes the
+  // hot experts' weights are dequantised into, how many it holds, and the rows that make an expert hot.
+  struct Hot {
+    uint8_t* tiles = nullptr;
+    int slots = kMoeHotSlotsDefault;
+    int min_rows = kMoeHotMinRowsDefault;
+  } hot;
 };
 // ---- activation_fp8.cu: per-row dynamic FP8 (e4m3) quantisation of activations ------------------------------------
 // Row r of x [rows, cols] (bf16): scale[r] = amax / 448 (1 for an all-zero row) and q[r, c] = e4m3(x[r, c] * (448 /
@@ -385,6 +392,9 @@ void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params);
 void launch_moe_prefill_wgmma_m256(cudaStream_t stream, const MoeGemmParams& params);
 // The 128-row kernel with four raw stages a producer group (MoePath::prefill_wgmma_deep; bf16 activations only).
 void launch_moe_prefill_wgmma_deep(cudaStream_t stream, const MoeGemmParams& params);
+// prefill_wgmma over the launch's tiles with its hot experts (params.hot: at least min_rows rows, the first `slots` in
+// expert order) first dequantised into params.hot.tiles and copied from there (MoePath::prefill_wgmma_hot's wide part).
+void launch_moe_prefill_wgmma_hot(cudaStream_t stream, const MoeGemmParams& params);
 // The plain version: one thread per output, any precision (needs routing.row_expert).
 void launch_moe_reference(cudaStream_t stream, Precision type, const MoeGemmParams& params);
 // The launcher of `path` (moe_dispatch.cc); `type` matters to the reference only.

@@ -10,14 +10,18 @@ namespace {
 
 // prefill_wgmma_split: the grouped GEMM over the split grouping's 128-row tiles (class 0), then decode_mma over its
 // 32-row tiles (class 1), each launch reading only its class (moe_class_tile_count) and writing its own rows.
-void launch_split(cudaStream_t stream, const MoeGemmParams& params) {
-  check_moe_gemm_shape("moe_prefill_wgmma_split", params.rows, params.w.out_features, params.w.in_features,
-                       params.routing.num_experts);
+// prefill_wgmma_hot (hot): the same with the grouped GEMM's hot experts dequantised once (params.hot).
+void launch_split(cudaStream_t stream, const MoeGemmParams& params, bool hot) {
+  check_moe_gemm_shape(hot ? "moe_prefill_wgmma_hot" : "moe_prefill_wgmma_split", params.rows, params.w.out_features,
+                       params.w.in_features, params.routing.num_experts);
   if (params.rows == 0) return;
   MoeGemmParams wide = params, narrow = params;
   wide.routing.tile_class = 0;
   narrow.routing.tile_class = 1;
-  launch_moe_prefill_wgmma(stream, wide);
+  if (hot)
+    launch_moe_prefill_wgmma_hot(stream, wide);
+  else
+    launch_moe_prefill_wgmma(stream, wide);
   const int narrow_tiles =
       moe_split_class_max_tiles(params.rows, 1, params.routing.mixed.split_max, params.routing.num_experts);
   if (narrow_tiles > 0) launch_moe_decode_mma_tiles(stream, narrow, kMoeSplitSmallTileRows, narrow_tiles);
@@ -28,7 +32,7 @@ void launch_split(cudaStream_t stream, const MoeGemmParams& params) {
 void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const MoeGemmParams& params) {
   if (params.x_fp8 != nullptr && !moe_path_takes_fp8(path))
     fail_cuda("launch_moe_path",
-              (std::string("FP8 activations are for the decode_mma, prefill_wgmma and prefill_wgmma_split paths, not ") + moe_path_name(path)).c_str(),
+              (std::string("FP8 activations are for the decode_mma and prefill_wgmma paths (plain, split, hot), not ") + moe_path_name(path)).c_str(),
               __FILE__, __LINE__);
   switch (path) {
     case MoePath::reference: return launch_moe_reference(stream, type, params);
@@ -47,7 +51,8 @@ void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const Mo
     case MoePath::prefill_wgmma: return launch_moe_prefill_wgmma(stream, params);
     case MoePath::prefill_wgmma_m256: return launch_moe_prefill_wgmma_m256(stream, params);
     case MoePath::prefill_wgmma_deep: return launch_moe_prefill_wgmma_deep(stream, params);
-    case MoePath::prefill_wgmma_split: return launch_split(stream, params);
+    case MoePath::prefill_wgmma_split: return launch_split(stream, params, false);
+    case MoePath::prefill_wgmma_hot: return launch_split(stream, params, true);
   }
 }
 

@@ -31,6 +31,7 @@ const char* moe_path_name(MoePath path) {
     case MoePath::prefill_wgmma_m256: return "prefill-wgmma-m256";
     case MoePath::prefill_wgmma_deep: return "prefill-wgmma-deep";
     case MoePath::prefill_wgmma_split: return "prefill-wgmma-split";
+    case MoePath::prefill_wgmma_hot: return "prefill-wgmma-hot";
   }
   return "";
 }
@@ -63,7 +64,8 @@ int moe_rows_per_tile(MoePath path) {
     case MoePath::prefill_wgmma:
     case MoePath::prefill_wgmma_deep: return kMoePrefillTileRows;
     case MoePath::prefill_wgmma_m256: return kMoePrefillM256TileRows;
-    case MoePath::prefill_wgmma_split: return kMoeSplitTileRows;
+    case MoePath::prefill_wgmma_split:
+    case MoePath::prefill_wgmma_hot: return kMoeSplitTileRows;
   }
   return 8;
 }
@@ -220,6 +222,17 @@ MoeGrid moe_prefill_wgmma_grid(int64_t rows, int64_t out_features, int64_t in_fe
                                int multiprocessors) {
   return persistent_grid("moe_prefill_wgmma", rows, kMoePrefillTileRows, out_features, in_features,
                          kMoePrefillWgmmaTileN, num_experts, multiprocessors);
+}
+
+int64_t moe_hot_bytes(int slots, int64_t out_features, int64_t in_features, bool fp8) {
+  MOESERVE_CHECK(slots >= 1 && slots <= kMoeHotMaxSlots, "prefill-wgmma-hot: {} hot expert slots (1 to {})", slots,
+                 kMoeHotMaxSlots);
+  MOESERVE_CHECK(out_features > 0 && out_features <= int64_t{1} << 24 && in_features > 0 &&
+                     in_features <= int64_t{1} << 24,
+                 "prefill-wgmma-hot: {} x {} weights", out_features, in_features);
+  const int64_t tiles = (out_features + kMoePrefillWgmmaTileN - 1) / kMoePrefillWgmmaTileN;
+  const int64_t k_step = fp8 ? 128 : 64;  // one 128-byte swizzle row of the element type
+  return slots * tiles * ((in_features + k_step - 1) / k_step) * kMoePrefillWgmmaTileN * 128;
 }
 
 MoeGrid moe_prefill_wgmma_m256_grid(int64_t rows, int64_t out_features, int64_t in_features, int num_experts,

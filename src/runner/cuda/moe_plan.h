@@ -37,6 +37,12 @@ namespace moeserve::cuda {
 //   the whole weight tile), so an expert's last tile of a few rows, and a cold expert's only one, cost it as much as
 //   a full tile; decode_mma's 32-row tiles cost about a third of that. Skewed routing makes many such tiles. The
 //   built-in choice for prefill-sized steps since 2026-12-07 (docs/PERF.md).
+// prefill_wgmma_hot: prefill_wgmma_split whose hot experts (at least MoeHotWeights::min_rows rows this step, the
+//   first `slots` of them in expert order) are dequantised once per launch into a scratch of ready shared-memory
+//   B tiles (launch_moe_hot_convert), which the grouped GEMM's producers then copy instead of converting: a 128-row
+//   tile of a hot expert costs its producers two cp.async copies a stage. Skewed routing puts most rows in a few
+//   experts (the synthetic router's 1 x 8k step: 7 experts of 128 hold 61% of the rows), whose weights the plain
+//   path dequantises once per 128-row tile (40 times for 5,000 rows).
 enum class MoePath {
   reference,
   decode_x1,
@@ -54,14 +60,15 @@ enum class MoePath {
   prefill_wgmma,
   prefill_wgmma_m256,
   prefill_wgmma_deep,
-  prefill_wgmma_split
+  prefill_wgmma_split,
+  prefill_wgmma_hot
 };
 inline constexpr MoePath kMoePaths[] = {
     MoePath::reference,      MoePath::decode_x1,      MoePath::decode_x2,      MoePath::decode_wgmma_n16,
     MoePath::decode_wgmma_n32, MoePath::decode_wgmma_n64, MoePath::wgmma_rs_n128,  MoePath::decode_mma_n8,
     MoePath::decode_mma_n16, MoePath::decode_mma_n32, MoePath::decode_mma_n64, MoePath::decode_mma_mixed,
     MoePath::prefill_mma,    MoePath::prefill_wgmma,  MoePath::prefill_wgmma_m256, MoePath::prefill_wgmma_deep,
-    MoePath::prefill_wgmma_split};
+    MoePath::prefill_wgmma_split, MoePath::prefill_wgmma_hot};
 const char* moe_path_name(MoePath path);
 // The paths that take FP8 (e4m3) activations (--activation-dtype fp8): the decode_mma ones (m16n8k32 e4m3 with the
 // block scales applied to the fp32 products) and prefill_wgmma (wgmma k32 e4m3 with the block scales folded into
@@ -69,7 +76,7 @@ const char* moe_path_name(MoePath path);
 constexpr bool moe_path_takes_fp8(MoePath path) {
   return path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
          path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma ||
-         path == MoePath::prefill_wgmma_split;
+         path == MoePath::prefill_wgmma_split || path == MoePath::prefill_wgmma_hot;
 }
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
@@ -128,6 +135,16 @@ MOESERVE_HD constexpr int moe_split_tiles(int rows, int split_max, int cls) {
 // At most this many tiles of split class `cls` for `rows` grouped rows over `num_experts` experts. Throws on a bad
 // class or bound.
 int moe_split_class_max_tiles(int64_t rows, int cls, int split_max, int num_experts);
+
+// prefill_wgmma_hot's scratch: `slots` experts' weights as ready B tiles of the grouped GEMM, each tile 192 weight
+// rows x one 64-k step (bf16) or 128-k step (e4m3) in its 128-byte-swizzled shared-memory image (24,576 bytes), tiles
+// in (weight tile, k step) order. Its bytes for one projection of out_features x in_features; throws on a bad count.
+// Defaults: 8 slots (8 x 33 MB for gpt-oss's first projection in bf16) and 1,024 rows, where one tile of dequantised
+// weights serves 8 row tiles (docs/PERF.md).
+inline constexpr int kMoeHotSlotsDefault = 8;
+inline constexpr int kMoeHotMinRowsDefault = 1024;
+inline constexpr int kMoeHotMaxSlots = 127;
+int64_t moe_hot_bytes(int slots, int64_t out_features, int64_t in_features, bool fp8);
 
 // At most this many tiles of mixed class `cls` (0, 1, 2: the 32-, 16- and 8-row tiles) for `rows` grouped rows over
 // `num_experts` experts: an expert in class 2 has at most n8_max rows, one in class 1 more than n8_max and at most

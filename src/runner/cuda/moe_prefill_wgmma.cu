@@ -90,7 +90,8 @@ struct Layout {
   static constexpr int kBOffset = kStages * kABytes;
   static constexpr int kRawOffset = kBOffset + kStages * kBBytes;
   static constexpr int kBarrierOffset = kRawOffset + kProducerGroups * kRawStages * kRawBytes;
-  static constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtomBytes;  // + slack to align
+  static constexpr int kHotSlotOffset = kBarrierOffset + 2 * kStages * 8;  // prefill_wgmma_hot: each expert's slot
+  static constexpr int kSharedBytes = kHotSlotOffset + kMaxExperts + kSwizzleAtomBytes;  // + slack to align
   static constexpr int kARowsPerThread = kTileM * 8 / kProducerThreads;                   // 16-byte chunks of A
   static constexpr int kBlocksPerThread = kTileN * kBlocksPerStep / kProducerThreads;  // blocks copied, converted
   static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0 && kRawOffset % 16 == 0 &&
@@ -111,12 +112,91 @@ struct Shared {
   unsigned char* base;
   uint64_t* full;
   uint64_t* empty;
+  int8_t* hot_slot;  // prefill_wgmma_hot: each expert's slot in p.hot.tiles, or -1 (moe_hot_slots)
   __device__ unsigned char* a(int stage) const { return base + stage * L::kABytes; }
   __device__ unsigned char* b(int stage) const { return base + L::kBOffset + stage * L::kBBytes; }
   __device__ unsigned char* raw(int group, int stage) const {
     return base + L::kRawOffset + (group * L::kRawStages + stage) * L::kRawBytes;
   }
 };
+
+// ---- hot experts (prefill_wgmma_hot) ----------------------------------------------------------------------------------
+// One warp: expert e's slot among the launch's hot experts, those of at least min_rows rows, the first `slots` of them
+// in expert order, or -1; and (when `expert_of` is set) the expert of each slot, -1 for a slot no expert takes.
+__device__ void moe_hot_slots(const MoeRouting& r, int min_rows, int slots, int8_t* slot_of, int* expert_of) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (expert_of != nullptr)
+    for (int i = lane; i < slots; i += 32) expert_of[i] = -1;
+  __syncwarp();
+  int taken = 0;
+  for (int e0 = 0; e0 < r.num_experts; e0 += 32) {
+    const int e = e0 + lane;
+    const bool hot = e < r.num_experts && r.expert_offsets[e + 1] - r.expert_offsets[e] >= min_rows;
+    const unsigned mask = __ballot_sync(0xffffffffu, hot);
+    const int slot = taken + __popc(mask & ((1u << lane) - 1u));
+    const bool in = hot && slot < slots;
+    if (e < r.num_experts) slot_of[e] = static_cast<int8_t>(in ? slot : -1);
+    if (in && expert_of != nullptr) expert_of[slot] = e;
+    taken += __popc(mask);
+  }
+}
+
+// The B tiles of slot blockIdx.y's expert, one block per (weight tile, k step) = blockIdx.x: what a producer group of
+// moe_prefill_wgmma_kernel writes into a B stage for that item's step (the same conversions, in the same swizzled
+// image), into p.hot.tiles. Rows past N and blocks past K are zeros.
+constexpr int kHotConvertThreads = 128;
+template <bool kFp8>
+__global__ void __launch_bounds__(kHotConvertThreads) moe_hot_convert_kernel(const __grid_constant__ MoeGemmParams p,
+                                                                            int n_tiles, int ksteps) {
+  using L = Layout<kFp8, Shape128>;
+  constexpr int kB = L::kBlocksPerStep;
+  pdl_prologue();
+  __shared__ int8_t slot_of[kMaxExperts];
+  __shared__ int expert_of[kMoeHotMaxSlots];
+  if (threadIdx.x < 32) moe_hot_slots(p.routing, p.hot.min_rows, p.hot.slots, slot_of, expert_of);
+  __syncthreads();
+  const int expert = expert_of[blockIdx.y];
+  if (expert < 0) return;
+  const int n_tile = static_cast<int>(blockIdx.x) / ksteps, step = static_cast<int>(blockIdx.x) % ksteps;
+  const int64_t N = p.w.out_features;
+  const int blocks_per_row = static_cast<int>(p.w.in_features / 32);
+  const int64_t expert_first = expert * N * mxfp4_padded_blocks(blocks_per_row);
+  const uint8_t* blocks = p.w.blocks + expert_first * 16;
+  const uint8_t* scales = p.w.scales + expert_first;
+  uint8_t* image = p.hot.tiles +
+                   ((static_cast<int64_t>(blockIdx.y) * n_tiles + n_tile) * ksteps + step) * L::kBBytes;
+  Mxfp4Bf16Constants constants;
+  if constexpr (!kFp8) constants = mxfp4_bf16_constants();
+  for (int q = static_cast<int>(threadIdx.x); q < L::kTileN * kB; q += kHotConvertThreads) {
+    const int row = q / kB, b = q % kB, kb = kB * step + b;
+    const int64_t n = static_cast<int64_t>(n_tile) * L::kTileN + row;
+    uint32_t v[16] = {};  // the block's 32 values: 4 chunks of 8 bf16, or 2 of 16 e4m3 (v[0..7])
+    if (n < N && kb < blocks_per_row) {
+      const int64_t index = mxfp4_tiled_index(n, kb, N, blocks_per_row);
+      const uint4 block = *reinterpret_cast<const uint4*>(blocks + index * 16);
+      if constexpr (!kFp8) {
+        const uint32_t factor = mxfp4_scale_bf16x2(scales[index]);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t out[4];
+          mxfp4_word_to_bf16(word_of(block, w), factor, constants, out);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[4 * w + j] = out[j];
+        }
+      } else {
+        const int largest = p.w.row_scale_max[expert * N + n];
+        const E4m3Table table = mxfp4_e4m3_table(static_cast<int>(scales[index]) - largest + kMxfp4E4m3MaxShift);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) mxfp4_packed_to_e4m3(word_of(block, w), table, v[2 * w], v[2 * w + 1]);
+      }
+    }
+    constexpr int kChunks = kFp8 ? 2 : 4;  // 16-byte chunks of the block in its row of the image
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      *reinterpret_cast<uint4*>(image + swizzled_chunk_offset(row, kChunks * b + c)) =
+          make_uint4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+  }
+}
 
 // ---- producers --------------------------------------------------------------------------------------------------------
 // Producer group `group` handles the global steps g = group + 2 i (its own step i). Per own step: the activation
@@ -129,7 +209,9 @@ struct Shared {
 // samples waiting on "full"; the FP8 producers issued ~1,400 instructions an own step, ~1,170 since), so the index
 // work is kept out of the steps: each copy walks a cursor (item, step) instead of dividing by the step count, the
 // item's pointers are set once per item, and a thread's rows are a constant stride apart.
-template <bool kFp8, typename S>
+// kHot (prefill_wgmma_hot): an item of a hot expert (s.hot_slot) takes its B tiles ready from p.hot.tiles, copied
+// with its activations (copy_a) into the B stage, and neither copies raw blocks nor converts.
+template <bool kFp8, typename S, bool kHot = false>
 struct Producer {
   using L = Layout<kFp8, S>;
   static constexpr int kB = L::kBlocksPerStep;
@@ -159,6 +241,9 @@ struct Producer {
   // producers' own step.
   int a_item = -1;
   uint32_t a_chunk[L::kARowsPerThread];
+  const uint8_t* hot_b = nullptr;  // kHot: the A item's first ready B tile, null when its expert is not hot
+  bool raw_hot = false;            // kHot: the raw item's expert is hot
+  uint32_t hot_stages = 0;         // kHot: bit i set when raw stage i belongs to a hot step (nothing to convert)
   // Raw, for item raw_item: the item's expert's tiled blocks and scales (moe_layout.h); for each of the thread's rows
   // (t / B + (128 / B) i of the item) the tiled index of the block it copies next (the row clamped to 0 past N: its
   // copy is zero-filled) and how far that index moves an own step (2B / 4 chunks: the chunk stride times that, the
@@ -188,12 +273,24 @@ struct Producer {
       const int row = p.x_row != nullptr ? p.x_row[it.row0 + in_tile] : it.row0 + in_tile;
       a_chunk[i] = static_cast<uint32_t>(row) * row_chunks;
     }
+    if constexpr (kHot) {
+      const int slot = s.hot_slot[it.expert];
+      hot_b = slot < 0 ? nullptr
+                       : p.hot.tiles + ((static_cast<int64_t>(slot) * n_tiles + it.n0 / L::kTileN) * ksteps) * L::kBBytes;
+    }
     a_item = local;
   }
 
   // `step`: the item's first step this group copies raw blocks for.
   __device__ void start_raw_item(int local, int step) {
     const Item it = item_at<S>(p, item_of_local(local), n_tiles);
+    if constexpr (kHot) {
+      raw_hot = s.hot_slot[it.expert] >= 0;
+      if (raw_hot) {
+        raw_item = local;
+        return;
+      }
+    }
     const int64_t N = p.w.out_features;
     const int64_t expert_first = it.expert * N * mxfp4_padded_blocks(blocks_per_row);
     expert_blocks = p.w.blocks + expert_first * 16;
@@ -237,6 +334,17 @@ struct Producer {
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i)
       cp_async_16_to(a + 16 * kSwizzleRowBytes * i, at + static_cast<uint64_t>(a_chunk[i]) * 16, bytes);
+    if constexpr (kHot) {
+      if (hot_b != nullptr) {  // the step's ready B tile, 16 bytes a thread at a time
+        const uint8_t* from = hot_b + static_cast<int64_t>(c.step) * L::kBBytes;
+        const uint32_t b = smem + L::kBOffset + stage * L::kBBytes;
+#pragma unroll
+        for (int j = 0; j < L::kBBytes / 16 / kProducerThreads; ++j) {
+          const int chunk = t + kProducerThreads * j;
+          cp_async_16_to(b + 16 * chunk, from + 16 * chunk, 16);
+        }
+      }
+    }
     // The stage's "full" completes only once these rows landed: the producer never waits for them itself.
     cp_async_mbarrier_arrive(&s.full[stage]);
   }
@@ -258,6 +366,10 @@ struct Producer {
   __device__ void copy_raw(Cursor c, int g) {
     if (c.local != raw_item) start_raw_item(c.local, c.step);
     const unsigned stage = (static_cast<unsigned>(g) / 2) % L::kRawStages;
+    if constexpr (kHot) {
+      hot_stages = raw_hot ? hot_stages | (1u << stage) : hot_stages & ~(1u << stage);
+      if (raw_hot) return;
+    }
     unsigned char* raw = s.raw(group, stage);
     unsigned char* meta = raw + L::kRawBlockBytes;
     const uint32_t raw_at = smem + L::kRawOffset + (group * L::kRawStages + stage) * L::kRawBytes;
@@ -298,6 +410,8 @@ struct Producer {
   // Raw stage of global step g -> B stage g % kStages (bf16, or e4m3 with the block scales folded in). The thread's
   // rows t / B + (128 / B) i share row % 8, so their chunks share one swizzle term.
   __device__ void convert_step(int g) {
+    if constexpr (kHot)
+      if ((hot_stages >> ((static_cast<unsigned>(g) / 2) % L::kRawStages)) & 1u) return;  // copied ready (copy_a)
     const unsigned char* raw = s.raw(group, (static_cast<unsigned>(g) / 2) % L::kRawStages);
     const unsigned char* meta = raw + L::kRawBlockBytes;
     const int row0 = t / kB, b = t % kB;
@@ -495,7 +609,7 @@ __device__ void consume(const MoeGemmParams& p, const Shared<kFp8, S>& s, int n_
   }
 }
 
-template <bool kFp8, bool kSwiglu, typename S>
+template <bool kFp8, bool kSwiglu, typename S, bool kHot = false>
 __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __grid_constant__ MoeGemmParams p,
                                                                          int n_tiles) {
   using L = Layout<kFp8, S>;
@@ -505,14 +619,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
   s.base = swizzle_aligned(shared_bytes);
   s.full = reinterpret_cast<uint64_t*>(s.base + L::kBarrierOffset);
   s.empty = s.full + kStages;
-  init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);
+  s.hot_slot = reinterpret_cast<int8_t*>(s.base + L::kHotSlotOffset);
+  if constexpr (kHot)
+    if (threadIdx.x < 32) moe_hot_slots(p.routing, p.hot.min_rows, p.hot.slots, s.hot_slot, nullptr);
+  init_stage_barriers(s.full, s.empty, kStages, kProducerThreads, kConsumerWarps);  // its __syncthreads: the slots too
   const int items = moe_class_tile_count(p.routing) * n_tiles;
   const int ksteps = static_cast<int>((p.w.in_features + L::kTileK - 1) / L::kTileK);
   if (threadIdx.x < kProducerGroups * kProducerThreads) {
     warpgroup_registers_release<S::kProducerRegisters>();
     const int blocks_per_row = static_cast<int>(p.w.in_features / 32);
     const int64_t weight_rows = static_cast<int64_t>(p.routing.num_experts) * p.w.out_features;
-    Producer<kFp8, S> producer{p,
+    Producer<kFp8, S, kHot> producer{p,
                             s,
                             n_tiles,
                             ksteps,
@@ -527,9 +644,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
   }
 }
 
-template <bool kFp8, bool kSwiglu, typename S>
+template <bool kFp8, bool kSwiglu, typename S, bool kHot = false>
 void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
-  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu, S>;
+  constexpr auto kernel = moe_prefill_wgmma_kernel<kFp8, kSwiglu, S, kHot>;
   constexpr int kBytes = Layout<kFp8, S>::kSharedBytes;
   allow_dynamic_shared_memory<kernel>(kBytes);
   const auto grid_of = std::is_same_v<S, Shape256> ? moe_prefill_wgmma_m256_grid : moe_prefill_wgmma_grid;
@@ -541,6 +658,13 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
               "take fewer tokens a step (--max-batched-tokens)", __FILE__, __LINE__);
   const MoeGrid grid =
       grid_of(p.rows, p.w.out_features, p.w.in_features, p.routing.num_experts, device_multiprocessors());
+  if constexpr (kHot) {
+    // The hot experts' B tiles first, then the GEMM that copies them (stream order).
+    const int ksteps = static_cast<int>((p.w.in_features + Layout<kFp8, S>::kTileK - 1) / Layout<kFp8, S>::kTileK);
+    const dim3 convert_grid(static_cast<unsigned>(grid.weight_tiles * ksteps), static_cast<unsigned>(p.hot.slots));
+    MOESERVE_CUDA_CHECK(cuda_launch(moe_hot_convert_kernel<kFp8>, convert_grid, kHotConvertThreads, 0, stream, p,
+                                    grid.weight_tiles, ksteps));
+  }
   MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid.blocks, kThreads, kBytes, stream, p, grid.weight_tiles));
 }
 
@@ -554,6 +678,21 @@ void launch_moe_prefill_wgmma(cudaStream_t stream, const MoeGemmParams& params) 
       launch_typed<true, decltype(swiglu)::value, Shape128>(stream, params);
     else
       launch_typed<false, decltype(swiglu)::value, Shape128>(stream, params);
+  });
+}
+
+void launch_moe_prefill_wgmma_hot(cudaStream_t stream, const MoeGemmParams& params) {
+  if (params.x_fp8 != nullptr && (params.x_scale == nullptr || params.w.row_scale_max == nullptr))
+    fail_cuda("moe_prefill_wgmma_hot", "FP8 activations need x_scale and the weights' row_scale_max", __FILE__, __LINE__);
+  if (params.hot.tiles == nullptr || params.hot.slots < 1 || params.hot.slots > kMoeHotMaxSlots ||
+      params.hot.min_rows < 1)
+    fail_cuda("moe_prefill_wgmma_hot", "needs a scratch of moe_hot_bytes (params.hot.tiles), 1-127 slots and "
+              "min_rows >= 1", __FILE__, __LINE__);
+  launch_checked("moe_prefill_wgmma_hot", params, [&](auto swiglu) {
+    if (params.x_fp8 != nullptr)
+      launch_typed<true, decltype(swiglu)::value, Shape128, true>(stream, params);
+    else
+      launch_typed<false, decltype(swiglu)::value, Shape128, true>(stream, params);
   });
 }
 

@@ -191,7 +191,9 @@ class MoeCase {
     x_d_ = testing::upload_as(precision, x_);
   }
 
-  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}) const {
+  // hot: prefill_wgmma_hot's slots and min_rows; its scratch is made here, filled with NaN (0xff bytes: bf16 and e4m3
+  // NaN) so that a tile the GEMM reads but the conversion did not write shows in the error.
+  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}, const cuda::MoeGemmParams::Hot& hot = {}) const {
     const int E = shape_.E, H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k, rows = T * k;
     std::vector<int32_t> counts(E, 0);
     for (int32_t e : routing_.experts) ++counts[e];
@@ -215,6 +217,13 @@ class MoeCase {
     mlp1.swiglu_limit = kLimit;
     mlp1.routing = routing;
     mlp1.rows = rows;
+    DeviceBuffer hot_d(path != MoePath::prefill_wgmma_hot
+                           ? 0
+                           : static_cast<size_t>(std::max(cuda::moe_hot_bytes(std::max(hot.slots, 1), 2 * I, H, fp8_),
+                                                          cuda::moe_hot_bytes(std::max(hot.slots, 1), H, I, fp8_))));
+    if (hot_d.bytes() > 0) MOESERVE_CUDA_CHECK(cudaMemset(hot_d.get(), 0xff, hot_d.bytes()));
+    mlp1.hot = hot;
+    mlp1.hot.tiles = hot_d.as<uint8_t>();
     DeviceBuffer x_q(fp8_ ? static_cast<size_t>(T) * H : 0), x_scale(fp8_ ? T * 4 : 0),
         act_q(fp8_ ? static_cast<size_t>(rows) * I : 0), act_scale(fp8_ ? rows * 4 : 0);
     if (fp8_) {
@@ -461,7 +470,8 @@ TEST_F(CudaMoe, Fp8QuantiserMatchesTheHostConversion) {
 // K = 160 / 320 / 2,880, a random walk of 2^-13.4 relative per k32 step over K / 32 steps; the bound is 1.5 times
 // 2^-13 sqrt(K / 32). (mlp1's bf16 output rounding, 4e-3, covers its own.)
 double fp8_mlp2_bound(MoePath path, int K) {
-  if (path != MoePath::prefill_wgmma && path != MoePath::prefill_wgmma_split) return 1e-4;
+  if (path != MoePath::prefill_wgmma && path != MoePath::prefill_wgmma_split && path != MoePath::prefill_wgmma_hot)
+    return 1e-4;
   return 1.5 * std::ldexp(1.0, -13) * std::sqrt(K / 32.0);
 }
 
@@ -471,7 +481,7 @@ double fp8_mlp2_bound(MoePath path, int K) {
 TEST_F(CudaMoe, Fp8ActivationPathsMatchCpuOnQuantisedInputs) {
   const std::vector<MoePath> fp8_paths = {MoePath::decode_mma_n8,  MoePath::decode_mma_n16,   MoePath::decode_mma_n32,
                                           MoePath::decode_mma_n64, MoePath::decode_mma_mixed, MoePath::prefill_wgmma,
-                                          MoePath::prefill_wgmma_split};
+                                          MoePath::prefill_wgmma_split, MoePath::prefill_wgmma_hot};
   struct Case {
     Shape shape;
     Routing routing;
@@ -519,6 +529,44 @@ TEST_F(CudaMoe, Fp8GroupedGemmFoldsWideScaleSpans) {
     std::printf("%s: %d wide rows, error %.2e / %.2e on the quantised inputs\n", what.c_str(), moe.wide_rows(),
                 errors.mlp1, errors.mlp2);
   }
+}
+
+// prefill_wgmma_hot: the experts of at least min_rows rows (the first `slots` of them in expert order) take their
+// weights ready from the scratch the launch dequantised them into, the others are converted by the producers as in
+// prefill_wgmma, in one launch. Settings: every expert with rows hot (min_rows 1, as many slots as experts); the
+// experts of 129 rows or more (five, two and two of the cases'); the same with 2 slots, so that later hot experts fall back to converting; and none
+// hot (the split path's work). bf16 and FP8 activations, on K tails and partial weight tiles (96 x 160) and at
+// gpt-oss-120b's widths (two of the experts' 128-row tiles and their last rows on the 32-row tiles).
+TEST_F(CudaMoe, HotExpertsMatchCpuAtEverySlotCount) {
+  struct Case {
+    Shape shape;
+    std::vector<int> counts;
+    int k;
+  };
+  const std::vector<Case> cases = {{kManyPairs, {1, 300, 129, 64, 0, 193, 257, 131}, 2},
+                                   {kOddTail, {130, 2, 200, 128}, 2},
+                                   {k120b, {130, 0, 3, 129, 20}, 2}};
+  const std::vector<std::pair<int, int>> settings = {{8, 1}, {8, 129}, {2, 129}, {8, 1 << 20}};  // (slots, min_rows)
+  for (const Case& c : cases)
+    for (bool fp8 : {false, true}) {
+      const MoeCase moe(Precision::bf16, c.shape, counted_routing(rng_, c.counts, c.k), rng_, fp8);
+      for (const auto& [slots, min_rows] : settings) {
+        cuda::MoeGemmParams::Hot hot;
+        hot.slots = slots;
+        hot.min_rows = min_rows;
+        const MoeErrors errors = moe.run(MoePath::prefill_wgmma_hot, {}, hot);
+        const std::string what = std::string("moe prefill-wgmma-hot ") + (fp8 ? "fp8 " : "bf16 ") + c.shape.name +
+                                 " slots " + std::to_string(slots) + " min_rows " + std::to_string(min_rows);
+        testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
+        testing::expect_error_within(what + " mlp2", errors.mlp2,
+                                     fp8 ? fp8_mlp2_bound(MoePath::prefill_wgmma_hot, c.shape.I) : 1e-4);
+      }
+    }
+  // Slots out of range: the launcher's clear error, not a launch.
+  const MoeCase moe(Precision::bf16, kManyPairs, counted_routing(rng_, {1, 300, 129, 64, 0, 193, 257, 131}, 2), rng_);
+  cuda::MoeGemmParams::Hot bad;
+  bad.slots = 0;
+  EXPECT_THROW(moe.run(MoePath::prefill_wgmma_hot, {}, bad), Error);
 }
 
 // The mixed grouping's tile list: every expert's rows covered once, in order, by tiles of the width its own count
