@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(kHotConvertThreads) moe_hot_convert_kernel(con
 // samples waiting on "full"; the FP8 producers issued ~1,400 instructions an own step, ~1,170 since), so the index
 // work is kept out of the steps: each copy walks a cursor (item, step) instead of dividing by the step count, the
 // item's pointers are set once per item, and a thread's rows are a constant stride apart.
+constexpr uint32_t kNotHot = ~0u, kRawHotBit = 31;  // Producer::hot_tile, hot_stages
 // kHot (prefill_wgmma_hot): an item of a hot expert (s.hot_slot) takes its B tiles ready from p.hot.tiles, copied
 // with its activations (copy_a) into the B stage, and neither copies raw blocks nor converts.
 template <bool kFp8, typename S, bool kHot = false>
@@ -241,9 +242,11 @@ struct Producer {
   // producers' own step.
   int a_item = -1;
   uint32_t a_chunk[L::kARowsPerThread];
-  const uint8_t* hot_b = nullptr;  // kHot: the A item's first ready B tile, null when its expert is not hot
-  bool raw_hot = false;            // kHot: the raw item's expert is hot
-  uint32_t hot_stages = 0;         // kHot: bit i set when raw stage i belongs to a hot step (nothing to convert)
+  // kHot, in 32-bit registers (the FP8 producers' 104 spill otherwise): the A item's first ready B tile's index in
+  // p.hot.tiles, kNotHot when its expert is not hot; bit i of hot_stages set when raw stage i belongs to a hot step
+  // (nothing to convert), bit kRawHotBit when the raw item's expert is hot.
+  uint32_t hot_tile = kNotHot;
+  uint32_t hot_stages = 0;
   // Raw, for item raw_item: the item's expert's tiled blocks and scales (moe_layout.h); for each of the thread's rows
   // (t / B + (128 / B) i of the item) the tiled index of the block it copies next (the row clamped to 0 past N: its
   // copy is zero-filled) and how far that index moves an own step (2B / 4 chunks: the chunk stride times that, the
@@ -275,8 +278,8 @@ struct Producer {
     }
     if constexpr (kHot) {
       const int slot = s.hot_slot[it.expert];
-      hot_b = slot < 0 ? nullptr
-                       : p.hot.tiles + ((static_cast<int64_t>(slot) * n_tiles + it.n0 / L::kTileN) * ksteps) * L::kBBytes;
+      hot_tile = slot < 0 ? kNotHot
+                          : static_cast<uint32_t>((static_cast<int64_t>(slot) * n_tiles + it.n0 / L::kTileN) * ksteps);
     }
     a_item = local;
   }
@@ -285,8 +288,9 @@ struct Producer {
   __device__ void start_raw_item(int local, int step) {
     const Item it = item_at<S>(p, item_of_local(local), n_tiles);
     if constexpr (kHot) {
-      raw_hot = s.hot_slot[it.expert] >= 0;
-      if (raw_hot) {
+      const bool hot = s.hot_slot[it.expert] >= 0;
+      hot_stages = hot ? hot_stages | (1u << kRawHotBit) : hot_stages & ~(1u << kRawHotBit);
+      if (hot) {
         raw_item = local;
         return;
       }
@@ -335,8 +339,8 @@ struct Producer {
     for (int i = 0; i < L::kARowsPerThread; ++i)
       cp_async_16_to(a + 16 * kSwizzleRowBytes * i, at + static_cast<uint64_t>(a_chunk[i]) * 16, bytes);
     if constexpr (kHot) {
-      if (hot_b != nullptr) {  // the step's ready B tile, 16 bytes a thread at a time
-        const uint8_t* from = hot_b + static_cast<int64_t>(c.step) * L::kBBytes;
+      if (hot_tile != kNotHot) {  // the step's ready B tile, 16 bytes a thread at a time
+        const uint8_t* from = p.hot.tiles + static_cast<uint64_t>(hot_tile + c.step) * L::kBBytes;
         const uint32_t b = smem + L::kBOffset + stage * L::kBBytes;
 #pragma unroll
         for (int j = 0; j < L::kBBytes / 16 / kProducerThreads; ++j) {
@@ -367,8 +371,9 @@ struct Producer {
     if (c.local != raw_item) start_raw_item(c.local, c.step);
     const unsigned stage = (static_cast<unsigned>(g) / 2) % L::kRawStages;
     if constexpr (kHot) {
-      hot_stages = raw_hot ? hot_stages | (1u << stage) : hot_stages & ~(1u << stage);
-      if (raw_hot) return;
+      const bool hot = (hot_stages >> kRawHotBit) & 1u;
+      hot_stages = hot ? hot_stages | (1u << stage) : hot_stages & ~(1u << stage);
+      if (hot) return;
     }
     unsigned char* raw = s.raw(group, stage);
     unsigned char* meta = raw + L::kRawBlockBytes;
@@ -661,6 +666,10 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   if constexpr (kHot) {
     // The hot experts' B tiles first, then the GEMM that copies them (stream order).
     const int ksteps = static_cast<int>((p.w.in_features + Layout<kFp8, S>::kTileK - 1) / Layout<kFp8, S>::kTileK);
+    // The producers index the scratch's tiles in 32 bits (Producer::hot_tile).
+    if (static_cast<int64_t>(p.hot.slots) * grid.weight_tiles * ksteps >= int64_t{UINT32_MAX})
+      fail_cuda("moe_prefill_wgmma_hot", "the hot scratch would hold 2^32 tiles or more; take fewer slots", __FILE__,
+                __LINE__);
     const dim3 convert_grid(static_cast<unsigned>(grid.weight_tiles * ksteps), static_cast<unsigned>(p.hot.slots));
     MOESERVE_CUDA_CHECK(cuda_launch(moe_hot_convert_kernel<kFp8>, convert_grid, kHotConvertThreads, 0, stream, p,
                                     grid.weight_tiles, ksteps));
