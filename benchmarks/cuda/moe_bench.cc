@@ -307,12 +307,6 @@ int run(int argc, char** argv) {
   app.add_option("--hot-slots", hot_slots, "prefill-wgmma-hot's scratch: how many hot experts' weights it holds")
       ->check(CLI::Range(1, cuda::kMoeHotMaxSlots))
       ->capture_default_str();
-  std::vector<int> item_groups;
-  app.add_option("--item-groups", item_groups,
-                 "the prefill-wgmma paths' work order: row tiles a group, weight tiles major inside it (0: row-tile "
-                 "major, the default); each path runs with each (rows named PATH-gN for N > 0)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 65536));
   app.add_option("--json", json_path, "write the results as JSON to this file");
   std::string activation_dtype = "bf16";
   app.add_option("--activation-dtype", activation_dtype, "bf16, or fp8 (the decode_mma paths and the prefill_wgmma ones: plain, split, hot)")
@@ -326,7 +320,6 @@ int run(int argc, char** argv) {
     cuda::MoeMixedBounds mixed;
     std::string name;
     int hot_min = cuda::kMoeHotMinRowsDefault;
-    int item_groups = 0;
   };
   std::vector<Run> paths;
   for (const std::string& name : path_names) {
@@ -353,17 +346,6 @@ int run(int argc, char** argv) {
       const cuda::MoeMixedBounds b = cuda::parse_moe_mixed_bounds(text);
       paths.push_back({path, b, fmt::format("{}-{}-{}", name, b.n8_max, b.n16_max)});
     }
-  }
-  if (!item_groups.empty()) {
-    std::vector<Run> grouped;
-    for (const Run& run : paths)
-      for (int g : item_groups) {
-        Run r = run;
-        r.item_groups = g;
-        if (g > 0) r.name += fmt::format("-g{}", g);
-        grouped.push_back(r);
-      }
-    paths = std::move(grouped);
   }
   for (int r : rows_per_expert) MOESERVE_CHECK(r > 0 && r <= 4096, "--rows {} (1 to 4096)", r);
   for (int t : token_counts) MOESERVE_CHECK(t > 0 && t <= 131072, "--tokens {} (1 to 131,072)", t);
@@ -422,7 +404,6 @@ int run(int argc, char** argv) {
           q->hot.tiles = hot_tiles.as<uint8_t>();
           q->hot.slots = hot_slots;
           q->hot.min_rows = run.hot_min;
-          q->item_group_rows = run.item_groups;
         }
         if (fp8) {
           p.fp8 = true;

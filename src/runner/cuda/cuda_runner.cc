@@ -309,7 +309,6 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.routing = routing;
     mlp1.rows = T * k;
     mlp1.hot.tiles = moe_hot_.as<uint8_t>();  // prefill_wgmma_hot only (ensure_capacity grew it)
-    mlp1.item_group_rows = options_.moe_item_group_rows;
     const bool fp8 = fp8_activations_ && moe_path_takes_fp8(plan.moe);
     timer_.mark(stream_, KernelClass::expert_mlp1);
     if (fp8) {

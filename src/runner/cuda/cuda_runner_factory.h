@@ -42,9 +42,6 @@ struct CudaRunnerOptions {
   // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
   // built-in choice measured on an H200. For benchmarking kernels end to end.
   std::string moe_path_table;
-  // The grouped expert GEMM's work order (MoeGemmParams::item_group_rows): 0 row-tile major; G > 0 groups of G row
-  // tiles, weight tiles major inside each. For benchmarking (cuda_bench --moe-item-groups).
-  int moe_item_group_rows = 0;
   // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
   // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
   // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.

@@ -360,9 +360,6 @@ struct MoeGemmParams {
   const float* x_scale = nullptr;
   // prefill_wgmma_hot (moe_plan.h): the scratch of moe_hot_bytes(slots, w.out_features, w.in_features, fp8) bytes the
   // hot experts' weights are dequantised into, how many it holds, and the rows that make an expert hot.
-  // prefill_wgmma (all its variants): the order of its work items, row-tile major (0) or in groups of this many row
-  // tiles with the weight tiles major inside each (moe_prefill_wgmma.cu's item_at).
-  int item_group_rows = 0;
   struct Hot {
     uint8_t* tiles = nullptr;
     int slots = kMoeHotSlotsDefault;

@@ -100,19 +100,8 @@ struct Layout {
 };
 
 using Item = MoeItem;
-// Item `item` of `tiles` row tiles x n_tiles weight tiles: row-tile major (p.item_group_rows 0: the CTAs running at
-// once take a few row tiles with all their weight tiles), or in groups of G = p.item_group_rows row tiles, weight tiles
-// major inside a group (CUTLASS's rasterisation): the CTAs running at once then share each weight tile among G row
-// tiles, read from L2 while it is fresh, and a group's activations stay in L2 across its weight tiles. What the
-// ready bf16 / e4m3 tiles of prefill_wgmma_hot need: their bytes a FLOP are 2-4x the MXFP4 blocks'.
 template <typename S>
-__device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles, int tiles) {
-  const int G = p.item_group_rows;
-  if (G > 0) {
-    const int per_group = G * n_tiles, first = item / per_group * G, within = item % per_group;
-    const int rows = min(G, tiles - first);
-    item = (first + within % rows) * n_tiles + within / rows;
-  }
+__device__ Item item_at(const MoeGemmParams& p, int item, int n_tiles) {
   return moe_item_at(p, item, n_tiles, S::kTileM, S::kTileN);
 }
 
@@ -232,7 +221,6 @@ struct Producer {
   Shared<kFp8, S> s;
   int n_tiles, ksteps, blocks_per_row;
   int group, t;
-  int tiles;                   // the launch's row tiles (item_at)
   const uint8_t* row_max_end;  // one past row_scale_max (FP8): a word reaching past it is read byte-wise
   uint32_t smem = 0;           // s.base's shared-space address: the copies and stores address shared memory by it
 
@@ -280,7 +268,7 @@ struct Producer {
   Mxfp4Bf16Constants constants;       // bf16: set in run() through mxfp4_bf16_constants(), so held in registers
 
   __device__ void start_a_item(int local) {
-    const Item it = item_at<S>(p, item_of_local(local), n_tiles, tiles);
+    const Item it = item_at<S>(p, item_of_local(local), n_tiles);
     const uint32_t row_chunks = static_cast<uint32_t>(p.w.in_features * L::kElementBytes / 16);
 #pragma unroll
     for (int i = 0; i < L::kARowsPerThread; ++i) {
@@ -298,7 +286,7 @@ struct Producer {
 
   // `step`: the item's first step this group copies raw blocks for.
   __device__ void start_raw_item(int local, int step) {
-    const Item it = item_at<S>(p, item_of_local(local), n_tiles, tiles);
+    const Item it = item_at<S>(p, item_of_local(local), n_tiles);
     if constexpr (kHot) {
       const bool hot = s.hot_slot[it.expert] >= 0;
       hot_stages = hot ? hot_stages | (1u << kRawHotBit) : hot_stages & ~(1u << kRawHotBit);
@@ -622,7 +610,7 @@ __device__ void consume(const MoeGemmParams& p, const Shared<kFp8, S>& s, int n_
     wgmma_wait<0>();
     wgmma_fence_registers(acc);
     if (lane == 0) mbarrier_arrive(&s.empty[(g - 1) % kStages]);
-    store_tile<kFp8, kSwiglu, S>(p, item_at<S>(p, item, n_tiles, items / n_tiles), acc, group, warp, lane);
+    store_tile<kFp8, kSwiglu, S>(p, item_at<S>(p, item, n_tiles), acc, group, warp, lane);
   }
 }
 
@@ -653,7 +641,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_prefill_wgmma_kernel(const __
                             blocks_per_row,
                             static_cast<int>(threadIdx.x) / kProducerThreads,
                             static_cast<int>(threadIdx.x) % kProducerThreads,
-                            moe_class_tile_count(p.routing),
                             kFp8 ? p.w.row_scale_max + weight_rows : nullptr};
     producer.run(cta_item_count(items) * ksteps);
   } else {
@@ -669,8 +656,6 @@ void launch_typed(cudaStream_t stream, const MoeGemmParams& p) {
   allow_dynamic_shared_memory<kernel>(kBytes);
   const auto grid_of = std::is_same_v<S, Shape256> ? moe_prefill_wgmma_m256_grid : moe_prefill_wgmma_grid;
   static_assert(!kFp8 || S::kRawStages == 2, "FP8's raw stages fit two a group");
-  if (p.item_group_rows < 0 || p.item_group_rows > 65536)
-    fail_cuda("moe_prefill_wgmma", "item_group_rows outside 0-65,536", __FILE__, __LINE__);
   // The producers hold each A row's place in x in 16-byte units, 32 bits (x's rows number at most p.rows).
   const int64_t x_chunks = static_cast<int64_t>(p.rows) * p.w.in_features * Layout<kFp8, S>::kElementBytes / 16;
   if (x_chunks > int64_t{UINT32_MAX})

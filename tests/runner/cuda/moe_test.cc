@@ -193,8 +193,7 @@ class MoeCase {
 
   // hot: prefill_wgmma_hot's slots and min_rows; its scratch is made here, filled with NaN (0xff bytes: bf16 and e4m3
   // NaN) so that a tile the GEMM reads but the conversion did not write shows in the error.
-  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}, const cuda::MoeGemmParams::Hot& hot = {},
-                int item_group_rows = 0) const {
+  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}, const cuda::MoeGemmParams::Hot& hot = {}) const {
     const int E = shape_.E, H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k, rows = T * k;
     std::vector<int32_t> counts(E, 0);
     for (int32_t e : routing_.experts) ++counts[e];
@@ -225,7 +224,6 @@ class MoeCase {
     if (hot_d.bytes() > 0) MOESERVE_CUDA_CHECK(cudaMemset(hot_d.get(), 0xff, hot_d.bytes()));
     mlp1.hot = hot;
     mlp1.hot.tiles = hot_d.as<uint8_t>();
-    mlp1.item_group_rows = item_group_rows;
     DeviceBuffer x_q(fp8_ ? static_cast<size_t>(T) * H : 0), x_scale(fp8_ ? T * 4 : 0),
         act_q(fp8_ ? static_cast<size_t>(rows) * I : 0), act_scale(fp8_ ? rows * 4 : 0);
     if (fp8_) {
@@ -569,29 +567,6 @@ TEST_F(CudaMoe, HotExpertsMatchCpuAtEverySlotCount) {
   cuda::MoeGemmParams::Hot bad;
   bad.slots = 0;
   EXPECT_THROW(moe.run(MoePath::prefill_wgmma_hot, {}, bad), Error);
-}
-
-// The grouped GEMM's work order in groups of G row tiles (weight tiles major inside a group): every item still
-// computed once, for groups of one tile, of sizes that leave a partial last group, and larger than the launch; the
-// plain and hot kernels (three of the experts hot), bf16 and FP8: 8 (split) or 12 (plain) row tiles x 4 and 3 weight
-// tiles, the last one partial (640 and 576 rows).
-TEST_F(CudaMoe, ItemGroupsComputeEveryItemOnce) {
-  const Routing routing = counted_routing(rng_, {300, 129, 3, 260, 200, 0, 140}, 2);
-  for (bool fp8 : {false, true}) {
-    const MoeCase moe(Precision::bf16, kMedium, routing, rng_, fp8);
-    for (MoePath path : {MoePath::prefill_wgmma, MoePath::prefill_wgmma_hot})
-      for (int groups : {1, 3, 5, 64}) {
-        cuda::MoeGemmParams::Hot hot;
-        hot.min_rows = 200;
-        const MoeErrors errors = moe.run(path, {}, hot, groups);
-        const std::string what = std::string("moe ") + cuda::moe_path_name(path) + (fp8 ? " fp8" : " bf16") +
-                                 " item groups of " + std::to_string(groups);
-        testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
-        testing::expect_error_within(what + " mlp2", errors.mlp2, fp8 ? fp8_mlp2_bound(path, kMedium.I) : 1e-4);
-      }
-  }
-  const MoeCase moe(Precision::bf16, kManyPairs, routing, rng_);
-  EXPECT_THROW(moe.run(MoePath::prefill_wgmma, {}, {}, -1), Error);
 }
 
 // The mixed grouping's tile list: every expert's rows covered once, in order, by tiles of the width its own count
