@@ -448,7 +448,7 @@ int run(int argc, char** argv) {
     for (const auto& [T, r] : points) {
       const Result* best = nullptr;
       const Result* chosen = nullptr;
-      const std::string runner_path = cuda::moe_path_name(cuda::choose_moe_path(true, T, k, E));
+      const std::string runner_path = cuda::moe_path_name(cuda::choose_moe_path(true, T, k, E, {}, fp8));
       for (const Result& res : results) {
         if (res.routing != routing || res.tokens != T) continue;
         all_ok = all_ok && res.ok;

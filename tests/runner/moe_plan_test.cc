@@ -297,10 +297,17 @@ TEST(MoePlan, HotScratchHoldsEveryTileOfEachSlot) {
   expect_error([] { moe_hot_bytes(0, 5760, 2880, false); }, "0 hot expert slots (1 to 127)");
   expect_error([] { moe_hot_bytes(128, 5760, 2880, false); }, "128 hot expert slots");
   expect_error([] { moe_hot_bytes(8, 0, 2880, false); }, "0 x 2880 weights");
-  // A table can name it; the built-in choice does not (it is not measured faster yet).
+  // The built-in choice takes it for prefill-sized steps with FP8 activations only; a given table as it is.
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma_split);
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128, {}, /*fp8_activations=*/true), MoePath::prefill_wgmma_hot);
+  EXPECT_EQ(choose_moe_path(true, 2897, 4, 128, {}, true), MoePath::prefill_wgmma_hot);   // just past 90.5 rows
+  EXPECT_EQ(choose_moe_path(true, 2896, 4, 128, {}, true), MoePath::decode_mma_n64);      // decode sizes unchanged
+  EXPECT_EQ(choose_moe_path(true, 1, 4, 128, {}, true), MoePath::decode_x1);
+  EXPECT_EQ(choose_moe_path(false, 8192, 4, 128, {}, true), MoePath::reference);
   EXPECT_EQ(choose_moe_path(true, 8192, 4, 128, parse_moe_path_table("decode-x1:0.99,prefill-wgmma-hot")),
             MoePath::prefill_wgmma_hot);
-  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128), MoePath::prefill_wgmma_split);
+  EXPECT_EQ(choose_moe_path(true, 8192, 4, 128, parse_moe_path_table("decode-x1:0.99,prefill-wgmma-split"), true),
+            MoePath::prefill_wgmma_split);
 }
 
 TEST(MoePlan, ShapeChecksNameTheKernelAndTheValue) {

@@ -116,7 +116,8 @@ void CudaRunner::fill_kv_cache_random(uint64_t seed) {
 
 std::string CudaRunner::moe_path_name(int tokens) const {
   return cuda::moe_path_name(
-      choose_moe_path(precision_ == Precision::bf16, tokens, config_.experts_per_token, config_.num_experts, moe_paths_));
+      choose_moe_path(precision_ == Precision::bf16, tokens, config_.experts_per_token, config_.num_experts, moe_paths_,
+                      fp8_activations_));
 }
 
 CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
@@ -128,7 +129,7 @@ CudaRunner::Plan CudaRunner::plan_for(const StepMetadata& meta) const {
                     : attention_decode_max_splits(kv_dtype_, config_.heads_per_kv(),
                                                   meta.num_decode_groups() * config_.num_kv_heads, multiprocessors_);
   plan.moe = choose_moe_path(precision_ == Precision::bf16, plan.tokens, config_.experts_per_token, config_.num_experts,
-                             moe_paths_);
+                             moe_paths_, fp8_activations_);
   return plan;
 }
 

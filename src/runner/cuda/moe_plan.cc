@@ -70,7 +70,8 @@ int moe_rows_per_tile(MoePath path) {
   return 8;
 }
 
-MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table) {
+MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table,
+                        bool fp8_activations) {
   MOESERVE_CHECK(tokens >= 0 && top_k > 0 && num_experts > 0, "MoE path for {} tokens, top-{} of {} experts", tokens,
                  top_k, num_experts);
   if (!bf16) return MoePath::reference;
@@ -103,7 +104,11 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, c
   // (2026-12-07, an H100, one binary, both choices in one call): cuda_bench prefill 1 x 8k 32,005 -> 34,014 tokens/s
   // (the synthetic router's 1 x 8k step: 80 of 128 experts below 128 rows, 333 tiles for 256 tiles' worth of rows),
   // 16 x 1k 37,581 -> 38,569; moe_bench 3-11% faster under Zipf routing, within 1% at equal counts.
-  return MoePath::prefill_wgmma_split;
+  // With FP8 activations, the same with the hot experts dequantised once a launch (2026-12-07, an H100, one binary,
+  // both choices alternating in two calls): cuda_bench prefill 1 x 8k 35,302-35,517 -> 37,101-37,602 tokens/s,
+  // 16 x 1k 41,580 -> 43,783; moe_bench 5-11% faster under Zipf routing, within 2% at equal counts. Not with bf16
+  // activations: there the ready bf16 tiles' bytes (4x the MXFP4 blocks') made it 4% slower end to end.
+  return fp8_activations ? MoePath::prefill_wgmma_hot : MoePath::prefill_wgmma_split;
 }
 
 MoePathTable parse_moe_path_table(std::string_view text) {

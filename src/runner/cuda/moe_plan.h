@@ -42,7 +42,9 @@ namespace moeserve::cuda {
 //   B tiles (launch_moe_hot_convert), which the grouped GEMM's producers then copy instead of converting: a 128-row
 //   tile of a hot expert costs its producers two cp.async copies a stage. Skewed routing puts most rows in a few
 //   experts (the synthetic router's 1 x 8k step: 7 experts of 128 hold 61% of the rows), whose weights the plain
-//   path dequantises once per 128-row tile (40 times for 5,000 rows).
+//   path dequantises once per 128-row tile (40 times for 5,000 rows). The built-in choice for prefill-sized steps with
+//   FP8 activations since 2026-12-07 (5-6% faster prefill on an H100); with bf16 activations 4% slower (the ready bf16
+//   tiles are 4x the MXFP4 blocks' bytes: 40 KB a 64-k stage for ~3.1 MFLOP, ~5.8 TB/s from L2 at 450 TFLOP/s).
 enum class MoePath {
   reference,
   decode_x1,
@@ -166,7 +168,10 @@ struct MoePathRule {
   MoePath path = MoePath::reference;
 };
 using MoePathTable = std::vector<MoePathRule>;
-MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table = {});
+// fp8_activations (--activation-dtype fp8): prefill_wgmma_hot where the built-in choice takes prefill_wgmma_split
+// (measured faster with e4m3 activations and slower with bf16 ones, docs/PERF.md); a given table is taken as it is.
+MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, const MoePathTable& table = {},
+                        bool fp8_activations = false);
 // "PATH:MAX,PATH:MAX,...,PATH": bounds positive, finite and increasing, the last entry without one, the reference
 // path not among them (it is the fp32 path). Throws naming the bad entry.
 MoePathTable parse_moe_path_table(std::string_view text);
