@@ -41,7 +41,7 @@ namespace moeserve::cuda {
 //   first `slots` of them in expert order) are dequantised once per launch into a scratch of ready shared-memory
 //   B tiles (launch_moe_hot_convert), which the grouped GEMM's producers then copy instead of converting: a 128-row
 //   tile of a hot expert costs its producers two cp.async copies a stage. Skewed routing puts most rows in a few
-//   experts (the synthetic router's 1 x 8k step: 7 experts of 128 hold 61% of the rows), whose weights the plain
+//   experts (the synthetic router's 1 x 8k step: 7 experts of 128 hold 58% of the rows), whose weights the plain
 //   path dequantises once per 128-row tile (40 times for 5,000 rows). The built-in choice for prefill-sized steps with
 //   FP8 activations since 2026-12-07 (5-6% faster prefill on an H100); with bf16 activations 4% slower (the ready bf16
 //   tiles are 4x the MXFP4 blocks' bytes: 40 KB a 64-k stage for ~3.1 MFLOP, ~5.8 TB/s from L2 at 450 TFLOP/s).
