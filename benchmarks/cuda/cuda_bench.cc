@@ -420,6 +420,11 @@ int run(int argc, char** argv) {
   app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
   std::string activation_dtype = "auto";
   app.add_option("--activation-dtype", activation_dtype, "auto, bf16 or fp8 (moeserve's flag)")->capture_default_str();
+  int moe_hot_min = 0;
+  app.add_option("--moe-hot-min", moe_hot_min,
+                 "prefill-wgmma-hot's rows that make an expert hot (0: its default, 1,024)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   int tensor_parallel_size = 1;
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
@@ -443,6 +448,7 @@ int run(int argc, char** argv) {
   runner_options.cuda_graphs = !no_graphs;
   runner_options.fused_qkv_rope = runner_options.fused_o_norm = runner_options.fused_router = fused_small_steps;
   runner_options.moe_path_table = moe_path_table;
+  runner_options.moe_hot_min_rows = moe_hot_min;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
@@ -577,6 +583,7 @@ int run(int argc, char** argv) {
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"activation_dtype", activation_dtype},
+                         {"moe_hot_min_rows", moe_hot_min},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},

@@ -310,6 +310,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp1.routing = routing;
     mlp1.rows = T * k;
     mlp1.hot.tiles = moe_hot_.as<uint8_t>();  // prefill_wgmma_hot only (ensure_capacity grew it)
+    if (options_.moe_hot_min_rows > 0) mlp1.hot.min_rows = options_.moe_hot_min_rows;
     const bool fp8 = fp8_activations_ && moe_path_takes_fp8(plan.moe);
     timer_.mark(stream_, KernelClass::expert_mlp1);
     if (fp8) {

@@ -42,6 +42,9 @@ struct CudaRunnerOptions {
   // The MoE kernels by mean rows per expert, "PATH:MAX,...,PATH" (moe_plan.h's parse_moe_path_table); empty: the
   // built-in choice measured on an H200. For benchmarking kernels end to end.
   std::string moe_path_table;
+  // prefill_wgmma_hot's rows that make an expert hot (MoeGemmParams::Hot::min_rows); 0: its default, 1,024. For
+  // benchmarking (cuda_bench --moe-hot-min).
+  int moe_hot_min_rows = 0;
   // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
   // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
   // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.
