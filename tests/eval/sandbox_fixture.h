@@ -2,6 +2,7 @@
 // process of a run outlives it, a host process to attack, and the names of the modes.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,9 +25,21 @@ namespace moeserve::eval::sandbox_testing {
 
 inline constexpr const char* kPython = "/usr/bin/python3";
 
+// The file's bytes, or what was read of them before an error: a process may exit between the listing of /proc and
+// the read of its files, which then fails with ESRCH (std::ifstream's iterators turned that into an exception, which
+// failed ConcurrentRunsDoNotShareTheProcessLimit once in CI while other processes on the machine came and went).
 inline std::string read_proc_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return bytes;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return bytes;
 }
 
 // A marker unique to one run, put into the program's command line: every process the program forks inherits
