@@ -106,8 +106,9 @@ MoePath choose_moe_path(bool bf16, int64_t tokens, int top_k, int num_experts, c
   // 16 x 1k 37,581 -> 38,569; moe_bench 3-11% faster under Zipf routing, within 1% at equal counts.
   // With FP8 activations, the same with the hot experts dequantised once a launch (2026-12-07, an H100, one binary,
   // both choices alternating in two calls): cuda_bench prefill 1 x 8k 35,302-35,517 -> 37,101-37,602 tokens/s,
-  // 16 x 1k 41,580 -> 43,783; moe_bench 5-11% faster under Zipf routing, within 2% at equal counts. Not with bf16
-  // activations: there the ready bf16 tiles' bytes (4x the MXFP4 blocks') made it 4% slower end to end.
+  // 16 x 1k 41,580 -> 43,783; moe_bench 6-9% faster under Zipf routing (hot from 1,024 rows), 3% slower to 1%
+  // faster at equal counts (two calls). Not with bf16 activations: there the ready bf16 tiles' bytes (4x the MXFP4
+  // blocks') made it 4% slower end to end.
   return fp8_activations ? MoePath::prefill_wgmma_hot : MoePath::prefill_wgmma_split;
 }
 
