@@ -425,6 +425,12 @@ int run(int argc, char** argv) {
                  "prefill-wgmma-hot's rows that make an expert hot (0: its default, 1,024)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  int dense_fp8_min = 0;
+  app.add_option("--dense-fp8-min", dense_fp8_min,
+                 "with --activation-dtype fp8: steps of at least this many tokens run the QKV and output projections "
+                 "on FP8 too (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   int tensor_parallel_size = 1;
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
@@ -449,6 +455,7 @@ int run(int argc, char** argv) {
   runner_options.fused_qkv_rope = runner_options.fused_o_norm = runner_options.fused_router = fused_small_steps;
   runner_options.moe_path_table = moe_path_table;
   runner_options.moe_hot_min_rows = moe_hot_min;
+  runner_options.dense_fp8_min_rows = dense_fp8_min;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
@@ -584,6 +591,7 @@ int run(int argc, char** argv) {
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"activation_dtype", activation_dtype},
                          {"moe_hot_min_rows", moe_hot_min},
+                         {"dense_fp8_min_rows", dense_fp8_min},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},

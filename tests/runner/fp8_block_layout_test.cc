@@ -71,6 +71,20 @@ TEST(Fp8BlockLayout, RefusesOtherBlocksAndBadShapes) {
   EXPECT_NE(fp8_gemm_cublaslt_refusal(7, 576, 7168).find("rows = 7 "), std::string::npos);
 }
 
+// One value v of a group (or block) of largest magnitude amax, stored as byte q with scale s: zero in an all-zero
+// group, +-448 for the largest, else within e4m3's half-ulp (2^-4 relative for normals; an absolute 2^-10 * s below
+// 2^-6, the subnormals). r, c: its position, for the message.
+void expect_quantised(float v, uint8_t q, float s, float amax, int64_t r, int64_t c) {
+  if (amax == 0.0f) {
+    EXPECT_EQ(q, 0) << r << ", " << c;
+  } else if (std::fabs(v) == amax) {
+    EXPECT_EQ(q & 0x7F, 0x7E) << r << ", " << c;  // 448
+  } else {
+    const float back = fp8_e4m3_to_float(q) * s;
+    EXPECT_LE(std::fabs(back - v), std::max(std::fabs(v) * 0.0625f, s * 0x1p-10f)) << r << ", " << c;
+  }
+}
+
 // act_quant's contract: per token and 128-column group (the last partial), scale max(amax, 1e-4) / 448, the
 // group's largest magnitude stored as +-448, every value within e4m3's half-ulp (2^-4 relative for normals; an
 // absolute 2^-10 * scale below 2^-6, the subnormals), an all-zero group stored as zeros.
@@ -91,17 +105,39 @@ TEST(Fp8BlockLayout, ActivationQuantiserFollowsActQuant) {
       for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(x[t * K + k]));
       const float s = scales[fp8_activation_scale_index(t, kb, rows)];
       EXPECT_EQ(s, std::max(amax, 1e-4f) / 448.0f) << t << ", " << kb;
-      for (int64_t k = k0; k < k1; ++k) {
-        const float v = x[t * K + k], back = fp8_e4m3_to_float(q[t * K + k]) * s;
-        if (amax == 0.0f) {
-          EXPECT_EQ(q[t * K + k], 0) << t << ", " << k;
-        } else if (std::fabs(v) == amax) {
-          EXPECT_EQ(q[t * K + k] & 0x7F, 0x7E) << t << ", " << k;  // 448
-        } else {
-          EXPECT_LE(std::fabs(back - v), std::max(std::fabs(v) * 0.0625f, s * 0x1p-10f)) << t << ", " << k;
-        }
-      }
+      for (int64_t k = k0; k < k1; ++k) expect_quantised(x[t * K + k], q[t * K + k], s, amax, t, k);
     }
+}
+
+// The upload's weight quantiser (gpt-oss's dense projections under --activation-dtype fp8): per 128 x 128 block
+// (the last row and column blocks partial) scale amax / 448, 1 for an all-zero block; the block's largest
+// magnitude stored as +-448; every value within e4m3's half-ulp; the scales in the checkpoint's row-major layout.
+TEST(Fp8BlockLayout, WeightQuantiserScalesEachBlockByItsLargestValue) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const int64_t N = 200, K = 300;  // 2 x 3 blocks, partial in both directions
+  std::vector<float> w(N * K);
+  for (auto& v : w) v = normal(rng);
+  for (int64_t n = 128; n < N; ++n)
+    for (int64_t k = 0; k < 128; ++k) w[n * K + k] = 0.0f;  // block (1, 0): all zeros
+  w[5 * K + 290] = -3.0f;                                     // block (0, 2)'s largest, negative
+  std::vector<uint8_t> q(w.size());
+  std::vector<float> scales(2 * 3);
+  quantize_weight_fp8_blocks(w.data(), N, K, q.data(), scales.data());
+  for (int64_t nb = 0; nb < 2; ++nb)
+    for (int64_t kb = 0; kb < 3; ++kb) {
+      const int64_t n1 = std::min<int64_t>(N, (nb + 1) * 128), k1 = std::min<int64_t>(K, (kb + 1) * 128);
+      float amax = 0.0f;
+      for (int64_t n = nb * 128; n < n1; ++n)
+        for (int64_t k = kb * 128; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * K + k]));
+      const float s = scales[nb * 3 + kb];
+      EXPECT_EQ(s, amax > 0.0f ? amax / 448.0f : 1.0f) << nb << ", " << kb;
+      for (int64_t n = nb * 128; n < n1; ++n)
+        for (int64_t k = kb * 128; k < k1; ++k) expect_quantised(w[n * K + k], q[n * K + k], s, amax, n, k);
+    }
+  EXPECT_EQ(scales[0 * 3 + 2], 3.0f / 448.0f);
+  EXPECT_EQ(q[5 * K + 290], 0xFE);  // -448
+  EXPECT_EQ(scales[1 * 3 + 0], 1.0f);
 }
 
 }  // namespace

@@ -59,6 +59,17 @@ CudaRunner::CudaRunner(ModelConfig config, DeviceWeights weights, Precision prec
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
   inv_freq_ = to_device(rope_inverse_frequencies(c));
   vocab_ = {0, c.vocab_size};
+  MOESERVE_CHECK(options.dense_fp8_min_rows >= 0, "CUDA runner: dense_fp8_min_rows {} (0: never)",
+                 options.dense_fp8_min_rows);
+  if (fp8_activations_ && options.dense_fp8_min_rows > 0 && weights_.dense == Precision::bf16) {
+    dense_fp8_.resize(c.num_layers);
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      const DeviceLayer& w = weights_.layers[layer];
+      dense_fp8_[layer].qkv.emplace(stream_, w.qkv, c.q_dim() + 2 * c.kv_dim(), c.hidden_size);
+      dense_fp8_[layer].o.emplace(stream_, w.o, c.hidden_size, c.q_dim());
+    }
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 }
 
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
@@ -141,10 +152,15 @@ void CudaRunner::ensure_capacity(const StepMetadata& meta, const Plan& plan, siz
   auto grow = [&](DeviceBuffer& buffer, size_t bytes) { moved |= buffer.grow(std::max<size_t>(bytes, 16)); };
   grow(x_, T * H * 4);
   grow(normed_, T * H * A);
-  grow(qkv_, T * (Q + 2 * KV) * 4);
+  // FP8 dense projections run over a multiple of 4 rows (fp8_dense_linear), so their outputs hold that many.
+  const bool dense_fp8 = !dense_fp8_.empty() && plan.tokens >= options_.dense_fp8_min_rows;
+  const size_t T4 = dense_fp8 ? static_cast<size_t>(fp8_padded_rows(plan.tokens)) : T;
+  grow(qkv_, T4 * (Q + 2 * KV) * 4);
   grow(q_, T * Q * A);
   grow(attn_, T * Q * A);
-  grow(proj_, T * H * 4);
+  grow(proj_, T4 * H * 4);
+  grow(dense_x_fp8_, dense_fp8 ? T4 * std::max(H, Q) : 0);
+  grow(dense_x_scale_, dense_fp8 ? T4 * fp8_blocks(static_cast<int64_t>(std::max(H, Q))) * 4 : 0);
   grow(router_logits_, T * E * 4);
   grow(experts_, T * K * 4);
   grow(expert_weights_, T * K * 4);
@@ -200,6 +216,15 @@ void CudaRunner::project(const void* x, int rows, const void* weight, int64_t ou
     blas_.linear(stream_, precision_, x, rows, weight, out_features, in_features, bias, y);
 }
 
+void CudaRunner::project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8,
+                               int64_t out_features, int64_t in_features, const float* bias, float* y) {
+  if (fp8 != nullptr && rows >= options_.dense_fp8_min_rows) {
+    const Fp8Activations scratch{dense_x_fp8_.as<uint8_t>(), dense_x_scale_.as<float>()};
+    if (fp8_dense_linear(stream_, blas_, x, rows, fp8->view(), bias, scratch, y)) return;
+  }
+  project(x, rows, weight, out_features, in_features, bias, y);
+}
+
 void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers) {
   const ModelConfig& c = config_;
   const StepView step = meta.view(meta_device_.as<int32_t>());
@@ -245,7 +270,8 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     if (options_.fused_qkv_rope && qkv_rope_fused_supported(precision_, T, H, rope)) {  // decode-sized: one launch
       launch_qkv_rope_kv_write(stream_, precision_, normed_.get(), T, w.qkv, H, w.qkv_bias, rope, step);
     } else {
-      project(normed_.get(), T, w.qkv, Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>());
+      project_dense(normed_.get(), T, w.qkv, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].qkv, Q + 2 * KV, H,
+                    w.qkv_bias, qkv_.as<float>());
       timer_.mark(stream_, KernelClass::rope_kv_write);
       launch_rope_kv_write(stream_, precision_, rope, step);
     }
@@ -271,7 +297,8 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       launch_dense_gemv_add_rms_norm(stream_, precision_, attn_.get(), T, w.o, Q, w.o_bias, proj_.as<float>(), x,
                                      w.mlp_norm, H, eps, normed_.get(), fused_counters_.as<int32_t>() + 1);
     } else {
-      project(attn_.get(), T, w.o, H, Q, w.o_bias, proj_.as<float>());
+      project_dense(attn_.get(), T, w.o, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].o, H, Q, w.o_bias,
+                    proj_.as<float>());
       if (communicator_ != nullptr) {
         timer_.mark(stream_, KernelClass::collective);
         communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});

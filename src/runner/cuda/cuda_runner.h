@@ -20,6 +20,7 @@
 #include "runner/cuda/cuda_runner_factory.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_weights.h"
+#include "runner/cuda/fp8_gemm.h"
 #include "runner/cuda/graph_capture.h"
 #include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/kv_scales.h"
@@ -94,6 +95,10 @@ class CudaRunner : public ModelRunner {
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
+  // The same product on FP8 (fp8_dense_linear) when this runner has a quantised copy of the weight (dense_fp8_) and
+  // the step has at least options_.dense_fp8_min_rows tokens; project() otherwise, and where cuBLASLt refuses.
+  void project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8, int64_t out_features,
+                     int64_t in_features, const float* bias, float* y);
   // Whether the unembedding is a slice of the vocabulary (vocab_ below).
   bool vocab_split() const { return vocab_.size() < config_.vocab_size; }
   // Vocab split: the R rows' whole logits into logits_, all-gathered from every rank's logits_local_.
@@ -145,6 +150,13 @@ class CudaRunner : public ModelRunner {
   // FP8 activations: the expert projections' inputs as e4m3 with a scale per row (mlp1: [T, H]; mlp2: [T * k, I]).
   DeviceBuffer moe_x_fp8_, moe_x_scale_, moe_act_fp8_, moe_act_scale_;
   DeviceBuffer moe_hot_;  // prefill_wgmma_hot's dequantised hot experts (moe_hot_bytes), grown by steps on that path
+  // options_.dense_fp8_min_rows > 0 with FP8 activations: each layer's QKV and output projection weights quantised
+  // at load (fp8_gemm.h), and their inputs' e4m3 values and scales for steps that take them (padded rows).
+  struct DenseFp8 {
+    std::optional<Fp8QuantisedWeight> qkv, o;
+  };
+  std::vector<DenseFp8> dense_fp8_;
+  DeviceBuffer dense_x_fp8_, dense_x_scale_;
   IndexRange vocab_;  // the unembedding rows the weights hold (all of them unless join_group gave a slice)
   DeviceBuffer moe_out_;  // in a group: the experts' outputs combined per token [T, H], summed over the ranks
   DeviceBuffer decode_counters_;  // decode attention's split counters: zeroed when allocated, zero between launches

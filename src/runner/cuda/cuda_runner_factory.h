@@ -45,6 +45,11 @@ struct CudaRunnerOptions {
   // prefill_wgmma_hot's rows that make an expert hot (MoeGemmParams::Hot::min_rows); 0: its default, 1,024. For
   // benchmarking (cuda_bench --moe-hot-min).
   int moe_hot_min_rows = 0;
+  // With --activation-dtype fp8: steps of at least this many tokens run the QKV and output projections on FP8 too
+  // (their bf16 weights quantised at load into 128 x 128 blocks of one scale each, the activations per token per 128
+  // columns, cuBLASLt's block-scaled e4m3 product; fp8_gemm.h's fp8_dense_linear), smaller steps stay bf16. 0: never
+  // (the default until measured on a GPU). For benchmarking (cuda_bench --dense-fp8-min).
+  int dense_fp8_min_rows = 0;
   // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
   // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
   // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.

@@ -48,4 +48,20 @@ void quantize_activations_fp8(const float* x, int64_t rows, int64_t K, uint8_t* 
     }
 }
 
+void quantize_weight_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float* scales) {
+  const int64_t col_blocks = fp8_blocks(K);
+  for (int64_t nb = 0; nb < fp8_blocks(N); ++nb)
+    for (int64_t kb = 0; kb < col_blocks; ++kb) {
+      const int64_t n0 = nb * kFp8Block, n1 = std::min(N, n0 + kFp8Block);
+      const int64_t k0 = kb * kFp8Block, k1 = std::min(K, k0 + kFp8Block);
+      float amax = 0.0f;
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * K + k]));
+      const float s = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t k = k0; k < k1; ++k) q[n * K + k] = float_to_fp8_e4m3(w[n * K + k] / s);
+      scales[nb * col_blocks + kb] = s;
+    }
+}
+
 }  // namespace moeserve::cuda

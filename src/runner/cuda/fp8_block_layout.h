@@ -57,4 +57,12 @@ std::vector<float> fp8_weight_scales_for_cublaslt(const Fp8BlockMatrix& w);
 // saturated at 448). q is [rows, K]; scales in cuBLASLt's activation layout (fp8_activation_scale_index).
 void quantize_activations_fp8(const float* x, int64_t rows, int64_t K, uint8_t* q, float* scales);
 
+// A bf16 (or any float) weight [N, K] quantised to 128 x 128 blocks at upload, for the FP8 dense projections of a
+// model whose checkpoint has none (gpt-oss's QKV and output projections under --activation-dtype fp8): per block
+// s = amax / 448 (1 for an all-zero block) and q = e4m3(w / s), round to nearest even, saturated at 448 (only
+// rounding can reach it). q is [N, K] row-major; scales [ceil(N/128), ceil(K/128)] row-major, the checkpoint
+// layout that Fp8BlockMatrix holds (fp8_weight_scales_for_cublaslt rearranges them). The device quantiser
+// (launch_fp8_quantize_weight_blocks) must give the same bytes and scales.
+void quantize_weight_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float* scales);
+
 }  // namespace moeserve::cuda

@@ -26,7 +26,8 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t byte) {
 }
 
 template <typename T>
-__global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K, uint8_t* q, float* scales) {
+__global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K, uint8_t* q, float* scales,
+                                            int64_t scale_rows) {
   pdl_prologue();
   constexpr int kPerLane = kFp8Block / 32;
   const int64_t groups = fp8_blocks(K);
@@ -49,7 +50,37 @@ __global__ void quantize_activations_kernel(const T* x, int64_t rows, int64_t K,
     const int64_t k = kb * kFp8Block + i * 32 + lane;
     if (k < K) q[t * K + k] = __nv_cvt_float_to_fp8(v[i] / s, __NV_SATFINITE, __NV_E4M3);
   }
-  if (lane == 0) scales[fp8_activation_scale_index(t, kb, rows)] = s;
+  if (lane == 0) scales[fp8_activation_scale_index(t, kb, scale_rows)] = s;
+}
+
+// blockIdx.x: the column block, blockIdx.y: the row block. Pass 1: the block's amax (warp maxima, then warp 0 over
+// them); pass 2: q = e4m3(w / s) with IEEE division, as quantize_weight_fp8_blocks does on the host.
+constexpr int kWeightQuantThreads = 256;
+__global__ void __launch_bounds__(kWeightQuantThreads)
+    quantize_weight_blocks_kernel(const bf16* w, int64_t N, int64_t K, uint8_t* q, float* scales) {
+  __shared__ float warp_amax[kWeightQuantThreads / 32];
+  __shared__ float block_scale;
+  const int64_t kb = blockIdx.x, nb = blockIdx.y;
+  const int64_t n0 = nb * kFp8Block, k0 = kb * kFp8Block;
+  const int rows = static_cast<int>(min(kFp8Block, N - n0)), cols = static_cast<int>(min(kFp8Block, K - k0));
+  float amax = 0.0f;
+  for (int i = threadIdx.x; i < rows * cols; i += kWeightQuantThreads)
+    amax = fmaxf(amax, fabsf(to_float(w[(n0 + i / cols) * K + k0 + i % cols])));
+  amax = warp_max(amax);
+  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = 0.0f;
+    for (float v : warp_amax) m = fmaxf(m, v);
+    block_scale = m > 0.0f ? m / kFp8E4m3Max : 1.0f;
+    scales[nb * fp8_weight_scale_ld(K) + kb] = block_scale;
+  }
+  __syncthreads();
+  const float s = block_scale;
+  for (int i = threadIdx.x; i < rows * cols; i += kWeightQuantThreads) {
+    const int64_t index = (n0 + i / cols) * K + k0 + i % cols;
+    q[index] = __nv_cvt_float_to_fp8(to_float(w[index]) / s, __NV_SATFINITE, __NV_E4M3);
+  }
 }
 
 // blockIdx.x: the token; blockIdx.y: 128 outputs.
@@ -93,18 +124,48 @@ Fp8DeviceWeight::Fp8DeviceWeight(const Fp8BlockMatrix& w)
 }
 
 void launch_fp8_quantize_activations(cudaStream_t stream, Precision type, const void* x, int64_t rows, int64_t K,
-                                     const Fp8Activations& out) {
+                                     const Fp8Activations& out, int64_t scale_rows) {
   check_fp8_gemm_shape(rows, 1, K);
+  if (scale_rows == 0) scale_rows = rows;
+  if (scale_rows < rows)
+    fail_cuda("fp8_quantize_activations", "the scales' token count is below the tokens quantised", __FILE__, __LINE__);
   if (rows == 0) return;
   constexpr int kWarpsPerBlock = 8;
   const int64_t groups = rows * fp8_blocks(K);
   const auto blocks = static_cast<unsigned>((groups + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (type == Precision::bf16)
     MOESERVE_CUDA_CHECK(cuda_launch(quantize_activations_kernel<bf16>, blocks, kWarpsPerBlock * 32, 0, stream,
-                                    static_cast<const bf16*>(x), rows, K, out.values, out.scales));
+                                    static_cast<const bf16*>(x), rows, K, out.values, out.scales, scale_rows));
   else
     MOESERVE_CUDA_CHECK(cuda_launch(quantize_activations_kernel<float>, blocks, kWarpsPerBlock * 32, 0, stream,
-                                    static_cast<const float*>(x), rows, K, out.values, out.scales));
+                                    static_cast<const float*>(x), rows, K, out.values, out.scales, scale_rows));
+}
+
+Fp8QuantisedWeight::Fp8QuantisedWeight(cudaStream_t stream, const void* weight_bf16, int64_t N, int64_t K)
+    : values_(static_cast<size_t>(N) * K), scales_(fp8_weight_scale_count(N, K) * sizeof(float)), rows_(N), cols_(K) {
+  check_fp8_gemm_shape(0, N, K);
+  MOESERVE_CUDA_CHECK(cudaMemsetAsync(scales_.get(), 0, scales_.bytes(), stream));  // the layout's padding
+  const dim3 grid(static_cast<unsigned>(fp8_blocks(K)), static_cast<unsigned>(fp8_blocks(N)));
+  quantize_weight_blocks_kernel<<<grid, kWeightQuantThreads, 0, stream>>>(static_cast<const bf16*>(weight_bf16), N, K,
+                                                                          values_.as<uint8_t>(), scales_.as<float>());
+  MOESERVE_CUDA_CHECK(cudaGetLastError());
+}
+
+bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
+                      const float* bias, const Fp8Activations& scratch, float* y, std::string* why) {
+  check_fp8_gemm_shape(rows, w.rows, w.cols);
+  if (rows == 0) return true;
+  const int64_t padded = fp8_padded_rows(rows);
+  std::string refusal = fp8_gemm_cublaslt_refusal(padded, w.rows, w.cols);
+  if (!refusal.empty() || !blas.has_fp8_block_algorithm(padded, w.rows, w.cols, Precision::f32, &refusal,
+                                                        bias != nullptr)) {
+    if (why != nullptr) *why = refusal;
+    return false;
+  }
+  launch_fp8_quantize_activations(stream, Precision::bf16, x_bf16, rows, w.cols, scratch, padded);
+  blas.linear_fp8_block(stream, scratch.values, scratch.scales, padded, w.values, w.scales, w.rows, w.cols,
+                        Precision::f32, y, bias);
+  return true;
 }
 
 void launch_fp8_block_gemm_reference(cudaStream_t stream, const Fp8Activations& x, int64_t rows,

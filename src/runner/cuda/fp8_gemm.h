@@ -9,10 +9,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "model/fp8_blocks.h"
 #include "runner/cuda/blas.h"
 #include "runner/cuda/device_buffer.h"
+#include "runner/cuda/fp8_block_layout.h"
 #include "runner/cuda/kernels.h"
 
 namespace moeserve::cuda {
@@ -44,8 +46,35 @@ struct Fp8Activations {
 
 // DeepSeek's act_quant of rows x K values of `type` into `out`: the same bytes and scales as
 // quantize_activations_fp8 (fp8_block_layout.h) on the values as floats. One warp per (token, 128-column group).
+// scale_rows (>= rows; 0: rows) is the token count the scale layout is laid out for (scale (t, kb) at
+// kb * scale_rows + t): a product padded to a multiple of 4 tokens (fp8_dense_linear) reads that many.
 void launch_fp8_quantize_activations(cudaStream_t stream, Precision type, const void* x, int64_t rows, int64_t K,
-                                     const Fp8Activations& out);
+                                     const Fp8Activations& out, int64_t scale_rows = 0);
+
+// A bf16 weight [N, K] quantised on the device into 128 x 128 blocks (gpt-oss's QKV and output projections under
+// --activation-dtype fp8, made once at load): the same bytes as quantize_weight_fp8_blocks (fp8_block_layout.h)
+// and its scales in cuBLASLt's layout (fp8_weight_scales_for_cublaslt's, the padding zero). One block of 256
+// threads per weight block: its amax, then its values.
+class Fp8QuantisedWeight {
+ public:
+  Fp8QuantisedWeight(cudaStream_t stream, const void* weight_bf16, int64_t N, int64_t K);
+  Fp8WeightView view() const { return {values_.as<uint8_t>(), scales_.as<float>(), rows_, cols_}; }
+  size_t bytes() const { return values_.bytes() + scales_.bytes(); }
+
+ private:
+  DeviceBuffer values_, scales_;
+  int64_t rows_ = 0, cols_ = 0;
+};
+
+// The dense projections under --activation-dtype fp8: x [rows, K] bf16 quantised per token per 128 columns into
+// scratch, then y [rows, N] fp32 = the block-scaled product on cuBLASLt plus bias (its epilogue; bias may be null).
+// cuBLASLt takes a multiple of 4 tokens, so the product runs over fp8_padded_rows(rows): the padding rows of
+// scratch are left as they are and their outputs are written but meaningless, so scratch (values and scales) and y
+// must hold the padded rows. False, launching nothing, where cuBLASLt refuses the shape or has no algorithm (the
+// caller runs the bf16 product instead); *why then says why.
+MOESERVE_HD constexpr int64_t fp8_padded_rows(int64_t rows) { return (rows + 3) / 4 * 4; }
+bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
+                      const float* bias, const Fp8Activations& scratch, float* y, std::string* why = nullptr);
 
 // The plain product: one thread per output, sum over each 128-column block of e4m3 x e4m3 in fp32, times the two
 // block scales, added into an fp32 accumulator (DeepSeek's fp8_gemm arithmetic); y fp32 or bf16 (`out`).

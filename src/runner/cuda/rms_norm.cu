@@ -30,9 +30,30 @@ __device__ __forceinline__ void store4(bf16* out, float a, float b, float c, flo
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
 }
 
-// The weighted sum of token t's expert outputs, float4 i of its row: the slots in order, from zero.
+// The weighted sum of token t's expert outputs, float4 i of its row: the slots in order, from zero. With kTopK > 0
+// (the launch's top_k: gpt-oss 4, DeepSeek-V3 8) every slot's index, weight and row is loaded before any sum, so a
+// thread keeps kTopK row loads in flight at once (version 2 walked the slots one dependent load after another: the
+// prefill step's combine ran at 60% of the copy rate, step_breakdown on an H100); the sums are the same, in order.
+template <int kTopK>
 __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine, int64_t t, int i, int H) {
   float4 combined = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if constexpr (kTopK > 0) {
+    int rows[kTopK];
+    float weights[kTopK];
+    float4 y[kTopK];
+#pragma unroll
+    for (int k = 0; k < kTopK; ++k) {
+      rows[k] = combine.slot_row[t * kTopK + k];
+      weights[k] = combine.weights[t * kTopK + k];
+    }
+#pragma unroll
+    for (int k = 0; k < kTopK; ++k)
+      if (rows[k] >= 0) y[k] = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(rows[k]) * H)[i];
+#pragma unroll
+    for (int k = 0; k < kTopK; ++k)
+      if (rows[k] >= 0) combined = combined + scaled(y[k], weights[k]);  // < 0: another expert-parallel rank's expert
+    return combined;
+  }
   for (int k = 0; k < combine.top_k; ++k) {
     const int64_t slot = t * combine.top_k + k;
     const int row = combine.slot_row[slot];
@@ -47,7 +68,7 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
 // threads; the fused o-projection below: virtual threads of that very layout, so the sums are the same bits).
 // First: float4s vt, vt + threads, ... of row get their delta added (and stored back), kept in v; returns the sum of
 // their squares.
-template <Delta kDelta>
+template <Delta kDelta, int kTopK = 0>
 __device__ __forceinline__ float add_row_part(float4* row, const float* delta, const ExpertCombine& combine, int64_t t,
                                               int H, int vt, int threads, float4 (&v)[kMaxVectors]) {
   const int vectors = H / 4;
@@ -59,7 +80,7 @@ __device__ __forceinline__ float add_row_part(float4* row, const float* delta, c
     float4 a = row[i];
     if constexpr (kDelta == Delta::dense) a = a + reinterpret_cast<const float4*>(delta + t * H)[i];
     if constexpr (kDelta == Delta::dense_l2) a = a + __ldcg(reinterpret_cast<const float4*>(delta + t * H) + i);
-    if constexpr (kDelta == Delta::experts) a = a + combined_experts(combine, t, i, H);
+    if constexpr (kDelta == Delta::experts) a = a + combined_experts<kTopK>(combine, t, i, H);
     if constexpr (kDelta != Delta::none) row[i] = a;
     sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     v[j] = a;
@@ -86,13 +107,13 @@ __device__ __forceinline__ float inverse_rms(float sum, int H, float eps) {
   return 1.0f / sqrtf(sum / static_cast<float>(H) + eps);
 }
 
-template <typename Out, Delta kDelta>
+template <typename Out, Delta kDelta, int kTopK = 0>
 __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
                                     float eps, Out* out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4 v[kMaxVectors];
-  float sum = add_row_part<kDelta>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
+  float sum = add_row_part<kDelta, kTopK>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
   sum = block_sum(sum);
   norm_row_part(v, inverse_rms(sum, H, eps), scale, t, H, threadIdx.x, blockDim.x, out);
 }
@@ -101,7 +122,7 @@ __global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4* row = reinterpret_cast<float4*>(out + t * H);
-  for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts(combine, t, i, H);
+  for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts<0>(combine, t, i, H);
 }
 
 __host__ __device__ constexpr int threads_for(int H) {
@@ -184,6 +205,12 @@ void launch_typed(cudaStream_t stream, float* x, const float* delta, const Exper
   if (delta != nullptr)
     MOESERVE_CUDA_CHECK(
         cuda_launch(add_rms_norm_kernel<Out, Delta::dense>, T, threads, 0, stream, x, delta, none, scale, H, eps, out));
+  else if (combine != nullptr && combine->top_k == 4)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 4>, T, threads, 0, stream, x, nullptr,
+                                    *combine, scale, H, eps, out));
+  else if (combine != nullptr && combine->top_k == 8)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 8>, T, threads, 0, stream, x, nullptr,
+                                    *combine, scale, H, eps, out));
   else if (combine != nullptr)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts>, T, threads, 0, stream, x, nullptr,
                                     *combine, scale, H, eps, out));

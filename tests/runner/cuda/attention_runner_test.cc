@@ -137,18 +137,23 @@ TEST(CudaRunnerFp8Kv, FullWidthTwoLayerLogitErrorAgainstBf16Kv) {
 // With path "prefill-wgmma" every step runs the FP8 grouped GEMM instead (block scales folded into e4m3 exponents,
 // exact for these weights; the tensor cores' own accumulation, ~2^-13.4 relative a k32 step: tests/runner/cuda/
 // moe_test.cc), measured against the same bounds.
+// dense_fp8_min_rows > 0: the QKV and output projections run on FP8 too from that many tokens a step.
+std::unique_ptr<ModelRunner> fp8_activation_runner(std::shared_ptr<const Checkpoint> checkpoint,
+                                                   const std::string& activation_dtype, const std::string& path,
+                                                   int dense_fp8_min_rows = 0) {
+  CudaRunnerOptions o;
+  o.precision = "bf16";
+  o.activation_dtype = activation_dtype;
+  o.moe_path_table = path;
+  o.dense_fp8_min_rows = dense_fp8_min_rows;
+  return make_cuda_runner(std::move(checkpoint), o);
+}
+
 void expect_fp8_activation_logits_close(const std::string& what, const TinyModelOptions& options, int chunk,
                                         double median_bound, double worst_bound,
                                         const std::string& path = "decode-mma-mixed") {
   auto checkpoint = open_tiny(options);
-  auto runner = [&](const std::string& activation_dtype) {
-    CudaRunnerOptions o;
-    o.precision = "bf16";
-    o.activation_dtype = activation_dtype;
-    o.moe_path_table = path;
-    return make_cuda_runner(checkpoint, o);
-  };
-  auto bf16 = runner("bf16"), fp8 = runner("fp8");
+  auto bf16 = fp8_activation_runner(checkpoint, "bf16", path), fp8 = fp8_activation_runner(checkpoint, "fp8", path);
   expect_fp8_rows_within(what, "fp8 activations", *checkpoint, *bf16, *fp8, chunk, median_bound, worst_bound);
 }
 
@@ -167,6 +172,24 @@ TEST(CudaRunnerFp8Activations, GroupedGemmLogitErrorAgainstBf16) {
   expect_fp8_activation_logits_close("tiny model, prefill-wgmma", TinyModelOptions{}, 5, 0.15, 1.0, "prefill-wgmma");
   expect_fp8_activation_logits_close("two-layer full width, prefill-wgmma", full_width_two_layers(), 50, 0.08, 0.6,
                                      "prefill-wgmma");
+}
+
+// FP8 dense projections (CudaRunnerOptions::dense_fp8_min_rows): the QKV and output projections' bf16 weights
+// quantised at load into 128 x 128 blocks, their inputs per token per 128 columns, on cuBLASLt's block-scaled
+// product, on the full-width model (hidden 2,880 and 4,096 query columns, shapes cuBLASLt takes). Every step takes
+// them (min 1 token): batched steps of 241 tokens (padded to 244 for cuBLASLt) and chunks of 50 (52). Against bf16
+// activations within bounds about twice the measured errors, and different from FP8 activations without them (so
+// the FP8 projections ran; a refusal would fall back to bf16 silently).
+TEST(CudaRunnerFp8Activations, DenseFp8LogitErrorAgainstBf16) {
+  MOESERVE_REQUIRE_CUDA();
+  auto checkpoint = open_tiny(full_width_two_layers());
+  const std::string path = "prefill-wgmma";
+  auto bf16 = fp8_activation_runner(checkpoint, "bf16", path), fp8 = fp8_activation_runner(checkpoint, "fp8", path);
+  auto dense = fp8_activation_runner(checkpoint, "fp8", path, 1);
+  expect_fp8_rows_within("two-layer full width, dense FP8", "fp8 activations", *checkpoint, *bf16, *dense, 50, 0.12,
+                         0.9);
+  expect_fp8_rows_within("two-layer full width, dense FP8 against FP8 experts alone", "fp8 dense projections",
+                         *checkpoint, *fp8, *dense, 50, 0.12, 0.9);
 }
 
 TEST(CudaRunnerFp8Activations, RefusesWhatDoesNotFit) {

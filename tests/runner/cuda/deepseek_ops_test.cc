@@ -144,6 +144,86 @@ TEST_F(DeepseekCuda, Fp8BlockLinearMatchesCpu) {
   }
 }
 
+// gpt-oss's dense projections under --activation-dtype fp8 (fp8_gemm.h's Fp8QuantisedWeight and fp8_dense_linear).
+// The weight, bf16 with a magnitude that varies by 128 x 128 block, quantised on the device: quantize_weight_fp8_blocks'
+// bytes, and its scales in cuBLASLt's layout (fp8_weight_scales_for_cublaslt), exactly. The product with its bias at
+// gpt-oss-120b's widths (K = 2,880: a partial last column block; K = 4,096), 8 tokens and 7 (padded to 8 inside) and
+// 61 (64), on cuBLASLt (a refusal fails with its reason):
+// - against the CPU on the dequantised weight and the quantised activations plus the bias: 2e-3, as above;
+// - against the bf16 weight and the activations as given: each side rounded once to e4m3 (2^-4 relative at most,
+//   independent), so the row error is at most sqrt(2 x 2^-8) = 8.84e-2.
+class Fp8DenseCuda : public DeepseekCuda {};
+TEST_F(Fp8DenseCuda, QuantisedBf16WeightsWithBiasMatchCpu) {
+  cuda::Blas blas;
+  struct Shape {
+    int64_t N, K;
+  };
+  for (Shape s : {Shape{640, 2880}, Shape{2880, 4096}}) {
+    std::vector<float> w = random_floats(rng_, static_cast<size_t>(s.N) * s.K, 0.0f, 0.02f);
+    std::uniform_real_distribution<float> exponent(-4.0f, 4.0f);
+    for (int64_t nb = 0; nb < cuda::fp8_blocks(s.N); ++nb)
+      for (int64_t kb = 0; kb < cuda::fp8_blocks(s.K); ++kb) {
+        const float factor = std::exp2(exponent(rng_));
+        for (int64_t n = nb * 128; n < std::min(s.N, (nb + 1) * 128); ++n)
+          for (int64_t k = kb * 128; k < std::min(s.K, (kb + 1) * 128); ++k) w[n * s.K + k] *= factor;
+      }
+    w = round_to(Precision::bf16, w);
+    std::vector<uint8_t> wq(w.size());
+    Fp8BlockMatrix model;
+    model.rows = s.N;
+    model.cols = s.K;
+    model.scales.resize(model.scale_rows() * model.scale_cols());
+    cuda::quantize_weight_fp8_blocks(w.data(), s.N, s.K, wq.data(), model.scales.data());
+    model.data = wq.data();
+    const std::string shape = std::to_string(s.N) + "x" + std::to_string(s.K);
+
+    DeviceBuffer w_d = upload_as(Precision::bf16, w);
+    const cuda::Fp8QuantisedWeight quantised(nullptr, w_d.get(), s.N, s.K);
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const cuda::Fp8WeightView view = quantised.view();
+    EXPECT_EQ(cuda::to_host<uint8_t>(view.values, wq.size()), wq) << shape << ": the weight's e4m3 bytes";
+    EXPECT_EQ(cuda::to_host<float>(view.scales, cuda::fp8_weight_scale_count(s.N, s.K)),
+              cuda::fp8_weight_scales_for_cublaslt(model))
+        << shape << ": the weight's scales in cuBLASLt's layout";
+
+    const std::vector<float> bias = random_floats(rng_, s.N, 0.0f, 0.5f);
+    DeviceBuffer bias_d = cuda::to_device(bias);
+    for (int64_t T : {8, 7, 61}) {
+      const int64_t padded = cuda::fp8_padded_rows(T);
+      const std::vector<float> x = round_to(Precision::bf16, activations(T, s.K));
+      std::vector<uint8_t> q(x.size());
+      std::vector<float> x_scales(cuda::fp8_activation_scale_count(T, s.K));
+      cuda::quantize_activations_fp8(x.data(), T, s.K, q.data(), x_scales.data());
+      std::vector<float> ref(static_cast<size_t>(T) * s.N), ref_quantised(ref.size());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < s.N; ++n) {
+          double exact = bias[n], quantised_sum = bias[n];
+          for (int64_t k = 0; k < s.K; ++k) {
+            exact += static_cast<double>(x[t * s.K + k]) * w[n * s.K + k];
+            const float xq = fp8_e4m3_to_float(q[t * s.K + k]) *
+                             x_scales[cuda::fp8_activation_scale_index(t, k / 128, T)];
+            quantised_sum += static_cast<double>(xq) * model.at(n, k);
+          }
+          ref[t * s.N + n] = static_cast<float>(exact);
+          ref_quantised[t * s.N + n] = static_cast<float>(quantised_sum);
+        }
+      DeviceBuffer x_d = upload_as(Precision::bf16, x), q_d(padded * s.K),
+                   scales_d(cuda::fp8_activation_scale_count(padded, s.K) * 4), y_d(padded * s.N * 4);
+      const cuda::Fp8Activations scratch{q_d.as<uint8_t>(), scales_d.as<float>()};
+      std::string why;
+      const bool ran =
+          cuda::fp8_dense_linear(nullptr, blas, x_d.get(), T, view, bias_d.as<float>(), scratch, y_d.as<float>(), &why);
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string label = std::to_string(T) + "x" + shape;
+      ASSERT_TRUE(ran) << label << ": cuBLASLt refused the FP8 product with bias: " << why;
+      const std::vector<float> y = cuda::to_host<float>(y_d.get(), ref.size());
+      expect_error_within("fp8 dense linear " + label + " vs quantised operands",
+                          max_row_error(y, ref_quantised, T, s.N), 2e-3);
+      expect_error_within("fp8 dense linear " + label + " vs bf16 operands", max_row_error(y, ref, T, s.N), 8.84e-2);
+    }
+  }
+}
+
 // Random router logits whose every decision has a margin: group scores around the topk_group-th and choice
 // scores around the top_k-th kept expert differ by more than 1e-4 (far above the ulp-level difference between
 // the device's expf and the host's), recomputed here in double.

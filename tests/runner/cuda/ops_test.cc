@@ -36,17 +36,24 @@ class CudaKernels : public ::testing::TestWithParam<Precision> {
   std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed() + 12345u};
 };
 
+// The expert combine at top_k 4 and 8 (the kernels that load every slot's row before summing) and 3 (the loop), with
+// some slots on another expert-parallel rank (row -1) at 8.
 TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
-  const int T = 7, H = 2880, k = 4;
+  const int T = 7, H = 2880;
   const float eps = 1e-5f;
   const auto scale = random_floats(rng_, H, 1.0f, 0.1f);
-  for (int mode = 0; mode < 3; ++mode) {
+  struct Case {
+    int k, mode;  // mode 0: plain, 1: dense delta, 2: expert combine
+  };
+  for (const Case c : {Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{8, 2}, Case{3, 2}}) {
+    const int k = c.k, mode = c.mode;
     auto x = random_floats(rng_, T * H, 0.0f, 3.0f);
     const auto delta = random_floats(rng_, T * H);
     const auto y = random_floats(rng_, T * k * H);
     std::vector<int32_t> slot_row(T * k);
     std::iota(slot_row.begin(), slot_row.end(), 0);
     std::shuffle(slot_row.begin(), slot_row.end(), rng_);
+    if (k == 8) slot_row[1] = slot_row[T * k - 3] = slot_row[T * k - 1] = -1;
     auto weights = random_floats(rng_, T * k, 0.25f, 0.1f);
 
     DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta), y_d = cuda::to_device(y),
@@ -61,12 +68,13 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
         float add = 0.0f;
         if (mode == 1) add = delta[t * H + i];
         if (mode == 2)
-          for (int j = 0; j < k; ++j) add += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
+          for (int j = 0; j < k; ++j)
+            if (slot_row[t * k + j] >= 0) add += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
         x[t * H + i] += add;
       }
     std::vector<float> ref(T * H);
     cpu::rms_norm(x.data(), scale.data(), T, H, eps, ref.data());
-    const std::string mode_name[] = {"plain", "dense delta", "expert combine"};
+    const std::string mode_name[] = {"plain", "dense delta", "expert combine, top_k " + std::to_string(k)};
     expect_error_within(label("rms_norm " + mode_name[mode] + " residual"),
                         relative_error(cuda::to_host<float>(x_d.get(), T * H), x), 1e-6);
     expect_error_within(label("rms_norm " + mode_name[mode]),
