@@ -244,13 +244,16 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   const DecodeScratch decode{plan.splits, partial_.as<float>(), decode_counters_.as<int32_t>()};
   const MoeRouting routing = moe_.routing();
   const int rows_per_tile = moe_rows_per_tile(plan.moe);
-  const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
+  ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
   // Alone, the next residual add + RMSNorm combines the experts' rows into the residual stream. In a group, a rank's
   // rows are partial sums over its slice of the intermediate dimension, in its own grouped order: the grouping takes
   // rows by atomics (moe_grouping.cu), so row r holds different (token, slot) pairs on different ranks and the rows
   // cannot be summed across ranks as they are. Each rank combines its own rows per token into moe_out_, the ranks
   // sum those [T, H] sums (as the CPU ranks do), and the residual add takes the sum as a dense delta.
   const bool split = communicator_ != nullptr;
+  // options_.expert_out_bf16: the second projection writes bf16 rows where its path can, and the combine reads them.
+  const bool y_bf16 = options_.expert_out_bf16 && !split && precision_ == Precision::bf16 && moe_path_writes_bf16(plan.moe);
+  if (y_bf16) combine.y = nullptr, combine.y_bf16 = moe_y_.get();
   const float* moe_delta = split ? moe_out_.as<float>() : nullptr;
   const ExpertCombine* moe_combine = split ? nullptr : &combine;
 
@@ -351,6 +354,7 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     mlp2.x = moe_act_.get();
     mlp2.x_row = nullptr;
     mlp2.out = moe_y_.get();
+    mlp2.out_bf16 = y_bf16;
     mlp2.swiglu = false;
     timer_.mark(stream_, KernelClass::expert_mlp2);
     if (fp8) {

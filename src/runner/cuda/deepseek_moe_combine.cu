@@ -38,6 +38,7 @@ void launch_deepseek_moe_combine(cudaStream_t stream, const ExpertCombine& combi
                                  float* out) {
   if (T == 0) return;
   if (H % 4 != 0) fail_cuda("deepseek_moe_combine", "hidden size must be a multiple of 4", __FILE__, __LINE__);
+  if (combine.y_bf16 != nullptr) fail_cuda("deepseek_moe_combine", "takes fp32 expert rows only", __FILE__, __LINE__);
   const int threads = std::clamp((H / 4 + 31) / 32 * 32, 32, 1024);
   MOESERVE_CUDA_CHECK(cuda_launch(deepseek_moe_combine_kernel, T, threads, 0, stream, combine, shared, H, out));
 }

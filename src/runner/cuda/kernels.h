@@ -94,6 +94,8 @@ struct ExpertCombine {
   const int32_t* slot_row = nullptr;  // [T, top_k] row of y for each (token, slot); -1: another rank's expert
   const float* weights = nullptr;     // [T, top_k]
   int top_k = 0;
+  // Instead of y: the expert outputs as bf16 [rows, H] (the second projection with MoeGemmParams::out_bf16).
+  const void* y_bf16 = nullptr;
 };
 // x += delta (when set) or the expert combine (when set); out = x / sqrt(mean(x^2) + eps) * scale.
 void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
@@ -349,7 +351,7 @@ struct MoeGemmParams {
   ExpertWeightsView w;
   const void* x = nullptr;            // input rows (precision type), [*, in_features]
   const int32_t* x_row = nullptr;     // x row of each grouped row (row_token for the first projection); null: identity
-  void* out = nullptr;                // swiglu: [rows, out / 2] precision type; else [rows, out] fp32
+  void* out = nullptr;                // swiglu: [rows, out / 2] precision type; else [rows, out] fp32 (or bf16: out_bf16)
   bool swiglu = false;                // out = swiglu(h) over interleaved gate/up rows, with the model's clamp
   float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   MoeRouting routing;
@@ -358,6 +360,9 @@ struct MoeGemmParams {
   // scale (x ~ x_fp8 * x_scale; launch_quantize_rows_e4m3). When set, x is not read.
   const uint8_t* x_fp8 = nullptr;
   const float* x_scale = nullptr;
+  // Not swiglu: out as bf16 rows instead of fp32 (the paths moe_path_writes_bf16 names; half the bytes the
+  // projection writes and the combine reads back; each output rounded once, 2^-9 relative at most).
+  bool out_bf16 = false;
   // prefill_wgmma_hot (moe_plan.h): the scratch of moe_hot_bytes(slots, w.out_features, w.in_features, fp8) bytes the
   // hot experts' weights are dequantised into, how many it holds, and the rows that make an expert hot.
   struct Hot {

@@ -288,6 +288,10 @@ __global__ void __launch_bounds__(kThreads, kNTiles >= 8 ? 1 : 2) moe_decode_mma
           if (ok_b)
             static_cast<bf16*>(p.out)[static_cast<int64_t>(r) * (N / 2) + row_a / 2] =
                 __float2bfloat16_rn(swiglu(va + bias[row_a], vb + bias[row_b], p.swiglu_alpha, p.swiglu_limit));
+        } else if (p.out_bf16) {
+          bf16* y = static_cast<bf16*>(p.out) + static_cast<int64_t>(r) * N;
+          if (ok_a) y[row_a] = __float2bfloat16_rn(va + bias[row_a]);
+          if (ok_b) y[row_b] = __float2bfloat16_rn(vb + bias[row_b]);
         } else {
           float* y = static_cast<float*>(p.out) + static_cast<int64_t>(r) * N;
           if (ok_a) y[row_a] = va + bias[row_a];

@@ -34,6 +34,11 @@ void launch_moe_path(cudaStream_t stream, MoePath path, Precision type, const Mo
     fail_cuda("launch_moe_path",
               (std::string("FP8 activations are for the decode_mma and prefill_wgmma paths (plain, split, hot), not ") + moe_path_name(path)).c_str(),
               __FILE__, __LINE__);
+  if (params.out_bf16 && (params.swiglu || type != Precision::bf16 || !moe_path_writes_bf16(path)))
+    fail_cuda("launch_moe_path",
+              (std::string("bf16 rows out are for the second projection in bf16 on the decode_mma and prefill_wgmma "
+                           "paths, not ") + (params.swiglu ? "the first projection" : moe_path_name(path))).c_str(),
+              __FILE__, __LINE__);
   switch (path) {
     case MoePath::reference: return launch_moe_reference(stream, type, params);
     case MoePath::decode_x1: return launch_moe_decode(stream, params, 1);

@@ -80,6 +80,14 @@ constexpr bool moe_path_takes_fp8(MoePath path) {
          path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma ||
          path == MoePath::prefill_wgmma_split || path == MoePath::prefill_wgmma_hot;
 }
+// The paths whose second projection can write bf16 rows (MoeGemmParams::out_bf16): the wgmma grouped GEMM's (plain,
+// m256, deep, split, hot) and decode_mma's (the split paths' narrow tiles), whose epilogues store either.
+constexpr bool moe_path_writes_bf16(MoePath path) {
+  return path == MoePath::decode_mma_n8 || path == MoePath::decode_mma_n16 || path == MoePath::decode_mma_n32 ||
+         path == MoePath::decode_mma_n64 || path == MoePath::decode_mma_mixed || path == MoePath::prefill_wgmma ||
+         path == MoePath::prefill_wgmma_m256 || path == MoePath::prefill_wgmma_deep ||
+         path == MoePath::prefill_wgmma_split || path == MoePath::prefill_wgmma_hot;
+}
 // The path of a name moe_path_name gives; throws naming the known ones otherwise.
 MoePath parse_moe_path(std::string_view name);
 

@@ -554,6 +554,8 @@ __device__ void store_tile(const MoeGemmParams& p, const Item& it, const float (
         if constexpr (kSwiglu) {
           static_cast<bf16*>(p.out)[row * (N / 2) + col / 2] =
               __float2bfloat16_rn(swiglu(v0, v1, p.swiglu_alpha, p.swiglu_limit));
+        } else if (p.out_bf16) {
+          *reinterpret_cast<uint32_t*>(static_cast<bf16*>(p.out) + row * N + col) = pack_bf16x2(v0, v1);
         } else {
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * N + col) = make_float2(v0, v1);
         }

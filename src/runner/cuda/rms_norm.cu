@@ -34,7 +34,20 @@ __device__ __forceinline__ void store4(bf16* out, float a, float b, float c, flo
 // (the launch's top_k: gpt-oss 4, DeepSeek-V3 8) every slot's index, weight and row is loaded before any sum, so a
 // thread keeps kTopK row loads in flight at once (version 2 walked the slots one dependent load after another: the
 // prefill step's combine ran at 60% of the copy rate, step_breakdown on an H100); the sums are the same, in order.
-template <int kTopK>
+// kBf16Y: the rows are combine.y_bf16's (MoeGemmParams::out_bf16), else combine.y's.
+template <bool kBf16Y>
+__device__ __forceinline__ float4 expert_row4(const ExpertCombine& combine, int row, int i, int H) {
+  if constexpr (kBf16Y) {
+    const uint2 v = reinterpret_cast<const uint2*>(static_cast<const bf16*>(combine.y_bf16) + static_cast<int64_t>(row) * H)[i];
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+  } else {
+    return reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(row) * H)[i];
+  }
+}
+
+template <int kTopK, bool kBf16Y = false>
 __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine, int64_t t, int i, int H) {
   float4 combined = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if constexpr (kTopK > 0) {
@@ -48,7 +61,7 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
     }
 #pragma unroll
     for (int k = 0; k < kTopK; ++k)
-      if (rows[k] >= 0) y[k] = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(rows[k]) * H)[i];
+      if (rows[k] >= 0) y[k] = expert_row4<kBf16Y>(combine, rows[k], i, H);
 #pragma unroll
     for (int k = 0; k < kTopK; ++k)
       if (rows[k] >= 0) combined = combined + scaled(y[k], weights[k]);  // < 0: another expert-parallel rank's expert
@@ -58,7 +71,7 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
     const int64_t slot = t * combine.top_k + k;
     const int row = combine.slot_row[slot];
     if (row < 0) continue;  // another expert-parallel rank's expert
-    const float4 y = reinterpret_cast<const float4*>(combine.y + static_cast<int64_t>(row) * H)[i];
+    const float4 y = expert_row4<kBf16Y>(combine, row, i, H);
     combined = combined + scaled(y, combine.weights[slot]);
   }
   return combined;
@@ -68,7 +81,7 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
 // threads; the fused o-projection below: virtual threads of that very layout, so the sums are the same bits).
 // First: float4s vt, vt + threads, ... of row get their delta added (and stored back), kept in v; returns the sum of
 // their squares.
-template <Delta kDelta, int kTopK = 0>
+template <Delta kDelta, int kTopK = 0, bool kBf16Y = false>
 __device__ __forceinline__ float add_row_part(float4* row, const float* delta, const ExpertCombine& combine, int64_t t,
                                               int H, int vt, int threads, float4 (&v)[kMaxVectors]) {
   const int vectors = H / 4;
@@ -80,7 +93,7 @@ __device__ __forceinline__ float add_row_part(float4* row, const float* delta, c
     float4 a = row[i];
     if constexpr (kDelta == Delta::dense) a = a + reinterpret_cast<const float4*>(delta + t * H)[i];
     if constexpr (kDelta == Delta::dense_l2) a = a + __ldcg(reinterpret_cast<const float4*>(delta + t * H) + i);
-    if constexpr (kDelta == Delta::experts) a = a + combined_experts<kTopK>(combine, t, i, H);
+    if constexpr (kDelta == Delta::experts) a = a + combined_experts<kTopK, kBf16Y>(combine, t, i, H);
     if constexpr (kDelta != Delta::none) row[i] = a;
     sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     v[j] = a;
@@ -107,13 +120,13 @@ __device__ __forceinline__ float inverse_rms(float sum, int H, float eps) {
   return 1.0f / sqrtf(sum / static_cast<float>(H) + eps);
 }
 
-template <typename Out, Delta kDelta, int kTopK = 0>
+template <typename Out, Delta kDelta, int kTopK = 0, bool kBf16Y = false>
 __global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
                                     float eps, Out* out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4 v[kMaxVectors];
-  float sum = add_row_part<kDelta, kTopK>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
+  float sum = add_row_part<kDelta, kTopK, kBf16Y>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
   sum = block_sum(sum);
   norm_row_part(v, inverse_rms(sum, H, eps), scale, t, H, threadIdx.x, blockDim.x, out);
 }
@@ -122,7 +135,7 @@ __global__ void moe_combine_kernel(ExpertCombine combine, int H, float* out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4* row = reinterpret_cast<float4*>(out + t * H);
-  for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts<0>(combine, t, i, H);
+  for (int i = threadIdx.x; i < H / 4; i += blockDim.x) row[i] = combined_experts<0>(combine, t, i, H);  // fp32 rows
 }
 
 __host__ __device__ constexpr int threads_for(int H) {
@@ -205,6 +218,12 @@ void launch_typed(cudaStream_t stream, float* x, const float* delta, const Exper
   if (delta != nullptr)
     MOESERVE_CUDA_CHECK(
         cuda_launch(add_rms_norm_kernel<Out, Delta::dense>, T, threads, 0, stream, x, delta, none, scale, H, eps, out));
+  else if (combine != nullptr && combine->y_bf16 != nullptr && combine->top_k == 4)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 4, true>, T, threads, 0, stream, x,
+                                    nullptr, *combine, scale, H, eps, out));
+  else if (combine != nullptr && combine->y_bf16 != nullptr)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 0, true>, T, threads, 0, stream, x,
+                                    nullptr, *combine, scale, H, eps, out));
   else if (combine != nullptr && combine->top_k == 4)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 4>, T, threads, 0, stream, x, nullptr,
                                     *combine, scale, H, eps, out));
@@ -235,6 +254,7 @@ void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, cons
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out) {
   if (T == 0) return;
   if (H % 4 != 0) fail_cuda("moe_combine", "hidden size must be a multiple of 4", __FILE__, __LINE__);
+  if (combine.y_bf16 != nullptr) fail_cuda("moe_combine", "takes fp32 expert rows only", __FILE__, __LINE__);
   MOESERVE_CUDA_CHECK(cuda_launch(moe_combine_kernel, T, threads_for(H), 0, stream, combine, H, out));
 }
 

@@ -192,6 +192,24 @@ TEST(CudaRunnerFp8Activations, DenseFp8LogitErrorAgainstBf16) {
                          *checkpoint, *fp8, *dense, 50, 0.12, 0.9);
 }
 
+// The experts' second projection as bf16 rows (CudaRunnerOptions::expert_out_bf16) against fp32 rows, every step on
+// the grouped GEMM (prefill-wgmma), bf16 activations, tiny and full-width models: each expert output is rounded once
+// more (2^-9 relative at most) before the combine. Bounds about twice the errors measured.
+TEST(CudaRunnerExpertOutBf16, LogitsCloseToFp32Rows) {
+  MOESERVE_REQUIRE_CUDA();
+  for (const auto& [what, options, chunk] : {std::tuple{"tiny model", TinyModelOptions{}, 5},
+                                             std::tuple{"two-layer full width", full_width_two_layers(), 50}}) {
+    auto checkpoint = open_tiny(options);
+    CudaRunnerOptions o;
+    o.precision = "bf16";
+    o.moe_path_table = "prefill-wgmma";
+    auto fp32_rows = make_cuda_runner(checkpoint, o);
+    o.expert_out_bf16 = true;
+    auto bf16_rows = make_cuda_runner(checkpoint, o);
+    expect_fp8_rows_within(what, "bf16 expert rows", *checkpoint, *fp32_rows, *bf16_rows, chunk, 2e-2, 0.2);
+  }
+}
+
 TEST(CudaRunnerFp8Activations, RefusesWhatDoesNotFit) {
   MOESERVE_REQUIRE_CUDA();
   auto checkpoint = open_tiny();

@@ -193,7 +193,9 @@ class MoeCase {
 
   // hot: prefill_wgmma_hot's slots and min_rows; its scratch is made here, filled with NaN (0xff bytes: bf16 and e4m3
   // NaN) so that a tile the GEMM reads but the conversion did not write shows in the error.
-  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}, const cuda::MoeGemmParams::Hot& hot = {}) const {
+  // out_bf16: the second projection writes bf16 rows (MoeGemmParams::out_bf16).
+  MoeErrors run(MoePath path, const cuda::MoeMixedBounds& mixed = {}, const cuda::MoeGemmParams::Hot& hot = {},
+                bool out_bf16 = false) const {
     const int E = shape_.E, H = shape_.H, I = shape_.I, T = routing_.T, k = routing_.k, rows = T * k;
     std::vector<int32_t> counts(E, 0);
     for (int32_t e : routing_.experts) ++counts[e];
@@ -247,6 +249,7 @@ class MoeCase {
     mlp2.x = act_in_d.get();
     mlp2.x_row = nullptr;
     mlp2.out = y_d.get();
+    mlp2.out_bf16 = out_bf16;
     mlp2.swiglu = false;
     if (fp8_) {
       cuda::launch_quantize_rows_e4m3(nullptr, act_in_d.get(), rows, I, act_q.as<uint8_t>(), act_scale.as<float>());
@@ -255,7 +258,8 @@ class MoeCase {
     }
     cuda::launch_moe_path(nullptr, path, precision_, mlp2);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto y_grouped = cuda::to_host<float>(y_d.get(), static_cast<size_t>(rows) * H);
+    const auto y_grouped = out_bf16 ? testing::download_as(Precision::bf16, y_d.get(), static_cast<size_t>(rows) * H)
+                                    : cuda::to_host<float>(y_d.get(), static_cast<size_t>(rows) * H);
     std::vector<float> y_out(y_ref_.size());
     for (int i = 0; i < rows; ++i)
       std::copy_n(y_grouped.data() + static_cast<size_t>(slot_row[i]) * H, H, y_out.data() + static_cast<size_t>(i) * H);
@@ -567,6 +571,43 @@ TEST_F(CudaMoe, HotExpertsMatchCpuAtEverySlotCount) {
   cuda::MoeGemmParams::Hot bad;
   bad.slots = 0;
   EXPECT_THROW(moe.run(MoePath::prefill_wgmma_hot, {}, bad), Error);
+}
+
+// The second projection's bf16 rows (MoeGemmParams::out_bf16, CudaRunnerOptions::expert_out_bf16) on every path
+// that writes them, bf16 and FP8 activations, at skewed routing with odd widths and at gpt-oss-120b's widths with the
+// hot path's experts hot: the fp32 rows' bounds plus one bf16 rounding of each output (2^-9 relative at most, 2e-3).
+// The other paths and the first projection refuse the flag.
+TEST_F(CudaMoe, SecondProjectionWritesBf16RowsWhereItsPathCan) {
+  struct Case {
+    Shape shape;
+    Routing routing;
+  };
+  std::vector<Case> cases;
+  cases.push_back({kOddTail, skewed_routing(rng_, kOddTail.E, 150, 2)});
+  cases.push_back({k120b, counted_routing(rng_, {130, 0, 3, 129, 20, 33}, 2)});
+  for (Case& c : cases) {
+    const Routing routing = c.routing;
+    for (bool fp8 : {false, true}) {
+      const MoeCase moe(Precision::bf16, c.shape, routing, rng_, fp8);
+      cuda::MoeGemmParams::Hot hot;
+      hot.min_rows = 129;
+      int paths = 0;
+      for (MoePath path : cuda::kMoePaths) {
+        if (!cuda::moe_path_writes_bf16(path) || (fp8 && !cuda::moe_path_takes_fp8(path))) continue;
+        ++paths;
+        const MoeErrors errors = moe.run(path, {}, hot, /*out_bf16=*/true);
+        const std::string what = std::string("moe bf16 rows out ") + cuda::moe_path_name(path) +
+                                 (fp8 ? " fp8 " : " bf16 ") + c.shape.name;
+        testing::expect_error_within(what + " mlp1+swiglu", errors.mlp1, 4e-3);
+        testing::expect_error_within(what + " mlp2", errors.mlp2,
+                                     (fp8 ? fp8_mlp2_bound(path, c.shape.I) : 1e-4) + 2e-3);
+      }
+      EXPECT_EQ(paths, fp8 ? 8 : 10);
+    }
+    const MoeCase moe(Precision::bf16, c.shape, routing, rng_);
+    EXPECT_THROW(moe.run(MoePath::decode_x1, {}, {}, true), Error);
+    EXPECT_THROW(moe.run(MoePath::prefill_mma, {}, {}, true), Error);
+  }
 }
 
 // The mixed grouping's tile list: every expert's rows covered once, in order, by tiles of the width its own count

@@ -37,44 +37,49 @@ class CudaKernels : public ::testing::TestWithParam<Precision> {
 };
 
 // The expert combine at top_k 4 and 8 (the kernels that load every slot's row before summing) and 3 (the loop), with
-// some slots on another expert-parallel rank (row -1) at 8.
+// some slots on another expert-parallel rank (row -1) at 8; and of bf16 rows (ExpertCombine::y_bf16) at 4 and 3, the
+// reference on the same bf16 values.
 TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
   const int T = 7, H = 2880;
   const float eps = 1e-5f;
   const auto scale = random_floats(rng_, H, 1.0f, 0.1f);
   struct Case {
-    int k, mode;  // mode 0: plain, 1: dense delta, 2: expert combine
+    int k, mode;  // mode 0: plain, 1: dense delta, 2: expert combine, 3: expert combine of bf16 rows (y_bf16)
   };
-  for (const Case c : {Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{8, 2}, Case{3, 2}}) {
+  for (const Case c : {Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{8, 2}, Case{3, 2}, Case{4, 3}, Case{3, 3}}) {
     const int k = c.k, mode = c.mode;
     auto x = random_floats(rng_, T * H, 0.0f, 3.0f);
     const auto delta = random_floats(rng_, T * H);
-    const auto y = random_floats(rng_, T * k * H);
+    auto y = random_floats(rng_, T * k * H);
+    if (mode == 3) y = round_to(Precision::bf16, y);
     std::vector<int32_t> slot_row(T * k);
     std::iota(slot_row.begin(), slot_row.end(), 0);
     std::shuffle(slot_row.begin(), slot_row.end(), rng_);
     if (k == 8) slot_row[1] = slot_row[T * k - 3] = slot_row[T * k - 1] = -1;
     auto weights = random_floats(rng_, T * k, 0.25f, 0.1f);
 
-    DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta), y_d = cuda::to_device(y),
+    DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta),
+                 y_d = mode == 3 ? upload_as(Precision::bf16, y) : cuda::to_device(y),
                  slot_d = cuda::to_device(slot_row), weights_d = cuda::to_device(weights),
                  scale_d = cuda::to_device(scale), out_d(T * H * cuda::element_bytes(precision()));
-    const cuda::ExpertCombine combine{y_d.as<float>(), slot_d.as<int32_t>(), weights_d.as<float>(), k};
+    cuda::ExpertCombine combine{y_d.as<float>(), slot_d.as<int32_t>(), weights_d.as<float>(), k};
+    if (mode == 3) combine.y = nullptr, combine.y_bf16 = y_d.get();
     cuda::launch_add_rms_norm(nullptr, precision(), x_d.as<float>(), mode == 1 ? delta_d.as<float>() : nullptr,
-                              mode == 2 ? &combine : nullptr, scale_d.as<float>(), T, H, eps, out_d.get());
+                              mode >= 2 ? &combine : nullptr, scale_d.as<float>(), T, H, eps, out_d.get());
     // The reference: the CPU runner's residual adds (the combine sums slots first), then cpu::rms_norm.
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < H; ++i) {
         float add = 0.0f;
         if (mode == 1) add = delta[t * H + i];
-        if (mode == 2)
+        if (mode >= 2)
           for (int j = 0; j < k; ++j)
             if (slot_row[t * k + j] >= 0) add += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
         x[t * H + i] += add;
       }
     std::vector<float> ref(T * H);
     cpu::rms_norm(x.data(), scale.data(), T, H, eps, ref.data());
-    const std::string mode_name[] = {"plain", "dense delta", "expert combine, top_k " + std::to_string(k)};
+    const std::string mode_name[] = {"plain", "dense delta", "expert combine, top_k " + std::to_string(k),
+                                     "expert combine of bf16 rows, top_k " + std::to_string(k)};
     expect_error_within(label("rms_norm " + mode_name[mode] + " residual"),
                         relative_error(cuda::to_host<float>(x_d.get(), T * H), x), 1e-6);
     expect_error_within(label("rms_norm " + mode_name[mode]),
