@@ -425,10 +425,11 @@ int run(int argc, char** argv) {
                  "prefill-wgmma-hot's rows that make an expert hot (0: its default, 1,024)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  bool expert_out_bf16 = false;
-  app.add_flag("--expert-out-bf16", expert_out_bf16,
-               "the experts' second projection writes bf16 rows where its path can (CudaRunnerOptions::expert_out_bf16)");
-  int dense_fp8_min = 0;
+  bool expert_out_fp32 = false;
+  app.add_flag("--expert-out-fp32", expert_out_fp32,
+               "the experts' second projection writes fp32 rows (the default: bf16 where its path can; "
+               "CudaRunnerOptions::expert_out_bf16)");
+  int dense_fp8_min = CudaRunnerOptions{}.dense_fp8_min_rows;
   app.add_option("--dense-fp8-min", dense_fp8_min,
                  "with --activation-dtype fp8: steps of at least this many tokens run the QKV and output projections "
                  "on FP8 too (0: never)")
@@ -459,7 +460,7 @@ int run(int argc, char** argv) {
   runner_options.moe_path_table = moe_path_table;
   runner_options.moe_hot_min_rows = moe_hot_min;
   runner_options.dense_fp8_min_rows = dense_fp8_min;
-  runner_options.expert_out_bf16 = expert_out_bf16;
+  runner_options.expert_out_bf16 = !expert_out_fp32;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
@@ -596,7 +597,7 @@ int run(int argc, char** argv) {
                          {"activation_dtype", activation_dtype},
                          {"moe_hot_min_rows", moe_hot_min},
                          {"dense_fp8_min_rows", dense_fp8_min},
-                         {"expert_out_bf16", expert_out_bf16},
+                         {"expert_out_bf16", !expert_out_fp32},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},

@@ -285,10 +285,11 @@ int run(int argc, char** argv) {
   app.add_option("--activation-dtype", activation_dtype, "auto, bf16 or fp8 (moeserve's flag)")->capture_default_str();
   std::string moe_path_table;
   app.add_option("--moe-path-table", moe_path_table, "MoE kernels by rows per expert (moeserve's flag)");
-  bool expert_out_bf16 = false;
-  app.add_flag("--expert-out-bf16", expert_out_bf16,
-               "the experts' second projection writes bf16 rows where its path can (CudaRunnerOptions::expert_out_bf16)");
-  int dense_fp8_min = 0;
+  bool expert_out_fp32 = false;
+  app.add_flag("--expert-out-fp32", expert_out_fp32,
+               "the experts' second projection writes fp32 rows (the default: bf16 where its path can; "
+               "CudaRunnerOptions::expert_out_bf16)");
+  int dense_fp8_min = CudaRunnerOptions{}.dense_fp8_min_rows;
   app.add_option("--dense-fp8-min", dense_fp8_min, "with FP8 activations: FP8 QKV and output projections from this "
                  "many tokens a step (0: never; cuda_bench's flag)")
       ->check(CLI::Range(0, 1 << 20))
@@ -303,7 +304,7 @@ int run(int argc, char** argv) {
   options.activation_dtype = activation_dtype;
   options.moe_path_table = moe_path_table;
   options.dense_fp8_min_rows = dense_fp8_min;
-  options.expert_out_bf16 = expert_out_bf16;
+  options.expert_out_bf16 = !expert_out_fp32;
   std::unique_ptr<ModelRunner> owned = make_synthetic_cuda_runner(shape, 1, options);
   auto& runner = dynamic_cast<cuda::CudaRunner&>(*owned);
   nlohmann::json json = {{"model", shape},
@@ -311,7 +312,7 @@ int run(int argc, char** argv) {
                          {"activation_dtype", activation_dtype},
                          {"moe_path_table", moe_path_table.empty() ? "built-in" : moe_path_table},
                          {"dense_fp8_min_rows", dense_fp8_min},
-                         {"expert_out_bf16", expert_out_bf16},
+                         {"expert_out_bf16", !expert_out_fp32},
                          {"copy_tb_per_s", ceilings.copy_bytes_per_s / 1e12},
                          {"bf16_tflop_per_s", ceilings.bf16_flops_per_s / 1e12},
                          {"breakdowns", nlohmann::json::array()}};

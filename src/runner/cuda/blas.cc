@@ -1,7 +1,5 @@
 #include "runner/cuda/blas.h"
 
-#include <tuple>
-
 #include "util/error.h"
 
 namespace moeserve::cuda {
@@ -92,8 +90,8 @@ bool Blas::choose_algorithm(Plan& plan) {
 // scale arrays) and linear_fp8_block sets the real ones before each product.
 // Any refusal on the way (a library without the scale modes, a heuristic's error) leaves the plan without an
 // algorithm and its reason; only a failure to create descriptors (out of memory) throws.
-Blas::Plan& Blas::fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out, bool bias) {
-  Key key{-1 - static_cast<int>(out), rows, N, K, bias};
+Blas::Plan& Blas::fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out) {
+  Key key{-1 - static_cast<int>(out), rows, N, K, false};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan plan;
@@ -121,8 +119,6 @@ Blas::Plan& Blas::fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision o
       {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder), "A_SCALE_POINTER"},
       {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder), "B_SCALE_POINTER"},
   };
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-  const cudaDataType_t bias_type = CUDA_R_32F;
   for (const auto& setting : settings) {
     const cublasStatus_t status = cublasLtMatmulDescSetAttribute(plan.desc, setting.attribute, setting.value,
                                                                  setting.bytes);
@@ -132,47 +128,27 @@ Blas::Plan& Blas::fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision o
       break;
     }
   }
-  if (bias && out != Precision::f32) plan.unavailable = "a bias with a bf16 output (only fp32 outputs take one)";
-  if (bias && plan.unavailable.empty()) {
-    // The bias in the epilogue, fp32 like the output (the FP8 rows of the cuBLASLt docs' bias table).
-    for (const auto& [attribute, value, bytes, name] :
-         {std::tuple{CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<const void*>(&epilogue), sizeof(epilogue), "EPILOGUE = BIAS"},
-          std::tuple{CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<const void*>(&bias_type), sizeof(bias_type),
-                     "BIAS_DATA_TYPE = 32F"},
-          std::tuple{CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(&placeholder), sizeof(placeholder),
-                     "BIAS_POINTER"}}) {
-      const cublasStatus_t status = cublasLtMatmulDescSetAttribute(plan.desc, attribute, value, bytes);
-      if (status != CUBLAS_STATUS_SUCCESS) {
-        plan.unavailable = fmt::format("cuBLASLt {} refuses {}: {}", cublasLtGetVersion(), name,
-                                       cublasLtGetStatusString(status));
-        break;
-      }
-    }
-  }
   if (plan.unavailable.empty()) choose_algorithm(plan);
   return plans_.emplace(key, plan).first->second;
 }
 
-bool Blas::has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out, std::string* why, bool bias) {
+bool Blas::has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out, std::string* why) {
   if (rows <= 0) {
     if (why != nullptr) *why = "no rows";
     return false;
   }
-  const Plan& p = fp8_block_plan(rows, N, K, out, bias);
+  const Plan& p = fp8_block_plan(rows, N, K, out);
   if (!p.found && why != nullptr) *why = p.unavailable;
   return p.found;
 }
 
 void Blas::linear_fp8_block(cudaStream_t stream, const uint8_t* xq, const float* x_scales, int64_t rows,
                             const uint8_t* weight, const float* weight_scales, int64_t N, int64_t K, Precision out,
-                            void* y, const float* bias) {
+                            void* y) {
   if (rows == 0) return;
-  Plan& p = fp8_block_plan(rows, N, K, out, bias != nullptr);
-  MOESERVE_CHECK(p.found, "cuBLASLt has no FP8 block-scaled algorithm for [{}, {}] x [{}, {}]^T ({} out{}): {}", rows,
-                 K, N, K, out == Precision::bf16 ? "bf16" : "fp32", bias != nullptr ? ", bias" : "", p.unavailable);
-  if (bias != nullptr)
-    MOESERVE_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  Plan& p = fp8_block_plan(rows, N, K, out);
+  MOESERVE_CHECK(p.found, "cuBLASLt has no FP8 block-scaled algorithm for [{}, {}] x [{}, {}]^T ({} out): {}", rows,
+                 K, N, K, out == Precision::bf16 ? "bf16" : "fp32", p.unavailable);
   MOESERVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
                                                        sizeof(weight_scales)));
   MOESERVE_CUBLAS_CHECK(

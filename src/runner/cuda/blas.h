@@ -32,12 +32,10 @@ class Blas {
   // fp8_block_layout.h. False, with the reason in *why when given, where cuBLASLt refuses the combination (a
   // library without the scale modes, a heuristic answering an error or no algorithm): fp8_gemm.h then runs the
   // plain kernel. Never throws for a refusal; the shape must pass fp8_gemm_cublaslt_refusal.
-  // bias (fp32 [N], fp32 output only; null: none) is added in the epilogue.
-  bool has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out, std::string* why = nullptr,
-                               bool bias = false);
+  bool has_fp8_block_algorithm(int64_t rows, int64_t N, int64_t K, Precision out, std::string* why = nullptr);
   void linear_fp8_block(cudaStream_t stream, const uint8_t* xq, const float* x_scales, int64_t rows,
                         const uint8_t* weight, const float* weight_scales, int64_t N, int64_t K, Precision out,
-                        void* y, const float* bias = nullptr);
+                        void* y);
 
  private:
   struct Plan {
@@ -50,7 +48,7 @@ class Blas {
   // (operands, rows, N, K, bias); FP8 block plans have operands = -1 - (output precision).
   using Key = std::tuple<int, int64_t, int64_t, int64_t, bool>;
   Plan& plan(Precision operands, int64_t rows, int64_t out_features, int64_t in_features, bool bias);
-  Plan& fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out, bool bias);
+  Plan& fp8_block_plan(int64_t rows, int64_t N, int64_t K, Precision out);
   bool choose_algorithm(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;

@@ -216,13 +216,14 @@ void CudaRunner::project(const void* x, int rows, const void* weight, int64_t ou
     blas_.linear(stream_, precision_, x, rows, weight, out_features, in_features, bias, y);
 }
 
-void CudaRunner::project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8,
+bool CudaRunner::project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8,
                                int64_t out_features, int64_t in_features, const float* bias, float* y) {
   if (fp8 != nullptr && rows >= options_.dense_fp8_min_rows) {
     const Fp8Activations scratch{dense_x_fp8_.as<uint8_t>(), dense_x_scale_.as<float>()};
-    if (fp8_dense_linear(stream_, blas_, x, rows, fp8->view(), bias, scratch, y)) return;
+    if (fp8_dense_linear(stream_, blas_, x, rows, fp8->view(), scratch, y)) return true;
   }
   project(x, rows, weight, out_features, in_features, bias, y);
+  return false;
 }
 
 void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers) {
@@ -251,8 +252,12 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   // cannot be summed across ranks as they are. Each rank combines its own rows per token into moe_out_, the ranks
   // sum those [T, H] sums (as the CPU ranks do), and the residual add takes the sum as a dense delta.
   const bool split = communicator_ != nullptr;
-  // options_.expert_out_bf16: the second projection writes bf16 rows where its path can, and the combine reads them.
-  const bool y_bf16 = options_.expert_out_bf16 && !split && precision_ == Precision::bf16 && moe_path_writes_bf16(plan.moe);
+  // options_.expert_out_bf16: on the grouped GEMM's paths (prefill-sized steps) the second projection writes bf16
+  // rows and the combine reads them; decode-sized steps keep fp32 rows (measured no faster with bf16 ones).
+  const bool grouped_gemm = plan.moe == MoePath::prefill_wgmma || plan.moe == MoePath::prefill_wgmma_m256 ||
+                            plan.moe == MoePath::prefill_wgmma_deep || plan.moe == MoePath::prefill_wgmma_split ||
+                            plan.moe == MoePath::prefill_wgmma_hot;
+  const bool y_bf16 = options_.expert_out_bf16 && !split && precision_ == Precision::bf16 && grouped_gemm;
   if (y_bf16) combine.y = nullptr, combine.y_bf16 = moe_y_.get();
   const float* moe_delta = split ? moe_out_.as<float>() : nullptr;
   const ExpertCombine* moe_combine = split ? nullptr : &combine;
@@ -273,8 +278,9 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     if (options_.fused_qkv_rope && qkv_rope_fused_supported(precision_, T, H, rope)) {  // decode-sized: one launch
       launch_qkv_rope_kv_write(stream_, precision_, normed_.get(), T, w.qkv, H, w.qkv_bias, rope, step);
     } else {
-      project_dense(normed_.get(), T, w.qkv, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].qkv, Q + 2 * KV, H,
-                    w.qkv_bias, qkv_.as<float>());
+      if (project_dense(normed_.get(), T, w.qkv, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].qkv, Q + 2 * KV,
+                        H, w.qkv_bias, qkv_.as<float>()))
+        rope.qkv_bias = w.qkv_bias;  // the FP8 product's bias, added as RoPE reads the rows
       timer_.mark(stream_, KernelClass::rope_kv_write);
       launch_rope_kv_write(stream_, precision_, rope, step);
     }
@@ -300,14 +306,17 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       launch_dense_gemv_add_rms_norm(stream_, precision_, attn_.get(), T, w.o, Q, w.o_bias, proj_.as<float>(), x,
                                      w.mlp_norm, H, eps, normed_.get(), fused_counters_.as<int32_t>() + 1);
     } else {
-      project_dense(attn_.get(), T, w.o, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].o, H, Q, w.o_bias,
-                    proj_.as<float>());
+      // In a group each rank's partial sums are summed before the norm, so a rank adds its bias share in the
+      // product: the FP8 one (bias left to the norm) is for a runner alone.
+      const bool o_fp8 = project_dense(attn_.get(), T, w.o, dense_fp8_.empty() || split ? nullptr : &*dense_fp8_[layer].o,
+                                       H, Q, w.o_bias, proj_.as<float>());
       if (communicator_ != nullptr) {
         timer_.mark(stream_, KernelClass::collective);
         communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});
       }
       timer_.mark(stream_, KernelClass::norm);
-      launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get());
+      launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.mlp_norm, T, H, eps, normed_.get(),
+                          o_fp8 ? w.o_bias : nullptr);
     }
     timer_.mark(stream_, KernelClass::router);
     // Up to 4 tokens (bf16): the projection, top-k and grouping in one kernel, timed as the router.

@@ -95,9 +95,10 @@ class CudaRunner : public ModelRunner {
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
-  // The same product on FP8 (fp8_dense_linear) when this runner has a quantised copy of the weight (dense_fp8_) and
-  // the step has at least options_.dense_fp8_min_rows tokens; project() otherwise, and where cuBLASLt refuses.
-  void project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8, int64_t out_features,
+  // The same product on FP8 (fp8_dense_linear), returning true, when this runner has a quantised copy of the weight
+  // (dense_fp8_) and the step has at least options_.dense_fp8_min_rows tokens: y then lacks the bias, which the
+  // caller adds as it reads y. project() with the bias otherwise, and where cuBLASLt refuses (false).
+  bool project_dense(const void* x, int rows, const void* weight, const Fp8QuantisedWeight* fp8, int64_t out_features,
                      int64_t in_features, const float* bias, float* y);
   // Whether the unembedding is a slice of the vocabulary (vocab_ below).
   bool vocab_split() const { return vocab_.size() < config_.vocab_size; }

@@ -47,14 +47,13 @@ struct CudaRunnerOptions {
   int moe_hot_min_rows = 0;
   // With --activation-dtype fp8: steps of at least this many tokens run the QKV and output projections on FP8 too
   // (their bf16 weights quantised at load into 128 x 128 blocks of one scale each, the activations per token per 128
-  // columns, cuBLASLt's block-scaled e4m3 product; fp8_gemm.h's fp8_dense_linear), smaller steps stay bf16. 0: never
-  // (the default until measured on a GPU). For benchmarking (cuda_bench --dense-fp8-min).
-  int dense_fp8_min_rows = 0;
-  // The experts' second projection writes bf16 rows instead of fp32 where its path can (moe_plan.h's
-  // moe_path_writes_bf16: the prefill grouped GEMM and decode_mma; half the bytes written and read back by the
-  // combine), as vLLM's and TensorRT-LLM's MoE kernels do. Off by default until measured on a GPU (cuda_bench
-  // --expert-out-bf16).
-  bool expert_out_bf16 = false;
+  // columns, cuBLASLt's block-scaled e4m3 product; fp8_gemm.h's fp8_dense_linear); smaller steps (decode) stay bf16.
+  // 0: never. cuda_bench --dense-fp8-min varies it.
+  int dense_fp8_min_rows = 1024;
+  // On prefill-sized steps (the grouped GEMM's paths) the experts' second projection writes bf16 rows instead of
+  // fp32 (half the bytes written and read back by the combine), as vLLM's and TensorRT-LLM's MoE kernels do; decode
+  // steps keep fp32 rows (measured no faster with bf16 ones on an H100). cuda_bench --expert-out-fp32 turns it off.
+  bool expert_out_bf16 = true;
   // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
   // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
   // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.

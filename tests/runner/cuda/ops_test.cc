@@ -44,12 +44,14 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
   const float eps = 1e-5f;
   const auto scale = random_floats(rng_, H, 1.0f, 0.1f);
   struct Case {
-    int k, mode;  // mode 0: plain, 1: dense delta, 2: expert combine, 3: expert combine of bf16 rows (y_bf16)
+    int k, mode;  // mode 0: plain, 1: dense delta, 2: expert combine, 3: expert combine of bf16 rows (y_bf16),
+                  // 4: dense delta plus a bias (delta_bias)
   };
-  for (const Case c : {Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{8, 2}, Case{3, 2}, Case{4, 3}, Case{3, 3}}) {
+  for (const Case c : {Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{8, 2}, Case{3, 2}, Case{4, 3}, Case{3, 3}, Case{4, 4}}) {
     const int k = c.k, mode = c.mode;
     auto x = random_floats(rng_, T * H, 0.0f, 3.0f);
     const auto delta = random_floats(rng_, T * H);
+    const auto bias = random_floats(rng_, H);
     auto y = random_floats(rng_, T * k * H);
     if (mode == 3) y = round_to(Precision::bf16, y);
     std::vector<int32_t> slot_row(T * k);
@@ -58,20 +60,23 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
     if (k == 8) slot_row[1] = slot_row[T * k - 3] = slot_row[T * k - 1] = -1;
     auto weights = random_floats(rng_, T * k, 0.25f, 0.1f);
 
-    DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta),
+    DeviceBuffer x_d = cuda::to_device(x), delta_d = cuda::to_device(delta), bias_d = cuda::to_device(bias),
                  y_d = mode == 3 ? upload_as(Precision::bf16, y) : cuda::to_device(y),
                  slot_d = cuda::to_device(slot_row), weights_d = cuda::to_device(weights),
                  scale_d = cuda::to_device(scale), out_d(T * H * cuda::element_bytes(precision()));
     cuda::ExpertCombine combine{y_d.as<float>(), slot_d.as<int32_t>(), weights_d.as<float>(), k};
     if (mode == 3) combine.y = nullptr, combine.y_bf16 = y_d.get();
-    cuda::launch_add_rms_norm(nullptr, precision(), x_d.as<float>(), mode == 1 ? delta_d.as<float>() : nullptr,
-                              mode >= 2 ? &combine : nullptr, scale_d.as<float>(), T, H, eps, out_d.get());
+    const bool dense = mode == 1 || mode == 4, experts = mode == 2 || mode == 3;
+    cuda::launch_add_rms_norm(nullptr, precision(), x_d.as<float>(), dense ? delta_d.as<float>() : nullptr,
+                              experts ? &combine : nullptr, scale_d.as<float>(), T, H, eps, out_d.get(),
+                              mode == 4 ? bias_d.as<float>() : nullptr);
     // The reference: the CPU runner's residual adds (the combine sums slots first), then cpu::rms_norm.
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < H; ++i) {
         float add = 0.0f;
         if (mode == 1) add = delta[t * H + i];
-        if (mode >= 2)
+        if (mode == 4) add = delta[t * H + i] + bias[i];
+        if (experts)
           for (int j = 0; j < k; ++j)
             if (slot_row[t * k + j] >= 0) add += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
         x[t * H + i] += add;
@@ -79,7 +84,8 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
     std::vector<float> ref(T * H);
     cpu::rms_norm(x.data(), scale.data(), T, H, eps, ref.data());
     const std::string mode_name[] = {"plain", "dense delta", "expert combine, top_k " + std::to_string(k),
-                                     "expert combine of bf16 rows, top_k " + std::to_string(k)};
+                                     "expert combine of bf16 rows, top_k " + std::to_string(k),
+                                     "dense delta plus bias"};
     expect_error_within(label("rms_norm " + mode_name[mode] + " residual"),
                         relative_error(cuda::to_host<float>(x_d.get(), T * H), x), 1e-6);
     expect_error_within(label("rms_norm " + mode_name[mode]),
@@ -244,7 +250,14 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
   const auto inv_freq = rope_inverse_frequencies(c);
   const float concentration = static_cast<float>(c.rope_concentration());
   const size_t block_elements = 2 * kv_heads * block_size * D;
-  DeviceBuffer qkv_d = cuda::to_device(qkv), inv_freq_d = cuda::to_device(inv_freq),
+  // The rows go up less a bias that RopeParams::qkv_bias adds back as the kernel reads them (the FP8 QKV
+  // projection's), so the reference on qkv holds to the same bounds (the fp32 difference is an ulp). Without a bias
+  // the kernel is checked by QkvRopeFusedMatchesTheTwoLaunches (the GEMV adds it there).
+  const auto qkv_bias = random_floats(rng_, width);
+  std::vector<float> qkv_less_bias(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) qkv_less_bias[i] = qkv[i] - qkv_bias[i % width];
+  DeviceBuffer qkv_d = cuda::to_device(qkv_less_bias), qkv_bias_d = cuda::to_device(qkv_bias),
+               inv_freq_d = cuda::to_device(inv_freq),
                q_d(static_cast<size_t>(T) * heads * D * cuda::element_bytes(precision()));
 
   std::vector<float> q(static_cast<size_t>(T) * heads * D), k(static_cast<size_t>(T) * kv_heads * D),
@@ -267,6 +280,7 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
     DeviceBuffer kv_d(num_blocks * block_elements * cuda::kv_element_bytes(kv));
     cuda::RopeParams params{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(), concentration, q_d.get(),
                             cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D, kv}, 0, 0, k_scale, v_scale};
+    params.qkv_bias = qkv_bias_d.as<float>();
     cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto cache = fp8 ? testing::from_e4m3(cuda::to_host<uint8_t>(kv_d.get(), num_blocks * block_elements),
