@@ -178,18 +178,20 @@ TEST(CudaRunnerFp8Activations, GroupedGemmLogitErrorAgainstBf16) {
 // quantised at load into 128 x 128 blocks, their inputs per token per 128 columns, on cuBLASLt's block-scaled
 // product, on the full-width model (hidden 2,880 and 4,096 query columns, shapes cuBLASLt takes). Every step takes
 // them (min 1 token): batched steps of 241 tokens (padded to 244 for cuBLASLt) and chunks of 50 (52). Against bf16
-// activations within bounds about twice the measured errors, and different from FP8 activations without them (so
-// the FP8 projections ran; a refusal would fall back to bf16 silently).
+// activations, and against FP8 activations without them (so the FP8 projections ran: a refusal falls back to bf16
+// silently, which the first GPU run showed as equal logits). Measured on an H100 (2026-12-07, 3c3eedc): median row
+// 7.9e-2 against bf16 (3.4e-2 with FP8 experts alone), 8.4e-2 against FP8 experts alone, worst 0.43; the bounds are
+// about twice those.
 TEST(CudaRunnerFp8Activations, DenseFp8LogitErrorAgainstBf16) {
   MOESERVE_REQUIRE_CUDA();
   auto checkpoint = open_tiny(full_width_two_layers());
   const std::string path = "prefill-wgmma";
   auto bf16 = fp8_activation_runner(checkpoint, "bf16", path), fp8 = fp8_activation_runner(checkpoint, "fp8", path);
   auto dense = fp8_activation_runner(checkpoint, "fp8", path, 1);
-  expect_fp8_rows_within("two-layer full width, dense FP8", "fp8 activations", *checkpoint, *bf16, *dense, 50, 0.12,
+  expect_fp8_rows_within("two-layer full width, dense FP8", "fp8 activations", *checkpoint, *bf16, *dense, 50, 0.16,
                          0.9);
   expect_fp8_rows_within("two-layer full width, dense FP8 against FP8 experts alone", "fp8 dense projections",
-                         *checkpoint, *fp8, *dense, 50, 0.12, 0.9);
+                         *checkpoint, *fp8, *dense, 50, 0.16, 0.9);
 }
 
 // The experts' second projection as bf16 rows (CudaRunnerOptions::expert_out_bf16) against fp32 rows, every step on
@@ -205,6 +207,7 @@ TEST(CudaRunnerExpertOutBf16, LogitsCloseToFp32Rows) {
     CudaRunnerOptions o;
     o.precision = "bf16";
     o.moe_path_table = "prefill-wgmma";
+    o.expert_out_bf16 = false;
     auto fp32_rows = make_cuda_runner(checkpoint, o);
     o.expert_out_bf16 = true;
     auto bf16_rows = make_cuda_runner(checkpoint, o);
