@@ -62,7 +62,7 @@ void quantize_activations_fp8(const float* x, int64_t rows, int64_t K, uint8_t* 
 // s = amax / 448 (1 for an all-zero block) and q = e4m3(w / s), round to nearest even, saturated at 448 (only
 // rounding can reach it). q is [N, K] row-major; scales [ceil(N/128), ceil(K/128)] row-major, the checkpoint
 // layout that Fp8BlockMatrix holds (fp8_weight_scales_for_cublaslt rearranges them). The device quantiser
-// (launch_fp8_quantize_weight_blocks) must give the same bytes and scales.
+// (fp8_gemm.h's Fp8QuantisedWeight) must give the same bytes and scales.
 void quantize_weight_fp8_blocks(const float* w, int64_t N, int64_t K, uint8_t* q, float* scales);
 
 }  // namespace moeserve::cuda

@@ -59,7 +59,6 @@ class Fp8QuantisedWeight {
  public:
   Fp8QuantisedWeight(cudaStream_t stream, const void* weight_bf16, int64_t N, int64_t K);
   Fp8WeightView view() const { return {values_.as<uint8_t>(), scales_.as<float>(), rows_, cols_}; }
-  size_t bytes() const { return values_.bytes() + scales_.bytes(); }
 
  private:
   DeviceBuffer values_, scales_;
