@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -115,32 +117,44 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
   return std::sqrt(diff / norm);
 }
 
-// The prefill step (one prompt) on the layer `params` describes: version 2 then version 1, each timed; version 2's
-// output compared with version 1's (written to out_v1).
+// The prefill step (one prompt) on the layer `params` describes: version 2 with the built-in block count, then with
+// the other one (one block a unit where the built-in choice runs units in turn, one a multiprocessor where it does
+// not; launch_attention_prefill's `blocks`), then version 1, each timed; version 2's output compared with version
+// 1's (written to out_v1).
 void time_prefill(const cuda::AttentionParams& params, const cuda::StepView& step, const bench_cuda::Ceilings& ceilings,
-                  int reps, DeviceBuffer& out_v1, std::vector<Row>& rows) {
+                  int multiprocessors, int reps, DeviceBuffer& out_v1, std::vector<Row>& rows) {
   const int length = step.num_tokens;
   const std::string layer = params.window > 0 ? fmt::format("sliding {}", params.window) : "full";
   const double flops = 4.0 * params.heads * params.head_dim * visible_pairs(length, params.window);
   cuda::AttentionParams v1_params = params;
   v1_params.out = out_v1.get();
-  const auto run_v2 = [&] { cuda::launch_attention_prefill(nullptr, params, step); };
-  const auto run_v1 = [&] { bench_cuda::launch_attention_prefill_v1(nullptr, v1_params, step); };
+  const int other_blocks = params.window > 0 ? std::numeric_limits<int>::max() : multiprocessors;
+  const std::string other = params.window > 0 ? "one block a unit" : "units in turn";
+  struct Variant {
+    std::string name;
+    std::function<void()> run;
+  };
+  const std::vector<Variant> variants = {
+      {"v2 wgmma", [&] { cuda::launch_attention_prefill(nullptr, params, step); }},
+      {"v2 wgmma, " + other, [&] { cuda::launch_attention_prefill(nullptr, params, step, other_blocks); }},
+      {"v1 mma.sync", [&] { bench_cuda::launch_attention_prefill_v1(nullptr, v1_params, step); }},
+  };
   const size_t count = static_cast<size_t>(length) * params.heads * params.head_dim;
-  double vs_v1 = -1;
-  for (const bool v2 : {true, false}) {
-    const double us = v2 ? bench_cuda::event_time_us(run_v2, reps, 3) : bench_cuda::event_time_us(run_v1, reps, 3);
-    Row r{fmt::format("prefill {} {}", v2 ? "v2 wgmma" : "v1 mma.sync", layer), kv_name(params.kv.dtype), 1, length,
-          0, us, flops / (us * 1e-6) / 1e12, 0};
+  for (const Variant& v : variants) {
+    const bool v1 = v.name == "v1 mma.sync";
+    const double us = bench_cuda::event_time_us(v.run, reps, 3);
+    Row r{fmt::format("prefill {} {}", v.name, layer), kv_name(params.kv.dtype), 1, length, 0, us,
+          flops / (us * 1e-6) / 1e12, 0};
     r.of_ceiling = r.rate * 1e12 / ceilings.bf16_flops_per_s;
-    if (!v2) {
+    double vs_v1 = -1;
+    if (v1) {
       MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
       vs_v1 = relative_difference(bf16_to_float(cuda::to_host<uint16_t>(params.out, count)),
                                   bf16_to_float(cuda::to_host<uint16_t>(out_v1.get(), count)));
-      rows[rows.size() - 1].vs_v1 = vs_v1;
+      rows[rows.size() - 1].vs_v1 = vs_v1;  // the last version 2 row's output is what params.out holds
     }
     fmt::print("{} {} 1 x {}: {:.0f} us, {:.0f} TFLOP/s ({:.0f}% of bf16 matmul){}\n", r.kernel, r.kv, length, us,
-               r.rate, 100 * r.of_ceiling, v2 ? "" : fmt::format("; v2 against v1: {:.2e}", vs_v1));
+               r.rate, 100 * r.of_ceiling, v1 ? fmt::format("; v2 against v1: {:.2e}", vs_v1) : "");
     rows.push_back(r);
   }
 }
@@ -218,7 +232,7 @@ int run(int argc, char** argv) {
         cuda::AttentionParams layer_params = params;
         layer_params.window = kind == AttentionKind::sliding ? c.sliding_window : 0;
         layer_params.group = groups.group_of_layer[first_layer_of(c, kind)];
-        time_prefill(layer_params, step.view, ceilings, std::max(1, reps / 4), out_v1, rows);
+        time_prefill(layer_params, step.view, ceilings, prop.multiProcessorCount, std::max(1, reps / 4), out_v1, rows);
       }
     }
   }

@@ -435,6 +435,14 @@ int run(int argc, char** argv) {
                  "on FP8 too (0: never)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  bool qkv_fp8_unfused = false;
+  app.add_flag("--qkv-fp8-unfused", qkv_fp8_unfused,
+               "an FP8 QKV projection quantises its input in a launch of its own and writes fp32 rows "
+               "(CudaRunnerOptions::qkv_fp8_fused off)");
+  bool attention_block_a_unit = false;
+  app.add_flag("--attention-block-a-unit", attention_block_a_unit,
+               "sliding layers' prefill attention runs one block a unit (CudaRunnerOptions::attention_units_in_turn "
+               "off)");
   int tensor_parallel_size = 1;
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "GPUs 0 .. N-1 through NCCL (moeserve's flag); the floors become N times one GPU's")
@@ -461,6 +469,8 @@ int run(int argc, char** argv) {
   runner_options.moe_hot_min_rows = moe_hot_min;
   runner_options.dense_fp8_min_rows = dense_fp8_min;
   runner_options.expert_out_bf16 = !expert_out_fp32;
+  runner_options.qkv_fp8_fused = !qkv_fp8_unfused;
+  runner_options.attention_units_in_turn = !attention_block_a_unit;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
@@ -598,6 +608,8 @@ int run(int argc, char** argv) {
                          {"moe_hot_min_rows", moe_hot_min},
                          {"dense_fp8_min_rows", dense_fp8_min},
                          {"expert_out_bf16", !expert_out_fp32},
+                         {"qkv_fp8_fused", !qkv_fp8_unfused},
+                         {"attention_units_in_turn", !attention_block_a_unit},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},

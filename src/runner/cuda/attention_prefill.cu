@@ -9,8 +9,11 @@
 // one table entry when blocks hold 16 keys: the producer's ~690 instructions a tile had been what the consumers
 // waited for (ncu: 20% of warp samples at the full barrier); 261 -> 419 TFLOP/s on an H100 (docs/PERF.md).
 //
-// Work: a block takes up to kCtaTokens consecutive query tokens of one sequence (its share of a 64-token query
-// tile, step.q_tile_*) for one KV head. GQA packs (token, query head) pairs into wgmma's M: a consumer
+// Work: a unit is up to kCtaTokens consecutive query tokens of one sequence (its share of a 64-token query
+// tile, step.q_tile_*) for one KV head; a block runs one unit, or (sliding layers; `blocks` of the launch) several
+// in turn with its pipeline running on across them: a unit of a 128-key window is two key tiles, and one unit a
+// block spent most of the block's life filling and draining its pipeline (11% of the bf16 rate, 209 us a layer
+// of an 8k prompt on an H100, against 45 us of bytes). GQA packs (token, query head) pairs into wgmma's M: a consumer
 // warpgroup's 64 rows are 64 / G tokens x the G query heads of the KV head (gpt-oss: 8 tokens x 8 heads), row
 // r = (token r / G, head r % G), so each K and V tile is read once for all of them. Blocks start heaviest first
 // (the last tiles of a causal prompt see the most keys).
@@ -118,11 +121,12 @@ __device__ __forceinline__ void row_offsets(const AttentionParams& p, const Bloc
   }
 }
 
-// Warpgroup 0: fills stage t % kStages with tile t once the consumers have released tile t - kStages (fp8: through
-// staging buffer t % 2, each thread converting the pieces it copied itself).
+// Warpgroup 0: fills stage g % kStages with tile t (g = base + t) once the consumers have released the pipeline's tile
+// g - kStages (fp8: through staging buffer g % 2, each thread converting the pieces it copied itself).
+// `base`: the tiles this block's earlier units ran, so tile t is the pipeline's tile base + t (its stage and phase).
 template <typename KvElem>
-__device__ __forceinline__ void produce(const AttentionParams& p, const StepView& step, const Block& b, uint8_t* tiles,
-                                        uint8_t* staging, uint64_t* full, uint64_t* empty) {
+__device__ __forceinline__ void produce(const AttentionParams& p, const StepView& step, const Block& b, int base,
+                                        uint8_t* tiles, uint8_t* staging, uint64_t* full, uint64_t* empty) {
   constexpr bool kFp8 = sizeof(KvElem) == 1;
   // Thread: one 16-byte piece of rows row0 + kStep * i (bf16: 8 pieces a row, a warp copies 4 whole rows; fp8:
   // 4 pieces, 16 dims each), of K and of V.
@@ -133,6 +137,7 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
   const int64_t v_minus_k = static_cast<int64_t>(p.kv.kv_heads) * p.kv.block_size * kHeadDim * sizeof(KvElem);
   const int32_t* table = step_block_table(step, b.seq, p.group);
   auto acquire = [&](int t) {
+    t += base;
     if (t >= kStages) sm90::mbarrier_wait(&empty[t % kStages], (t / kStages + 1) & 1);
   };
   // Blocks of 16 keys (the engine's): a thread's rows, kStep keys apart, sit at the same row of every (kStep / 16)-th
@@ -147,7 +152,8 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
       cache + kv_block_offset(p.kv, 0, p.slot, 0, b.kv_head, first_key % 16) * static_cast<int64_t>(sizeof(KvElem)) +
       16 * piece;
   auto issue = [&](int t) {
-    uint8_t* k_dst = kFp8 ? staging + (t % 2) * kStagingBytes : tiles + (t % kStages) * kStageBytes;
+    const int g = base + t;
+    uint8_t* k_dst = kFp8 ? staging + (g % 2) * kStagingBytes : tiles + (g % kStages) * kStageBytes;
     uint8_t* v_dst = k_dst + (kFp8 ? kStagingBytes / 2 : kTileBytes);
     if (block16) {
       int32_t block[kRows];
@@ -190,8 +196,8 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
   auto finish = [&](int t) {
     if constexpr (kFp8) {
       acquire(t);
-      const uint8_t* k_src = staging + (t % 2) * kStagingBytes;
-      uint8_t* stage = tiles + (t % kStages) * kStageBytes;
+      const uint8_t* k_src = staging + ((base + t) % 2) * kStagingBytes;
+      uint8_t* stage = tiles + ((base + t) % kStages) * kStageBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kRows; ++i) {
         const int row = row0 + kStep * (i % kRows), which = i / kRows;
@@ -207,7 +213,7 @@ __device__ __forceinline__ void produce(const AttentionParams& p, const StepView
     }
     sm90::fence_proxy_async_shared();
     __syncwarp();
-    if (lane == 0) sm90::mbarrier_arrive(&full[t % kStages]);
+    if (lane == 0) sm90::mbarrier_arrive(&full[(base + t) % kStages]);
   };
   for (int t = 0; t < b.tiles; ++t) {
     issue(t);
@@ -285,16 +291,17 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[8][4]
 
 // Consumer warpgroup `consumer` (0 or 1): tokens [t0 + consumer * 64 / G, + 64 / G) of the block.
 template <typename KvElem, int kPerKv, bool kTree>
-__device__ __forceinline__ void consume(const AttentionParams& p, const StepView& step, const Block& b, int consumer,
-                                        uint32_t tiles, uint64_t* full, uint64_t* empty) {
+__device__ __forceinline__ void consume(const AttentionParams& p, const StepView& step, const Block& b, int base,
+                                        int consumer, uint32_t tiles, uint64_t* full, uint64_t* empty) {
   constexpr bool kFp8 = sizeof(KvElem) == 1;
   constexpr int kWgTokens = kWgRows / kPerKv;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
   const int w0 = b.t0 + consumer * kWgTokens, w1 = min(w0 + kWgTokens, b.t1);
-  auto wait_full = [&](int t) { sm90::mbarrier_wait(&full[t % kStages], (t / kStages) & 1); };
+  // Tile t of the unit is the pipeline's tile base + t (produce).
+  auto wait_full = [&](int t) { sm90::mbarrier_wait(&full[(base + t) % kStages], ((base + t) / kStages) & 1); };
   auto release = [&](int t) {
     __syncwarp();
-    if (lane == 0) sm90::mbarrier_arrive(&empty[t % kStages]);
+    if (lane == 0) sm90::mbarrier_arrive(&empty[(base + t) % kStages]);
   };
   // A warpgroup without tokens (the block's last tokens all went to the other one) computes on its rows' stand-in
   // token like any row past the tokens, so both warpgroups run the same tiles and take turns at the tensor cores.
@@ -361,14 +368,14 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
   float s[64] = {}, o[32] = {};
   uint32_t p_frag[8][4];
   auto issue_s = [&](int t) {
-    const uint32_t k_tile = tiles + (t % kStages) * kStageBytes;
+    const uint32_t k_tile = tiles + ((base + t) % kStages) * kStageBytes;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)  // 16 dims = 32 bytes along each swizzled row
       sm90::wgmma_m64n128k16<kFp8>(s, q_frag[ks], sm90::sw128_descriptor(k_tile + 32 * ks, 1024), ks > 0 ? 1u : 0u);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int t) {
-    const uint32_t v_tile = tiles + (t % kStages) * kStageBytes + kTileBytes;
+    const uint32_t v_tile = tiles + ((base + t) % kStages) * kStageBytes + kTileBytes;
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk)  // 16 keys = two 1024-byte groups of 8 rows
       sm90::wgmma_m64n64k16_mn_major_b<kFp8>(o, p_frag[kk], sm90::sw128_descriptor(v_tile + 2048 * kk, 1024));
@@ -437,14 +444,13 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
   }
 }
 
-// kTree: the step has tree masks. KvElem: bf16 or fp8 (the cache's type). kPerKv: query heads per KV head (G).
-template <typename KvElem, int kPerKv, bool kTree>
-__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(AttentionParams p, StepView step, int parts) {
-  pdl_prologue();
+// Unit `unit` of a launch (a part of a query tile for one KV head; heaviest first: the last tiles of a causal prompt
+// see the most keys) as a block's work; false when the part holds no tokens (a tile's last tokens need fewer parts).
+template <int kPerKv, bool kTree>
+__device__ bool block_of(const AttentionParams& p, const StepView& step, int parts, int unit, Block& b) {
   constexpr int kCtaTokens = kConsumers * kWgRows / kPerKv;
-  Block b;
-  b.kv_head = static_cast<int>(blockIdx.x % p.kv_heads);
-  const int rest = static_cast<int>(blockIdx.x / p.kv_heads);
+  b.kv_head = unit % p.kv_heads;
+  const int rest = unit / p.kv_heads;
   const int part = parts - 1 - rest % parts, q_tile = step.num_q_tiles - 1 - rest / parts;
   b.seq = step.q_tile_seq[q_tile];
   const int q_len = step.seq_q_len[b.seq], row0 = step.q_tile_row0[q_tile];
@@ -452,11 +458,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(Attentio
   b.start = step.seq_context[b.seq] - q_len;
   b.t0 = row0 + part * kCtaTokens;
   b.t1 = min(min(b.t0 + kCtaTokens, row0 + kPrefillTileRows), q_len);
-  if (b.t0 >= b.t1) return;  // the tile's last tokens need fewer blocks
+  if (b.t0 >= b.t1) return false;
   b.key_lo = window_start(p.window, kTree ? lowest_position(p, step, b, b.t0, b.t1) : b.start + b.t0);
   b.key_hi = b.start + b.t1 - 1;
   b.tiles = (b.key_hi - b.key_lo) / kTileKeys + 1;
+  return true;
+}
 
+// kTree: the step has tree masks. KvElem: bf16 or fp8 (the cache's type). kPerKv: query heads per KV head (G).
+// A block runs units blockIdx.x, + gridDim.x, ... of `units` in turn, its pipeline's stages and phases running on
+// from one unit to the next, so the producer copies the next unit's first tiles while the consumers finish the last
+// one's (launch_attention_prefill's `blocks`).
+template <typename KvElem, int kPerKv, bool kTree>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(AttentionParams p, StepView step, int parts,
+                                                                       int units) {
+  pdl_prologue();
   extern __shared__ uint8_t shared[];
   uint8_t* tiles = shared + (1024 - shared_address(shared) % 1024) % 1024;  // the swizzle repeats every 1024 bytes
   uint8_t* staging = tiles + kStages * kStageBytes;
@@ -470,12 +486,25 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(Attentio
     sm90::fence_mbarrier_init();
   }
   __syncthreads();
+  // Each role walks the units itself (one loop holding both roles' code left ptxas short of registers for the
+  // consumers' wgmmas); `base` counts the tiles of the block's earlier units.
   if (threadIdx.x < 128) {
     sm90::setmaxnreg_dec<kProducerRegisters>();
-    produce<KvElem>(p, step, b, tiles, staging, full, empty);
+    for (int unit = static_cast<int>(blockIdx.x), base = 0; unit < units; unit += static_cast<int>(gridDim.x)) {
+      Block b;
+      if (!block_of<kPerKv, kTree>(p, step, parts, unit, b)) continue;
+      produce<KvElem>(p, step, b, base, tiles, staging, full, empty);
+      base += b.tiles;
+    }
   } else {
     sm90::setmaxnreg_inc<kConsumerRegisters>();
-    consume<KvElem, kPerKv, kTree>(p, step, b, threadIdx.x / 128 - 1, shared_address(tiles), full, empty);
+    const int consumer = threadIdx.x / 128 - 1;
+    for (int unit = static_cast<int>(blockIdx.x), base = 0; unit < units; unit += static_cast<int>(gridDim.x)) {
+      Block b;
+      if (!block_of<kPerKv, kTree>(p, step, parts, unit, b)) continue;
+      consume<KvElem, kPerKv, kTree>(p, step, b, base, consumer, shared_address(tiles), full, empty);
+      base += b.tiles;
+    }
   }
 }
 
@@ -486,35 +515,44 @@ auto* kernel_for() {
   return kernel;
 }
 
+int multiprocessors() {
+  int device = 0, count = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&device));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 template <typename KvElem, int kPerKv>
-void launch_typed(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
+void launch_typed(cudaStream_t stream, const AttentionParams& params, const StepView& step, int blocks) {
   const int parts = std::max(1, kPrefillTileRows / (kConsumers * kWgRows / kPerKv));
-  const dim3 grid(static_cast<unsigned>(step.num_q_tiles) * parts * params.kv_heads);
+  const int units = step.num_q_tiles * parts * params.kv_heads;
+  if (blocks <= 0) blocks = params.window > 0 ? multiprocessors() : units;
+  const dim3 grid(static_cast<unsigned>(std::min(blocks, units)));
   auto* kernel = step.tree_masks != nullptr ? kernel_for<KvElem, kPerKv, true>() : kernel_for<KvElem, kPerKv, false>();
-  MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid, kThreads, shared_bytes<KvElem>(), stream, params, step, parts));
+  MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid, kThreads, shared_bytes<KvElem>(), stream, params, step, parts, units));
 }
 
 template <typename KvElem>
-void launch_per_kv(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
+void launch_per_kv(cudaStream_t stream, const AttentionParams& params, const StepView& step, int blocks) {
   switch (params.heads / params.kv_heads) {
-    case 1: return launch_typed<KvElem, 1>(stream, params, step);
-    case 2: return launch_typed<KvElem, 2>(stream, params, step);
-    case 4: return launch_typed<KvElem, 4>(stream, params, step);
-    case 8: return launch_typed<KvElem, 8>(stream, params, step);
+    case 1: return launch_typed<KvElem, 1>(stream, params, step, blocks);
+    case 2: return launch_typed<KvElem, 2>(stream, params, step, blocks);
+    case 4: return launch_typed<KvElem, 4>(stream, params, step, blocks);
+    case 8: return launch_typed<KvElem, 8>(stream, params, step, blocks);
     default: fail_cuda("attention_prefill", "query heads per KV head must be 1, 2, 4 or 8", __FILE__, __LINE__);
   }
 }
 
 }  // namespace
 
-void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step) {
+void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step, int blocks) {
   if (step.num_q_tiles == 0) return;
   if (params.head_dim != kHeadDim) fail_cuda("attention_prefill", "head_dim must be 64", __FILE__, __LINE__);
   if (params.kv_heads <= 0 || params.heads % params.kv_heads != 0)
     fail_cuda("attention_prefill", "query heads must be a multiple of KV heads", __FILE__, __LINE__);
   switch (params.kv.dtype) {
-    case KvDtype::bf16: launch_per_kv<bf16>(stream, params, step); break;
-    case KvDtype::fp8_e4m3: launch_per_kv<fp8>(stream, params, step); break;
+    case KvDtype::bf16: launch_per_kv<bf16>(stream, params, step, blocks); break;
+    case KvDtype::fp8_e4m3: launch_per_kv<fp8>(stream, params, step, blocks); break;
     default: fail_cuda("attention_prefill", "the KV cache must be bf16 or fp8", __FILE__, __LINE__);
   }
 }

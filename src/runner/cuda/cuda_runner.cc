@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <optional>
 
 #include "model/gpt_oss/make_tiny.h"
 #include "runner/cuda/dtype_options.h"
@@ -226,6 +228,14 @@ bool CudaRunner::project_dense(const void* x, int rows, const void* weight, cons
   return false;
 }
 
+std::optional<Precision> CudaRunner::fused_qkv_fp8_output(int layer, int rows) {
+  if (!options_.qkv_fp8_fused || dense_fp8_.empty() || rows < options_.dense_fp8_min_rows) return std::nullopt;
+  const Fp8WeightView w = dense_fp8_[layer].qkv->view();
+  for (Precision out : {Precision::bf16, Precision::f32})
+    if (fp8_dense_available(blas_, rows, w, out)) return out;
+  return std::nullopt;
+}
+
 void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::vector<int>& capture_layers) {
   const ModelConfig& c = config_;
   const StepView step = meta.view(meta_device_.as<int32_t>());
@@ -266,21 +276,36 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
   launch_embedding(stream_, weights_.dense, weights_.embedding, H, step.token_ids, T, x);
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const DeviceLayer& w = weights_.layers[layer];
-    timer_.mark(stream_, KernelClass::norm);
-    launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : moe_delta, layer == 0 ? nullptr : moe_combine,
-                        w.attn_norm, T, H, eps, normed_.get());
-    if (layer > 0) capture(layer - 1);
     const int group = groups_.group_of_layer[layer], slot = groups_.slot_of_layer[layer];
     const float k_scale = kv_scales_.k[layer], v_scale = kv_scales_.v[layer];
     RopeParams rope{qkv_.as<float>(), c.num_heads, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(),
                     static_cast<float>(c.rope_concentration()), q_.get(), kv, group, slot, k_scale, v_scale};
+    const bool qkv_rope_fused = options_.fused_qkv_rope && qkv_rope_fused_supported(precision_, T, H, rope);
+    // An FP8 QKV product with its input quantised by the norm (options_.qkv_fp8_fused): the product's output type.
+    const std::optional<Precision> qkv_fp8_out =
+        qkv_rope_fused ? std::nullopt : fused_qkv_fp8_output(layer, T);
+    timer_.mark(stream_, KernelClass::norm);
+    const float* norm_delta = layer == 0 ? nullptr : moe_delta;
+    const ExpertCombine* norm_combine = layer == 0 ? nullptr : moe_combine;
+    if (qkv_fp8_out)
+      launch_add_rms_norm_e4m3(stream_, x, norm_delta, norm_combine, w.attn_norm, T, H, eps,
+                               dense_x_fp8_.as<uint8_t>(), dense_x_scale_.as<float>(), fp8_padded_rows(T));
+    else
+      launch_add_rms_norm(stream_, precision_, x, norm_delta, norm_combine, w.attn_norm, T, H, eps, normed_.get());
+    if (layer > 0) capture(layer - 1);
     timer_.mark(stream_, KernelClass::qkv_projection);
-    if (options_.fused_qkv_rope && qkv_rope_fused_supported(precision_, T, H, rope)) {  // decode-sized: one launch
+    if (qkv_rope_fused) {  // decode-sized: one launch
       launch_qkv_rope_kv_write(stream_, precision_, normed_.get(), T, w.qkv, H, w.qkv_bias, rope, step);
     } else {
-      if (project_dense(normed_.get(), T, w.qkv, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].qkv, Q + 2 * KV,
-                        H, w.qkv_bias, qkv_.as<float>()))
+      if (qkv_fp8_out) {
+        const Fp8Activations scratch{dense_x_fp8_.as<uint8_t>(), dense_x_scale_.as<float>()};
+        fp8_dense_product(stream_, blas_, T, dense_fp8_[layer].qkv->view(), scratch, *qkv_fp8_out, qkv_.get());
         rope.qkv_bias = w.qkv_bias;  // the FP8 product's bias, added as RoPE reads the rows
+        if (*qkv_fp8_out == Precision::bf16) rope.qkv_bf16 = qkv_.get();
+      } else if (project_dense(normed_.get(), T, w.qkv, dense_fp8_.empty() ? nullptr : &*dense_fp8_[layer].qkv,
+                               Q + 2 * KV, H, w.qkv_bias, qkv_.as<float>())) {
+        rope.qkv_bias = w.qkv_bias;
+      }
       timer_.mark(stream_, KernelClass::rope_kv_write);
       launch_rope_kv_write(stream_, precision_, rope, step);
     }
@@ -295,7 +320,8 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       // Disjoint tokens: prefill tiles for the long sequences, decode groups for the others.
       if (plan.prefill_attention) {
         timer_.mark(stream_, KernelClass::attention_prefill);
-        launch_attention_prefill(stream_, attention, step);
+        launch_attention_prefill(stream_, attention, step,
+                                 options_.attention_units_in_turn ? 0 : std::numeric_limits<int>::max());
       }
       timer_.mark(stream_, KernelClass::attention_decode);
       launch_attention_decode(stream_, attention, step, decode);

@@ -95,6 +95,9 @@ class CudaRunner : public ModelRunner {
   // y = x W^T + bias: the decode GEMV for a few bf16 rows, cuBLASLt otherwise.
   void project(const void* x, int rows, const void* weight, int64_t out_features, int64_t in_features,
                const float* bias, float* y);
+  // With options_.qkv_fp8_fused, a step of `rows` tokens whose QKV projection runs on FP8: the product's output type
+  // (bf16, or fp32 where cuBLASLt refuses bf16), its input quantised by the norm before it; nullopt otherwise.
+  std::optional<Precision> fused_qkv_fp8_output(int layer, int rows);
   // The same product on FP8 (fp8_dense_linear), returning true, when this runner has a quantised copy of the weight
   // (dense_fp8_) and the step has at least options_.dense_fp8_min_rows tokens: y then lacks the bias, which the
   // caller adds as it reads y. project() with the bias otherwise, and where cuBLASLt refuses (false).

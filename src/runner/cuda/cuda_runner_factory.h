@@ -54,6 +54,15 @@ struct CudaRunnerOptions {
   // fp32 (half the bytes written and read back by the combine), as vLLM's and TensorRT-LLM's MoE kernels do; decode
   // steps keep fp32 rows (measured no faster with bf16 ones on an H100). cuda_bench --expert-out-fp32 turns it off.
   bool expert_out_bf16 = true;
+  // Where the QKV projection runs on FP8 (dense_fp8_min_rows): the RMSNorm before it writes its rows quantised
+  // (launch_add_rms_norm_e4m3; no launch of its own for the quantisation, no bf16 rows written and read back) and the
+  // product writes bf16 rows for RoPE (half the bytes of fp32 ones; fp32 where cuBLASLt refuses bf16). cuda_bench
+  // --qkv-fp8-unfused turns both off.
+  bool qkv_fp8_fused = true;
+  // Sliding-window layers' prefill attention runs one block a multiprocessor, each taking the launch's units in
+  // turn (launch_attention_prefill's built-in choice); false: one block a unit, as before. cuda_bench
+  // --attention-block-a-unit sets false.
+  bool attention_units_in_turn = true;
   // The DeepSeek runner's routed experts (deepseek_kernels.h's DeepseekExpertsVersion): "v2" (the FP8 grouped GEMM
   // on wgmma, after act_quant; it takes the bf16 path's FP8 experts, the rest stays on v1 under either; the default)
   // or "v1" (CUDA cores); empty: MOESERVE_DEEPSEEK_EXPERTS decides (unset: v2). For tests and benchmarks.

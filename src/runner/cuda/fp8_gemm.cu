@@ -151,19 +151,31 @@ Fp8QuantisedWeight::Fp8QuantisedWeight(cudaStream_t stream, const void* weight_b
   MOESERVE_CUDA_CHECK(cudaGetLastError());
 }
 
-bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
-                      const Fp8Activations& scratch, float* y, std::string* why) {
+bool fp8_dense_available(Blas& blas, int64_t rows, const Fp8WeightView& w, Precision out, std::string* why) {
   check_fp8_gemm_shape(rows, w.rows, w.cols);
   if (rows == 0) return true;
   const int64_t padded = fp8_padded_rows(rows);
   std::string refusal = fp8_gemm_cublaslt_refusal(padded, w.rows, w.cols);
-  if (!refusal.empty() || !blas.has_fp8_block_algorithm(padded, w.rows, w.cols, Precision::f32, &refusal)) {
+  if (!refusal.empty() || !blas.has_fp8_block_algorithm(padded, w.rows, w.cols, out, &refusal)) {
     if (why != nullptr) *why = refusal;
     return false;
   }
-  launch_fp8_quantize_activations(stream, Precision::bf16, x_bf16, rows, w.cols, scratch, padded);
-  blas.linear_fp8_block(stream, scratch.values, scratch.scales, padded, w.values, w.scales, w.rows, w.cols,
-                        Precision::f32, y);
+  return true;
+}
+
+void fp8_dense_product(cudaStream_t stream, Blas& blas, int64_t rows, const Fp8WeightView& w,
+                       const Fp8Activations& scratch, Precision out, void* y) {
+  if (rows == 0) return;
+  const int64_t padded = fp8_padded_rows(rows);
+  blas.linear_fp8_block(stream, scratch.values, scratch.scales, padded, w.values, w.scales, w.rows, w.cols, out, y);
+}
+
+bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
+                      const Fp8Activations& scratch, float* y, std::string* why) {
+  if (!fp8_dense_available(blas, rows, w, Precision::f32, why)) return false;
+  if (rows == 0) return true;
+  launch_fp8_quantize_activations(stream, Precision::bf16, x_bf16, rows, w.cols, scratch, fp8_padded_rows(rows));
+  fp8_dense_product(stream, blas, rows, w, scratch, Precision::f32, y);
   return true;
 }
 

@@ -76,6 +76,12 @@ class Fp8QuantisedWeight {
 MOESERVE_HD constexpr int64_t fp8_padded_rows(int64_t rows) { return (rows + 3) / 4 * 4; }
 bool fp8_dense_linear(cudaStream_t stream, Blas& blas, const void* x_bf16, int64_t rows, const Fp8WeightView& w,
                       const Fp8Activations& scratch, float* y, std::string* why = nullptr);
+// The two halves of fp8_dense_linear, for a caller that quantises the input itself (launch_add_rms_norm_e4m3, which
+// writes the scales for fp8_padded_rows(rows) tokens): whether cuBLASLt takes the product of `rows` tokens into
+// `out` (false: *why says why), and the product alone on scratch as quantised, into y of type out.
+bool fp8_dense_available(Blas& blas, int64_t rows, const Fp8WeightView& w, Precision out, std::string* why = nullptr);
+void fp8_dense_product(cudaStream_t stream, Blas& blas, int64_t rows, const Fp8WeightView& w,
+                       const Fp8Activations& scratch, Precision out, void* y);
 
 // The plain product: one thread per output, sum over each 128-column block of e4m3 x e4m3 in fp32, times the two
 // block scales, added into an fp32 accumulator (DeepSeek's fp8_gemm arithmetic); y fp32 or bf16 (`out`).

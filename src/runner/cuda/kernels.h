@@ -103,6 +103,13 @@ struct ExpertCombine {
 void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, const float* delta,
                          const ExpertCombine* combine, const float* scale, int T, int H, float eps, void* out,
                          const float* delta_bias = nullptr);
+// launch_add_rms_norm with out quantised for an FP8 block-scaled projection (fp8_gemm.h's fp8_dense_product), so
+// that the projection's input is not quantised by a launch of its own: values [T, H] e4m3 and one scale a token a
+// 128 columns, scale (t, group) at group * scale_rows + t (scale_rows >= T: the product's padded rows), each the
+// act_quant of the fp32 normalised values (s = max(amax, 1e-4) / 448, q = e4m3(value / s); quantize_activations_fp8).
+void launch_add_rms_norm_e4m3(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine,
+                              const float* scale, int T, int H, float eps, uint8_t* values, float* scales,
+                              int64_t scale_rows, const float* delta_bias = nullptr);
 // out[T, H] = the expert combine alone (the same sums launch_add_rms_norm adds): a tensor-parallel rank combines its
 // own rows, whose grouped order is its own, before the ranks sum the results.
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out);
@@ -128,6 +135,8 @@ struct RopeParams {
   // Added to each qkv value as launch_rope_kv_write reads it (null: none): the bias of a QKV projection that could not
   // add it (the FP8 one: cuBLASLt's block-scaled product takes no bias epilogue), the same fp32 sum.
   const float* qkv_bias = nullptr;
+  // Read instead of qkv when set: the rows as bf16 (the FP8 product's output; half the bytes of fp32 rows).
+  const void* qkv_bf16 = nullptr;
 };
 // q as the precision's type; K and V as kv.dtype (bf16 or fp8 with Precision::bf16, f32 with Precision::f32).
 void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);
@@ -170,8 +179,11 @@ int attention_decode_f32_splits(int T, int kv_heads, int multiprocessors);
 void launch_attention_decode_f32(cudaStream_t stream, const AttentionParams& params, const StepView& step, int splits,
                                  float* partial);
 // Prefill attention over the query tiles (step.q_tile_*) on Hopper's warpgroup MMA (sm_90a), FlashAttention-3
-// style; bf16 q, bf16 or fp8 KV, causal or tree steps.
-void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step);
+// style; bf16 q, bf16 or fp8 KV, causal or tree steps. `blocks`: how many blocks share the launch's units (16 /
+// 32 / 64 tokens of a query tile for one KV head), each running units gridDim.x apart in turn; 0: the built-in
+// choice, one block a multiprocessor for sliding layers (a unit is a window's two key tiles there) and one block a
+// unit for full ones (their units differ in length; the hardware's order balances them, heaviest first).
+void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params, const StepView& step, int blocks = 0);
 
 // ---- mla_cache_write.cu / mla_decode.cu: DeepSeek's multi-head latent attention over a paged latent cache --------
 // The pool (mla_layout.h): [block][layer][block_size][kv_lora_rank + rope_dim] of `dtype`, one KV group.

@@ -3,10 +3,13 @@
 // precision of the next matrix product. One block per token. The combine alone (launch_moe_combine) is a
 // tensor-parallel rank's: it sums its own rows per token before the ranks sum those sums.
 // CPU reference: cpu::rms_norm, and CpuRunner's residual adds (the combine sums slots in order, then adds).
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/device_common.cuh"
+#include "runner/cuda/fp8_block_layout.h"
 #include "runner/cuda/launch.cuh"
 
 namespace moeserve::cuda {
@@ -120,13 +123,52 @@ __device__ __forceinline__ void norm_row_part(const float4 (&v)[kMaxVectors], fl
   }
 }
 
+// Or quantised for an FP8 block-scaled projection (launch_add_rms_norm_e4m3): a warp's 32 float4s are one 128-column
+// group (threads_for gives whole warps, so the float4s vt + j threads of a warp are 32 w .. 32 w + 31 for some w),
+// whose amax a warp reduction gives; then q = e4m3(value / s) with s = max(amax, 1e-4) / 448, as
+// quantize_activations_fp8 computes on the host from the same fp32 values. Lanes past the row's float4s join the
+// reduction with zeros.
+struct E4m3Rows {
+  uint8_t* values = nullptr;  // [T, H]
+  float* scales = nullptr;    // scale (t, group) at fp8_activation_scale_index(t, group, scale_rows)
+  int64_t scale_rows = 0;
+};
+
+__device__ __forceinline__ void norm_row_part(const float4 (&v)[kMaxVectors], float inv, const float* scale, int64_t t,
+                                              int H, int vt, int threads, const E4m3Rows& out) {
+  const int vectors = H / 4, lane = vt % 32;
+  const float4* scale4 = reinterpret_cast<const float4*>(scale);
+#pragma unroll
+  for (int j = 0; j < kMaxVectors; ++j) {
+    const int i = vt + j * threads;
+    if (i - lane >= vectors) break;  // the whole warp's group lies past the row
+    const bool in = i < vectors;
+    float4 n = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (in) {
+      const float4 s = scale4[i];
+      n = make_float4(v[j].x * inv * s.x, v[j].y * inv * s.y, v[j].z * inv * s.z, v[j].w * inv * s.w);
+    }
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(n.x), fabsf(n.y)), fmaxf(fabsf(n.z), fabsf(n.w))));
+    const float s = fmaxf(amax, 1e-4f) / kFp8E4m3Max;
+    if (in) {
+      const uint32_t q = static_cast<uint32_t>(__nv_cvt_float_to_fp8(n.x / s, __NV_SATFINITE, __NV_E4M3)) |
+                         static_cast<uint32_t>(__nv_cvt_float_to_fp8(n.y / s, __NV_SATFINITE, __NV_E4M3)) << 8 |
+                         static_cast<uint32_t>(__nv_cvt_float_to_fp8(n.z / s, __NV_SATFINITE, __NV_E4M3)) << 16 |
+                         static_cast<uint32_t>(__nv_cvt_float_to_fp8(n.w / s, __NV_SATFINITE, __NV_E4M3)) << 24;
+      *reinterpret_cast<uint32_t*>(out.values + t * H + 4 * i) = q;
+    }
+    if (lane == 0) out.scales[fp8_activation_scale_index(t, i / 32, out.scale_rows)] = s;
+  }
+}
+
 __device__ __forceinline__ float inverse_rms(float sum, int H, float eps) {
   return 1.0f / sqrtf(sum / static_cast<float>(H) + eps);
 }
 
+// Out: bf16* or float* (rows in that type), or E4m3Rows.
 template <typename Out, Delta kDelta, int kTopK = 0, bool kBf16Y = false>
 __global__ void add_rms_norm_kernel(float* x, const float* delta, const float* bias, ExpertCombine combine,
-                                    const float* scale, int H, float eps, Out* out) {
+                                    const float* scale, int H, float eps, Out out) {
   pdl_prologue();
   const int64_t t = blockIdx.x;
   float4 v[kMaxVectors];
@@ -216,7 +258,7 @@ void launch_fused_norm(cudaStream_t stream, const bf16* in, int rows, int K, con
 
 template <typename Out>
 void launch_typed(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine, const float* scale,
-                  int T, int H, float eps, Out* out, const float* delta_bias) {
+                  int T, int H, float eps, Out out, const float* delta_bias) {
   const ExpertCombine none{};
   // One float4 per thread up to 1024 threads, then up to kMaxVectors each.
   const int threads = threads_for(H);
@@ -258,6 +300,16 @@ void launch_add_rms_norm(cudaStream_t stream, Precision out_type, float* x, cons
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<bf16*>(out), delta_bias);
   else
     launch_typed(stream, x, delta, combine, scale, T, H, eps, static_cast<float*>(out), delta_bias);
+}
+
+void launch_add_rms_norm_e4m3(cudaStream_t stream, float* x, const float* delta, const ExpertCombine* combine,
+                              const float* scale, int T, int H, float eps, uint8_t* values, float* scales,
+                              int64_t scale_rows, const float* delta_bias) {
+  if (T == 0) return;
+  if (H % 4 != 0 || H / 4 > kMaxVectors * 1024)
+    fail_cuda("add_rms_norm", "hidden size must be a multiple of 4 and at most 16384", __FILE__, __LINE__);
+  if (scale_rows < T) fail_cuda("add_rms_norm", "the scales' token count is below the tokens", __FILE__, __LINE__);
+  launch_typed(stream, x, delta, combine, scale, T, H, eps, E4m3Rows{values, scales, scale_rows}, delta_bias);
 }
 
 void launch_moe_combine(cudaStream_t stream, const ExpertCombine& combine, int T, int H, float* out) {

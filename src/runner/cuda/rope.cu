@@ -49,11 +49,17 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
   const int t = blockIdx.x;
   const int D = p.head_dim, half = D / 2;
   const int all_heads = p.heads + 2 * p.kv_heads;
-  const float* row = p.qkv + static_cast<int64_t>(t) * all_heads * D;
+  const int64_t row = static_cast<int64_t>(t) * all_heads * D;
   const int item = blockIdx.y * blockDim.x + threadIdx.x;
   if (item < all_heads * half) {
     const int h = item / half, i = item % half;
-    float v1 = row[h * D + i], v2 = row[h * D + i + half];
+    float v1, v2;
+    if (p.qkv_bf16 != nullptr) {
+      const bf16* rows = static_cast<const bf16*>(p.qkv_bf16) + row;
+      v1 = __bfloat162float(rows[h * D + i]), v2 = __bfloat162float(rows[h * D + i + half]);
+    } else {
+      v1 = p.qkv[row + h * D + i], v2 = p.qkv[row + h * D + i + half];
+    }
     if (p.qkv_bias != nullptr) v1 += p.qkv_bias[h * D + i], v2 += p.qkv_bias[h * D + i + half];
     rope_store_pair<Elem, KvElem>(p, step, t, h, i, v1, v2);
   }

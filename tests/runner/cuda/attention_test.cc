@@ -38,6 +38,7 @@ struct Kernel {
   KvDtype kv;
   int forced_splits = 0;  // decode: the launch's most splits (0: the runner's choice)
   int launches = 1;       // decode: run this often with the same scratch (its counters must come back to zero)
+  int prefill_blocks = 0;  // prefill: blocks sharing the launch's units (0: the built-in choice)
 };
 
 constexpr float kKScale = 0.5f, kVScale = 2.0f;  // fp8 scales: neither is 1, so a missing factor shows
@@ -133,7 +134,8 @@ double attention_error(const AttentionCase& ac, const Kernel& kernel, bool slidi
     DeviceBuffer partial(static_cast<size_t>(T) * c.num_heads * splits * (D + 2) * 4);
     cuda::launch_attention_decode_f32(nullptr, params, device_step.view, splits, partial.as<float>());
   } else {
-    if (kernel.path != Path::decode) cuda::launch_attention_prefill(nullptr, params, device_step.view);
+    if (kernel.path != Path::decode)
+      cuda::launch_attention_prefill(nullptr, params, device_step.view, kernel.prefill_blocks);
     const int units = device_step.meta.num_decode_groups() * c.num_kv_heads;
     const int splits = kernel.forced_splits > 0
                            ? kernel.forced_splits
@@ -237,6 +239,19 @@ TEST_F(CudaAttention, PrefillKernelMatchesCpu) {
 TEST_F(CudaAttention, PrefillKernelEdgeShapesMatchCpu) {
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
     expect_all_cases("prefill-kernel", {Path::prefill, kv}, 1e-2, prefill_edge_cases());
+}
+
+// Blocks running several units in turn, their pipeline's stages and phases running on from one unit to the next
+// (the built-in choice for sliding layers, one block a multiprocessor): 1 block takes every unit, 3 and 7 units of
+// different lengths, more units than pipeline stages; full layers too, which the built-in choice gives one block a
+// unit.
+TEST_F(CudaAttention, PrefillKernelBlocksRunningUnitsInTurnMatchCpu) {
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    for (int blocks : {1, 3, 7}) {
+      Kernel kernel{Path::prefill, kv};
+      kernel.prefill_blocks = blocks;
+      expect_all_cases("prefill-kernel " + std::to_string(blocks) + " blocks", kernel, 1e-2, prefill_edge_cases());
+    }
 }
 
 // Long sequences through prefill tiles, short ones through decode groups, in one step: every token is written

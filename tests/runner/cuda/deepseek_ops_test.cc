@@ -218,6 +218,16 @@ TEST_F(Fp8DenseCuda, QuantisedBf16WeightsMatchCpu) {
       expect_error_within("fp8 dense linear " + label + " vs quantised operands",
                           max_row_error(y, ref_quantised, T, s.N), 2e-3);
       expect_error_within("fp8 dense linear " + label + " vs bf16 operands", max_row_error(y, ref, T, s.N), 8.84e-2);
+      // The product alone on the same quantised rows into bf16 (gpt-oss's QKV rows for RoPE): the fp32 bound plus one
+      // bf16 rounding (2^-9).
+      ASSERT_TRUE(cuda::fp8_dense_available(blas, T, view, Precision::bf16, &why))
+          << label << ": cuBLASLt refused the FP8 product into bf16: " << why;
+      DeviceBuffer y16_d(padded * s.N * 2);
+      cuda::fp8_dense_product(nullptr, blas, T, view, scratch, Precision::bf16, y16_d.get());
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      expect_error_within("fp8 dense product into bf16 " + label + " vs quantised operands",
+                          max_row_error(download_as(Precision::bf16, y16_d.get(), ref.size()), ref_quantised, T, s.N),
+                          2e-3 + 1.0 / 512);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/ops.h"
 #include "runner/cuda/blas.h"
+#include "runner/cuda/fp8_block_layout.h"
 #include "sampling/sampler.h"
 #include "util/bfloat16.h"
 
@@ -112,6 +113,59 @@ TEST(CudaKernelsExact, MoeCombineMatchesCpu) {
     for (int j = 0; j < k; ++j)
       for (int i = 0; i < H; ++i) ref[t * H + i] += weights[t * k + j] * y[slot_row[t * k + j] * H + i];
   expect_error_within("moe_combine", relative_error(cuda::to_host<float>(out_d.get(), T * H), ref), 1e-6);
+}
+
+// The norm writing its rows quantised for an FP8 projection (launch_add_rms_norm_e4m3) against the same norm into
+// fp32 rows, then the CPU's act_quant (quantize_activations_fp8) of those rows: the same e4m3 bytes and scales, the
+// scales laid out for more (padded) tokens than the step has; and the same residual. Widths: gpt-oss's 2,880 (a last
+// group of 64 columns; the block's last warp half past the row), 4,096, 200 (two warps, the second partial) and
+// 8,192 (two float4s a thread). Plain, dense delta plus bias, and the combine of bf16 expert rows at top_k 4.
+TEST(CudaKernelsExact, AddRmsNormE4m3MatchesTheNormThenActQuant) {
+  MOESERVE_REQUIRE_CUDA();
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 31u);
+  const int T = 7, k = 4, scale_rows = 8;
+  const float eps = 1e-5f;
+  for (const int H : {2880, 4096, 200, 8192})
+    for (const int mode : {0, 1, 2}) {  // plain, dense delta plus bias, combine of bf16 rows
+      const auto x = random_floats(rng, T * H, 0.0f, 3.0f);
+      const auto scale = random_floats(rng, H, 1.0f, 0.1f);
+      const auto delta = random_floats(rng, T * H), bias = random_floats(rng, H);
+      const auto y = round_to(Precision::bf16, random_floats(rng, T * k * H));
+      std::vector<int32_t> slot_row(T * k);
+      std::iota(slot_row.begin(), slot_row.end(), 0);
+      std::shuffle(slot_row.begin(), slot_row.end(), rng);
+      const auto weights = random_floats(rng, T * k, 0.25f, 0.1f);
+      DeviceBuffer x_d = cuda::to_device(x), x_ref_d = cuda::to_device(x), delta_d = cuda::to_device(delta),
+                   bias_d = cuda::to_device(bias), y_d = upload_as(Precision::bf16, y),
+                   slot_d = cuda::to_device(slot_row), weights_d = cuda::to_device(weights),
+                   scale_d = cuda::to_device(scale), rows_d(T * H * 4), q_d(scale_rows * H),
+                   scales_d(cuda::fp8_activation_scale_count(scale_rows, H) * 4);
+      cuda::ExpertCombine combine{nullptr, slot_d.as<int32_t>(), weights_d.as<float>(), k};
+      combine.y_bf16 = y_d.get();
+      const float* dense = mode == 1 ? delta_d.as<float>() : nullptr;
+      const float* dense_bias = mode == 1 ? bias_d.as<float>() : nullptr;
+      const cuda::ExpertCombine* experts = mode == 2 ? &combine : nullptr;
+      MOESERVE_CUDA_CHECK(cudaMemset(scales_d.get(), 0xff, scales_d.bytes()));  // NaN where a scale is not written
+      cuda::launch_add_rms_norm_e4m3(nullptr, x_d.as<float>(), dense, experts, scale_d.as<float>(), T, H, eps,
+                                     q_d.as<uint8_t>(), scales_d.as<float>(), scale_rows, dense_bias);
+      cuda::launch_add_rms_norm(nullptr, Precision::f32, x_ref_d.as<float>(), dense, experts, scale_d.as<float>(), T, H,
+                                eps, rows_d.get(), dense_bias);
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string label = "add_rms_norm_e4m3 H " + std::to_string(H) + " mode " + std::to_string(mode);
+      EXPECT_EQ(cuda::to_host<float>(x_d.get(), T * H), cuda::to_host<float>(x_ref_d.get(), T * H))
+          << label << ": the residual";
+      const auto rows = cuda::to_host<float>(rows_d.get(), T * H);
+      std::vector<uint8_t> q_ref(T * H);
+      std::vector<float> scales_ref(cuda::fp8_activation_scale_count(T, H));
+      cuda::quantize_activations_fp8(rows.data(), T, H, q_ref.data(), scales_ref.data());
+      EXPECT_EQ(cuda::to_host<uint8_t>(q_d.get(), T * H), q_ref) << label << ": the e4m3 bytes";
+      const auto scales = cuda::to_host<float>(scales_d.get(), cuda::fp8_activation_scale_count(scale_rows, H));
+      for (int t = 0; t < T; ++t)
+        for (int64_t kb = 0; kb < cuda::fp8_blocks(H); ++kb)
+          ASSERT_EQ(scales[cuda::fp8_activation_scale_index(t, kb, scale_rows)],
+                    scales_ref[cuda::fp8_activation_scale_index(t, kb, T)])
+              << label << ": the scale of token " << t << ", group " << kb;
+    }
 }
 
 TEST_P(CudaKernels, LinearMatchesCpu) {
@@ -260,27 +314,40 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
                inv_freq_d = cuda::to_device(inv_freq),
                q_d(static_cast<size_t>(T) * heads * D * cuda::element_bytes(precision()));
 
-  std::vector<float> q(static_cast<size_t>(T) * heads * D), k(static_cast<size_t>(T) * kv_heads * D),
-      v(static_cast<size_t>(T) * kv_heads * D);
-  for (int t = 0; t < T; ++t) {
-    const float* row = qkv.data() + static_cast<size_t>(t) * width;
-    std::copy_n(row, heads * D, q.data() + static_cast<size_t>(t) * heads * D);
-    std::copy_n(row + heads * D, kv_heads * D, k.data() + static_cast<size_t>(t) * kv_heads * D);
-    std::copy_n(row + (heads + kv_heads) * D, kv_heads * D, v.data() + static_cast<size_t>(t) * kv_heads * D);
-  }
-  cpu::apply_rope(q.data(), T, heads, D, positions.data(), inv_freq, concentration);
-  cpu::apply_rope(k.data(), T, kv_heads, D, positions.data(), inv_freq, concentration);
+  // bf16: the rows also as bf16 (RopeParams::qkv_bf16, the FP8 product's output), the reference on those values.
+  const auto qkv_less_bias_bf16 = round_to(Precision::bf16, qkv_less_bias);
+  DeviceBuffer qkv_bf16_d = upload_as(Precision::bf16, qkv_less_bias_bf16);
+  std::vector<float> q, k, v;
+  auto reference = [&](bool rows_bf16) {
+    q.assign(static_cast<size_t>(T) * heads * D, 0.0f);
+    k.assign(static_cast<size_t>(T) * kv_heads * D, 0.0f);
+    v.assign(static_cast<size_t>(T) * kv_heads * D, 0.0f);
+    std::vector<float> rows = qkv;
+    if (rows_bf16)
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = qkv_less_bias_bf16[i] + qkv_bias[i % width];
+    for (int t = 0; t < T; ++t) {
+      const float* row = rows.data() + static_cast<size_t>(t) * width;
+      std::copy_n(row, heads * D, q.data() + static_cast<size_t>(t) * heads * D);
+      std::copy_n(row + heads * D, kv_heads * D, k.data() + static_cast<size_t>(t) * kv_heads * D);
+      std::copy_n(row + (heads + kv_heads) * D, kv_heads * D, v.data() + static_cast<size_t>(t) * kv_heads * D);
+    }
+    cpu::apply_rope(q.data(), T, heads, D, positions.data(), inv_freq, concentration);
+    cpu::apply_rope(k.data(), T, kv_heads, D, positions.data(), inv_freq, concentration);
+  };
 
   // The KV write as each cache type of the precision stores it; fp8 with K and V scales other than 1. An e4m3
   // value is within 2^-4 of its input (3 mantissa bits, round to nearest), so ||error|| <= 2^-4 ||input||.
   using cuda::KvDtype;
+  for (const bool rows_bf16 : precision() == Precision::f32 ? std::vector{false} : std::vector{false, true})
   for (KvDtype kv : precision() == Precision::f32 ? std::vector{KvDtype::f32} : std::vector{KvDtype::bf16, KvDtype::fp8_e4m3}) {
+    reference(rows_bf16);
     const bool fp8 = kv == KvDtype::fp8_e4m3;
     const float k_scale = fp8 ? 0.25f : 1.0f, v_scale = fp8 ? 3.0f : 1.0f;
     DeviceBuffer kv_d(num_blocks * block_elements * cuda::kv_element_bytes(kv));
     cuda::RopeParams params{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(), concentration, q_d.get(),
                             cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D, kv}, 0, 0, k_scale, v_scale};
     params.qkv_bias = qkv_bias_d.as<float>();
+    if (rows_bf16) params.qkv_bf16 = qkv_bf16_d.get();
     cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto cache = fp8 ? testing::from_e4m3(cuda::to_host<uint8_t>(kv_d.get(), num_blocks * block_elements),
@@ -299,10 +366,10 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
                                                 cache.begin() + at + D);
           }
       }
-    expect_error_within(label("rope q"), relative_error(download_as(precision(), q_d.get(), q.size()), q),
-                        rounding_bound());
+    expect_error_within(label("rope q" + std::string(rows_bf16 ? " bf16 rows" : "")),
+                        relative_error(download_as(precision(), q_d.get(), q.size()), q), rounding_bound());
     const double bound = fp8 ? 0.0625 : rounding_bound();
-    const std::string cache_type = fp8 ? " fp8 cache" : "";
+    const std::string cache_type = std::string(fp8 ? " fp8 cache" : "") + (rows_bf16 ? " bf16 rows" : "");
     expect_error_within(label("rope k in cache" + cache_type), relative_error(k_out, k), bound);
     expect_error_within(label("v in cache" + cache_type), relative_error(v_out, v), bound);
   }
