@@ -154,6 +154,12 @@ struct ServedTiny {
     server = std::make_unique<server::OpenAiServer>(engine, Tokenizer::o200k_harmony(), options);
     server->start();
   }
+  // As the server tests' harnesses do: drain before destroying. A finished request's job (its response channel,
+  // whose session lives in the server's io_context, and the count() callback into the server) is released on the
+  // engine thread after the client has read the whole response: ctx_.count(200) after finish_events(), and the
+  // Sequence in EngineCore::retired_ until the end of the step. ~OpenAiServer alone does not wait for that, so the
+  // shared engine's thread could post to a destroyed io_context and decrement a freed connection count.
+  ~ServedTiny() { server->shutdown(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server->port()); }
 };
 

@@ -41,9 +41,12 @@
 // End: o = O / (l + 2^(sink - m)). Tree steps: a row's keys run to its own slot, its window starts from its
 // position (start + depth), and the step's keys must pass its tree mask.
 // head_dim must be 64; G = 1, 2, 4 or 8. CPU reference: cpu::attend_one_head per (token, head).
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "model/fp8_blocks.h"
 #include "runner/cuda/kv_dtype.cuh"
 #include "runner/cuda/launch.cuh"
 #include "runner/cuda/sm90.cuh"
@@ -436,6 +439,29 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const StepView
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float factor = v_scale / (quad_sum(l[i]) + ex2(sink[i] - m[i]));
+    if (p.out_e4m3 != nullptr) {
+      // Quantised for the output projection: heads 2h' and 2h' + 1 of a token (one 128-column group) are rows of
+      // lanes 8h' .. 8h' + 7 (g = 2h', 2h' + 1 with G even: row = (token, head g % G)), each quad holding a row's 64
+      // values; every lane joins the group's amax, stand-in rows too (their group's rows are stand-ins alike).
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(o[4 * (j / 2) + 2 * i + j % 2] * factor));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+      const float scale = fmaxf(amax, 1e-4f) / kFp8E4m3Max;
+      if (token[i] >= w1) continue;
+      const int64_t t = b.q_start + token[i];
+      uint8_t* row = p.out_e4m3 + (t * p.heads + head[i]) * kHeadDim;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t lo = __nv_cvt_float_to_fp8(o[4 * j + 2 * i] * factor / scale, __NV_SATFINITE, __NV_E4M3);
+        const uint32_t hi = __nv_cvt_float_to_fp8(o[4 * j + 2 * i + 1] * factor / scale, __NV_SATFINITE, __NV_E4M3);
+        *reinterpret_cast<uint16_t*>(row + 8 * j + 2 * c) = static_cast<uint16_t>(lo | hi << 8);
+      }
+      if (lane % 8 == 0) p.out_scales[static_cast<int64_t>(head[i] / 2) * p.out_scale_rows + t] = scale;
+      continue;
+    }
     if (token[i] >= w1) continue;
     bf16* row = out + (static_cast<int64_t>(b.q_start + token[i]) * p.heads + head[i]) * kHeadDim;
 #pragma unroll
@@ -550,6 +576,9 @@ void launch_attention_prefill(cudaStream_t stream, const AttentionParams& params
   if (params.head_dim != kHeadDim) fail_cuda("attention_prefill", "head_dim must be 64", __FILE__, __LINE__);
   if (params.kv_heads <= 0 || params.heads % params.kv_heads != 0)
     fail_cuda("attention_prefill", "query heads must be a multiple of KV heads", __FILE__, __LINE__);
+  if (params.out_e4m3 != nullptr && (params.heads / params.kv_heads % 2 != 0 || params.out_scale_rows < step.num_tokens))
+    fail_cuda("attention_prefill", "an e4m3 output needs an even count of query heads per KV head and scales for "
+              "every token", __FILE__, __LINE__);
   switch (params.kv.dtype) {
     case KvDtype::bf16: launch_per_kv<bf16>(stream, params, step, blocks); break;
     case KvDtype::fp8_e4m3: launch_per_kv<fp8>(stream, params, step, blocks); break;

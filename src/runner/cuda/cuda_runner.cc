@@ -310,6 +310,12 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
       launch_rope_kv_write(stream_, precision_, rope, step);
     }
 
+    // The output projection on FP8 with its input quantised by the prefill attention kernel (options_.o_fp8_fused):
+    // every token of the step in prefill tiles (decode groups write bf16 rows).
+    const bool o_fp8_fused = options_.o_fp8_fused && precision_ == Precision::bf16 && !split && plan.prefill_attention &&
+                             meta.num_decode_groups() == 0 && c.heads_per_kv() % 2 == 0 && !dense_fp8_.empty() &&
+                             T >= options_.dense_fp8_min_rows &&
+                             fp8_dense_available(blas_, T, dense_fp8_[layer].o->view(), Precision::f32);
     AttentionParams attention{q_.get(), attn_.get(), w.sinks, c.attention_scale(), c.num_heads, c.num_kv_heads,
                               c.head_dim, c.layer_types[layer] == AttentionKind::sliding ? c.sliding_window : 0, kv,
                               group, slot, k_scale, v_scale};
@@ -319,6 +325,11 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     } else {
       // Disjoint tokens: prefill tiles for the long sequences, decode groups for the others.
       if (plan.prefill_attention) {
+        if (o_fp8_fused) {
+          attention.out_e4m3 = dense_x_fp8_.as<uint8_t>();
+          attention.out_scales = dense_x_scale_.as<float>();
+          attention.out_scale_rows = fp8_padded_rows(T);
+        }
         timer_.mark(stream_, KernelClass::attention_prefill);
         launch_attention_prefill(stream_, attention, step,
                                  options_.attention_units_in_turn ? 0 : std::numeric_limits<int>::max());
@@ -334,8 +345,14 @@ void CudaRunner::enqueue(const StepMetadata& meta, const Plan& plan, const std::
     } else {
       // In a group each rank's partial sums are summed before the norm, so a rank adds its bias share in the
       // product: the FP8 one (bias left to the norm) is for a runner alone.
-      const bool o_fp8 = project_dense(attn_.get(), T, w.o, dense_fp8_.empty() || split ? nullptr : &*dense_fp8_[layer].o,
-                                       H, Q, w.o_bias, proj_.as<float>());
+      bool o_fp8 = o_fp8_fused;
+      if (o_fp8_fused) {
+        const Fp8Activations scratch{dense_x_fp8_.as<uint8_t>(), dense_x_scale_.as<float>()};
+        fp8_dense_product(stream_, blas_, T, dense_fp8_[layer].o->view(), scratch, Precision::f32, proj_.as<float>());
+      } else {
+        o_fp8 = project_dense(attn_.get(), T, w.o, dense_fp8_.empty() || split ? nullptr : &*dense_fp8_[layer].o, H, Q,
+                              w.o_bias, proj_.as<float>());
+      }
       if (communicator_ != nullptr) {
         timer_.mark(stream_, KernelClass::collective);
         communicator_->all_reduce_sum({proj_.as<float>(), static_cast<size_t>(T) * H});

@@ -160,6 +160,13 @@ struct AttentionParams {
   KvView kv;
   int group = 0, slot = 0;
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 KV: value = stored * scale; else unused
+  // Prefill kernel only, with heads / kv_heads even: when set, the output is written quantised for the FP8 output
+  // projection (fp8_gemm.h's fp8_dense_product) instead of into `out`: e4m3 [T, heads * head_dim] and one scale a
+  // token a 128 columns (two heads), scale (t, group) at group * out_scale_rows + t, each the act_quant of the fp32
+  // output values (s = max(amax, 1e-4) / 448, q = e4m3(value / s)).
+  uint8_t* out_e4m3 = nullptr;
+  float* out_scales = nullptr;
+  int64_t out_scale_rows = 0;
 };
 // Decode attention on tensor cores (bf16 q, bf16 or fp8 KV): the query groups of step.decode_token0, each over
 // up to `max_splits` key ranges (fewer for short contexts); the last block of a group to finish merges them.

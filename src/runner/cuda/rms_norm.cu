@@ -1,6 +1,7 @@
 // Residual add fused with RMSNorm: x += delta (the attention projection) or x += the weighted sum of the token's
 // expert outputs (the MoE combine), then out = x / sqrt(mean(x^2) + eps) * scale in fp32, written in the
-// precision of the next matrix product. One block per token. The combine alone (launch_moe_combine) is a
+// precision of the next matrix product, or quantised for an FP8 one (e4m3 with a scale a token a 128 columns:
+// launch_add_rms_norm_e4m3). One block per token. The combine alone (launch_moe_combine) is a
 // tensor-parallel rank's: it sums its own rows per token before the ranks sum those sums.
 // CPU reference: cpu::rms_norm, and CpuRunner's residual adds (the combine sums slots in order, then adds).
 #include <cuda_fp8.h>

@@ -2,7 +2,8 @@
 // and k heads of the fused QKV projection; q goes to its own buffer, k and v into the paged KV cache at each
 // token's KV slot (its position, except in a tree step: token_slot), as the cache's element type (fp8: divided
 // by the layer's K or V scale). One thread per rotary pair of a head; grid (token, pair group). For decode steps of
-// at most 4 tokens (bf16) the QKV projection itself can carry it (launch_qkv_rope_kv_write, below).
+// at most 4 tokens (bf16) the QKV projection itself can carry it (launch_qkv_rope_kv_write, below). The rows are
+// fp32, or bf16 (RopeParams::qkv_bf16: the FP8 product's output), plus the product's bias when it could not add it.
 // CPU reference: cpu::apply_rope (fp32 angle position * inv_freq, as transformers computes it).
 #include "runner/cuda/dense_gemv.cuh"
 #include "runner/cuda/kv_dtype.cuh"

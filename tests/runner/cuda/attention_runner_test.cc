@@ -140,13 +140,15 @@ TEST(CudaRunnerFp8Kv, FullWidthTwoLayerLogitErrorAgainstBf16Kv) {
 // dense_fp8_min_rows > 0: the QKV and output projections run on FP8 too from that many tokens a step.
 std::unique_ptr<ModelRunner> fp8_activation_runner(std::shared_ptr<const Checkpoint> checkpoint,
                                                    const std::string& activation_dtype, const std::string& path,
-                                                   int dense_fp8_min_rows = 0, bool qkv_fp8_fused = true) {
+                                                   int dense_fp8_min_rows = 0, bool qkv_fp8_fused = true,
+                                                   bool o_fp8_fused = false) {
   CudaRunnerOptions o;
   o.precision = "bf16";
   o.activation_dtype = activation_dtype;
   o.moe_path_table = path;
   o.dense_fp8_min_rows = dense_fp8_min_rows;
   o.qkv_fp8_fused = qkv_fp8_fused;
+  o.o_fp8_fused = o_fp8_fused;
   return make_cuda_runner(std::move(checkpoint), o);
 }
 
@@ -200,6 +202,12 @@ TEST(CudaRunnerFp8Activations, DenseFp8LogitErrorAgainstBf16) {
   auto unfused = fp8_activation_runner(checkpoint, "fp8", path, 1, false);
   expect_fp8_rows_within("two-layer full width, fused FP8 QKV against unfused", "fp8 qkv fused", *checkpoint,
                          *unfused, *dense, 50, 0.16, 0.9);
+  // And the output projection's input quantised by the prefill attention kernel (CudaRunnerOptions::o_fp8_fused) on
+  // the steps whose every token is in prefill tiles, against the attention's bf16 rows quantised by a launch of their
+  // own: the same one e4m3 rounding of each input, of the fp32 values instead of their bf16 rounding.
+  auto o_fused = fp8_activation_runner(checkpoint, "fp8", path, 1, true, true);
+  expect_fp8_rows_within("two-layer full width, FP8 output projection fused into attention", "fp8 o fused",
+                         *checkpoint, *dense, *o_fused, 50, 0.16, 0.9);
 }
 
 // The experts' second projection as bf16 rows (CudaRunnerOptions::expert_out_bf16) against fp32 rows, every step on

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
+#include "model/fp8_blocks.h"
 #include "model/gpt_oss/make_tiny.h"
 #include "runner/cpu/ops.h"
 
@@ -39,6 +40,7 @@ struct Kernel {
   int forced_splits = 0;  // decode: the launch's most splits (0: the runner's choice)
   int launches = 1;       // decode: run this often with the same scratch (its counters must come back to zero)
   int prefill_blocks = 0;  // prefill: blocks sharing the launch's units (0: the built-in choice)
+  bool e4m3_out = false;   // prefill: the output quantised (AttentionParams::out_e4m3), dequantised for the check
 };
 
 constexpr float kKScale = 0.5f, kVScale = 2.0f;  // fp8 scales: neither is 1, so a missing factor shows
@@ -129,6 +131,16 @@ double attention_error(const AttentionCase& ac, const Kernel& kernel, bool slidi
                                c.num_kv_heads, D, sliding ? c.sliding_window : 0,
                                cuda::KvView{cache_d.get(), block_size, 1, c.num_kv_heads, D, kernel.kv}, group, 0,
                                fp8 ? kKScale : 1.0f, fp8 ? kVScale : 1.0f};
+  const int64_t scale_rows = T + 3;  // more than the step's tokens, as the padded product's scales are
+  DeviceBuffer e4m3_d(kernel.e4m3_out ? static_cast<size_t>(T) * c.num_heads * D : 0),
+      e4m3_scales_d(kernel.e4m3_out ? scale_rows * (c.num_heads / 2) * 4 : 0);
+  if (kernel.e4m3_out) {
+    MOESERVE_CUDA_CHECK(cudaMemset(e4m3_d.get(), 0x7f, e4m3_d.bytes()));  // e4m3 NaN where a value is not written
+    MOESERVE_CUDA_CHECK(cudaMemset(e4m3_scales_d.get(), 0xff, e4m3_scales_d.bytes()));
+    params.out_e4m3 = e4m3_d.as<uint8_t>();
+    params.out_scales = e4m3_scales_d.as<float>();
+    params.out_scale_rows = scale_rows;
+  }
   if (kernel.path == Path::decode_f32) {
     const int splits = cuda::attention_decode_f32_splits(T, c.num_kv_heads, multiprocessors());
     DeviceBuffer partial(static_cast<size_t>(T) * c.num_heads * splits * (D + 2) * 4);
@@ -150,7 +162,17 @@ double attention_error(const AttentionCase& ac, const Kernel& kernel, bool slidi
     EXPECT_EQ(left, std::vector<int32_t>(left.size(), 0)) << "split counters after " << kernel.launches << " launches";
   }
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto out = testing::download_as(precision, out_d.get(), static_cast<size_t>(T) * c.num_heads * D);
+  auto out = testing::download_as(precision, out_d.get(), static_cast<size_t>(T) * c.num_heads * D);
+  if (kernel.e4m3_out) {  // value = e4m3 byte x its group's scale (two heads of a token)
+    const auto bytes = cuda::to_host<uint8_t>(e4m3_d.get(), out.size());
+    const auto scales = cuda::to_host<float>(e4m3_scales_d.get(), scale_rows * (c.num_heads / 2));
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < c.num_heads; ++h)
+        for (int d = 0; d < D; ++d) {
+          const size_t i = (static_cast<size_t>(t) * c.num_heads + h) * D + d;
+          out[i] = fp8_e4m3_to_float(bytes[i]) * scales[static_cast<size_t>(h / 2) * scale_rows + t];
+        }
+  }
 
   std::vector<float> ref(out.size());
   std::vector<float> scores;
@@ -251,6 +273,23 @@ TEST_F(CudaAttention, PrefillKernelBlocksRunningUnitsInTurnMatchCpu) {
       Kernel kernel{Path::prefill, kv};
       kernel.prefill_blocks = blocks;
       expect_all_cases("prefill-kernel " + std::to_string(blocks) + " blocks", kernel, 1e-2, prefill_edge_cases());
+    }
+}
+
+// The output quantised for the FP8 output projection (AttentionParams::out_e4m3; GQA groups of 8 and 2, the ones
+// that pair heads): dequantised, within the bf16 bound plus one e4m3 rounding (2^-4 relative at most a value; the
+// group's largest lands on 448 exactly), every value written (NaN bytes and scales otherwise).
+TEST_F(CudaAttention, PrefillKernelE4m3OutputMatchesCpu) {
+  std::vector<AttentionCase> even;
+  for (const auto& all : {cases(), prefill_edge_cases()})
+    for (const auto& ac : all)
+      if (ac.heads / ac.kv_heads % 2 == 0) even.push_back(ac);
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    for (int blocks : {0, 3}) {
+      Kernel kernel{Path::prefill, kv};
+      kernel.prefill_blocks = blocks;
+      kernel.e4m3_out = true;
+      expect_all_cases("prefill-kernel e4m3 out, blocks " + std::to_string(blocks), kernel, 1e-2 + 0.0625, even);
     }
 }
 
