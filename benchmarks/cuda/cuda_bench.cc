@@ -439,10 +439,10 @@ int run(int argc, char** argv) {
   app.add_flag("--qkv-fp8-unfused", qkv_fp8_unfused,
                "an FP8 QKV projection quantises its input in a launch of its own and writes fp32 rows "
                "(CudaRunnerOptions::qkv_fp8_fused off)");
-  bool o_fp8_fused = false;
-  app.add_flag("--o-fp8-fused", o_fp8_fused,
-               "the prefill attention writes its output quantised for an FP8 output projection "
-               "(CudaRunnerOptions::o_fp8_fused)");
+  bool o_fp8_unfused = false;
+  app.add_flag("--o-fp8-unfused", o_fp8_unfused,
+               "an FP8 output projection quantises the attention's bf16 rows in a launch of its own "
+               "(CudaRunnerOptions::o_fp8_fused off)");
   bool attention_block_a_unit = false;
   app.add_flag("--attention-block-a-unit", attention_block_a_unit,
                "sliding layers' prefill attention runs one block a unit (CudaRunnerOptions::attention_units_in_turn "
@@ -475,7 +475,7 @@ int run(int argc, char** argv) {
   runner_options.expert_out_bf16 = !expert_out_fp32;
   runner_options.qkv_fp8_fused = !qkv_fp8_unfused;
   runner_options.attention_units_in_turn = !attention_block_a_unit;
-  runner_options.o_fp8_fused = o_fp8_fused;
+  runner_options.o_fp8_fused = !o_fp8_unfused;
   runner_options.activation_dtype = activation_dtype;
   runner_options.tensor_parallel_size = tensor_parallel_size;
   runner_options.expert_parallel = expert_parallel;
@@ -615,7 +615,7 @@ int run(int argc, char** argv) {
                          {"expert_out_bf16", !expert_out_fp32},
                          {"qkv_fp8_fused", !qkv_fp8_unfused},
                          {"attention_units_in_turn", !attention_block_a_unit},
-                         {"o_fp8_fused", o_fp8_fused},
+                         {"o_fp8_fused", !o_fp8_unfused},
                          {"tensor_parallel_size", tensor_parallel_size},
                          {"expert_parallel", expert_parallel},
                          {"programmatic_launch", programmatic_launch},
