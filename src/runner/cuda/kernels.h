@@ -139,7 +139,10 @@ struct RopeParams {
   const void* qkv_bf16 = nullptr;
 };
 // q as the precision's type; K and V as kv.dtype (bf16 or fp8 with Precision::bf16, f32 with Precision::f32).
-void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step);
+// version: 1 (a rotary pair a thread), 2 (four pairs a thread, wide loads and stores; head_dim a multiple of 8, else
+// version 1; not yet run on a GPU), 0: version 1 unless MOESERVE_ROPE_VERSION=2.
+void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step,
+                          int version = 0);
 // The QKV projection (x [rows, in_features] bf16 times weight [(heads + 2 kv_heads) head_dim, in_features] bf16, plus
 // bias) with the rope_kv_write above in its epilogue: one launch for decode steps of at most kMaxDenseGemvRows tokens
 // (rows = the step's tokens), writing q and the KV cache as launch_dense_gemv then launch_rope_kv_write would, to the

@@ -77,7 +77,8 @@ __global__ void rope_kv_write_kernel(RopeParams p, StepView step) {
 // (values i0.., i0 + half..) read and written as one 8- or 16-byte access instead of four 2- or 4-byte ones, and the
 // KV slot's offset found once for the four (version 1, one pair a thread, ran at 55% of its byte floor in the
 // prefill step: 5.4 ms of an 8k prompt's 210 on an H100). The same arithmetic per pair (rope_rotate). For head
-// sizes that are a multiple of 2 x kVecPairs; MOESERVE_ROPE_PAIRS=1 runs version 1 (for benchmarking).
+// sizes that are a multiple of 2 x kVecPairs. Not yet run on a GPU (no device time was left the session it was
+// written): launch_rope_kv_write runs it when asked (version 2, or MOESERVE_ROPE_VERSION=2), version 1 otherwise.
 constexpr int kVecPairs = 4;
 
 template <typename T>
@@ -155,12 +156,12 @@ __global__ void rope_kv_write_vec_kernel(RopeParams p, StepView step) {
   store4(cache + half, out2, inv_scale);
 }
 
-bool rope_version_1_asked() {
-  static const bool asked = [] {
-    const char* value = std::getenv("MOESERVE_ROPE_PAIRS");
-    return value != nullptr && std::string(value) == "1";
+int rope_version_from_env() {
+  static const int version = [] {
+    const char* value = std::getenv("MOESERVE_ROPE_VERSION");
+    return value != nullptr && std::string(value) == "2" ? 2 : 1;
   }();
-  return asked;
+  return version;
 }
 
 // The QKV projection of kRows decode tokens (dense_gemv.cuh's GEMV: the same sums, bit for bit) with RoPE and the KV
@@ -215,11 +216,13 @@ void launch_fused(cudaStream_t stream, const bf16* x, int rows, int K, const bf1
 
 }  // namespace
 
-void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step) {
+void launch_rope_kv_write(cudaStream_t stream, Precision type, const RopeParams& params, const StepView& step,
+                          int version) {
   if (step.num_tokens == 0) return;
   const KvDtype kv = params.kv.dtype;
   const int all_heads = params.heads + 2 * params.kv_heads;
-  if (params.head_dim % (2 * kVecPairs) == 0 && !rope_version_1_asked()) {
+  if (version == 0) version = rope_version_from_env();
+  if (version == 2 && params.head_dim % (2 * kVecPairs) == 0) {
     const dim3 grid(step.num_tokens, ceil_div(all_heads * params.head_dim / 2 / kVecPairs, 128));
     if (type == Precision::f32 && kv == KvDtype::f32)
       MOESERVE_CUDA_CHECK(cuda_launch(rope_kv_write_vec_kernel<float, float>, grid, 128, 0, stream, params, step));

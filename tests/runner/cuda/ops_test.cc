@@ -338,6 +338,8 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
   // The KV write as each cache type of the precision stores it; fp8 with K and V scales other than 1. An e4m3
   // value is within 2^-4 of its input (3 mantissa bits, round to nearest), so ||error|| <= 2^-4 ||input||.
   using cuda::KvDtype;
+  // Both kernel versions (launch_rope_kv_write's version: 1, a pair a thread; 2, four pairs a thread).
+  for (const int version : {1, 2})
   for (const bool rows_bf16 : precision() == Precision::f32 ? std::vector{false} : std::vector{false, true})
   for (KvDtype kv : precision() == Precision::f32 ? std::vector{KvDtype::f32} : std::vector{KvDtype::bf16, KvDtype::fp8_e4m3}) {
     reference(rows_bf16);
@@ -348,7 +350,7 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
                             cuda::KvView{kv_d.get(), block_size, 1, kv_heads, D, kv}, 0, 0, k_scale, v_scale};
     params.qkv_bias = qkv_bias_d.as<float>();
     if (rows_bf16) params.qkv_bf16 = qkv_bf16_d.get();
-    cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view);
+    cuda::launch_rope_kv_write(nullptr, precision(), params, device_step.view, version);
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto cache = fp8 ? testing::from_e4m3(cuda::to_host<uint8_t>(kv_d.get(), num_blocks * block_elements),
                                                 [&](size_t i) { return (i % block_elements) < block_elements / 2 ? k_scale : v_scale; })
@@ -366,10 +368,11 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
                                                 cache.begin() + at + D);
           }
       }
-    expect_error_within(label("rope q" + std::string(rows_bf16 ? " bf16 rows" : "")),
+    expect_error_within(label("rope q" + cache_type),
                         relative_error(download_as(precision(), q_d.get(), q.size()), q), rounding_bound());
     const double bound = fp8 ? 0.0625 : rounding_bound();
-    const std::string cache_type = std::string(fp8 ? " fp8 cache" : "") + (rows_bf16 ? " bf16 rows" : "");
+    const std::string cache_type = std::string(fp8 ? " fp8 cache" : "") + (rows_bf16 ? " bf16 rows" : "") +
+                                   " version " + std::to_string(version);
     expect_error_within(label("rope k in cache" + cache_type), relative_error(k_out, k), bound);
     expect_error_within(label("v in cache" + cache_type), relative_error(v_out, v), bound);
   }
@@ -427,19 +430,22 @@ TEST(CudaKernelsExact, QkvRopeFusedMatchesTheTwoLaunches) {
     for (cuda::KvDtype kv : {cuda::KvDtype::bf16, cuda::KvDtype::fp8_e4m3}) {
       const bool fp8 = kv == cuda::KvDtype::fp8_e4m3;
       const size_t cache_bytes = num_blocks * 2 * kv_heads * block_size * D * cuda::kv_element_bytes(kv);
-      DeviceBuffer q_two(q_bytes), q_one(q_bytes), kv_two(cache_bytes), kv_one(cache_bytes);
+      DeviceBuffer q_two(q_bytes), q_one(q_bytes), q_v2(q_bytes), kv_two(cache_bytes), kv_one(cache_bytes),
+          kv_v2(cache_bytes);
       MOESERVE_CUDA_CHECK(cudaMemset(kv_two.get(), 0, cache_bytes));
       MOESERVE_CUDA_CHECK(cudaMemset(kv_one.get(), 0, cache_bytes));
+      MOESERVE_CUDA_CHECK(cudaMemset(kv_v2.get(), 0, cache_bytes));
       auto params = [&](DeviceBuffer& q, DeviceBuffer& cache) {
         return cuda::RopeParams{qkv_d.as<float>(), heads, kv_heads, D, inv_freq_d.as<float>(),
                                 static_cast<float>(c.rope_concentration()), q.get(),
                                 cuda::KvView{cache.get(), block_size, 1, kv_heads, D, kv}, 0, 0,
                                 fp8 ? 0.25f : 1.0f, fp8 ? 3.0f : 1.0f};
       };
-      const cuda::RopeParams two = params(q_two, kv_two), one = params(q_one, kv_one);
+      const cuda::RopeParams two = params(q_two, kv_two), one = params(q_one, kv_one), v2 = params(q_v2, kv_v2);
       ASSERT_TRUE(cuda::qkv_rope_fused_supported(Precision::bf16, T, K, one));
       cuda::launch_dense_gemv(nullptr, x_d.get(), T, w_d.get(), N, K, bias_d.as<float>(), qkv_d.as<float>());
-      cuda::launch_rope_kv_write(nullptr, Precision::bf16, two, device_step.view);
+      cuda::launch_rope_kv_write(nullptr, Precision::bf16, two, device_step.view, 1);
+      cuda::launch_rope_kv_write(nullptr, Precision::bf16, v2, device_step.view, 2);  // version 2: the same bytes
       cuda::launch_qkv_rope_kv_write(nullptr, Precision::bf16, x_d.get(), T, w_d.get(), K, bias_d.as<float>(), one,
                                      device_step.view);
       MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -448,6 +454,10 @@ TEST(CudaKernelsExact, QkvRopeFusedMatchesTheTwoLaunches) {
       EXPECT_EQ(cuda::to_host<uint8_t>(q_one.get(), q_bytes), cuda::to_host<uint8_t>(q_two.get(), q_bytes)) << "q, " << what;
       EXPECT_EQ(cuda::to_host<uint8_t>(kv_one.get(), cache_bytes), cuda::to_host<uint8_t>(kv_two.get(), cache_bytes))
           << "KV cache, " << what;
+      EXPECT_EQ(cuda::to_host<uint8_t>(q_v2.get(), q_bytes), cuda::to_host<uint8_t>(q_two.get(), q_bytes))
+          << "q, RoPE version 2, " << what;
+      EXPECT_EQ(cuda::to_host<uint8_t>(kv_v2.get(), cache_bytes), cuda::to_host<uint8_t>(kv_two.get(), cache_bytes))
+          << "KV cache, RoPE version 2, " << what;
     }
   }
   // Outside its shapes (f32, five rows, a K past the GEMV's 4,096, an f32 cache) the predicate says no and the launch
