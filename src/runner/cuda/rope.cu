@@ -15,8 +15,6 @@
 namespace moeserve::cuda {
 namespace {
 
-// Pair i of head h of token t (x1: value i, x2: value i + half): rotated for q and k heads, then q into q_out and
-// k and v into the KV cache.
 // The rotation of pair i of a q or k head of token t (every launch's arithmetic, so the kernels agree to the bit).
 __device__ __forceinline__ void rope_rotate(const RopeParams& p, const StepView& step, int t, int i, float x1, float x2,
                                             float& out1, float& out2) {
@@ -28,6 +26,8 @@ __device__ __forceinline__ void rope_rotate(const RopeParams& p, const StepView&
   out2 = x2 * cosine + x1 * sine;
 }
 
+// Pair i of head h of token t (x1: value i, x2: value i + half): rotated for q and k heads, then q into q_out and
+// k and v into the KV cache.
 template <typename Elem, typename KvElem>
 __device__ __forceinline__ void rope_store_pair(const RopeParams& p, const StepView& step, int t, int h, int i,
                                                 float x1, float x2) {

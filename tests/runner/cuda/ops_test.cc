@@ -368,11 +368,11 @@ TEST_P(CudaKernels, RopeAndKvWriteMatchCpu) {
                                                 cache.begin() + at + D);
           }
       }
+    const std::string cache_type = std::string(fp8 ? " fp8 cache" : "") + (rows_bf16 ? " bf16 rows" : "") +
+                                   " version " + std::to_string(version);
     expect_error_within(label("rope q" + cache_type),
                         relative_error(download_as(precision(), q_d.get(), q.size()), q), rounding_bound());
     const double bound = fp8 ? 0.0625 : rounding_bound();
-    const std::string cache_type = std::string(fp8 ? " fp8 cache" : "") + (rows_bf16 ? " bf16 rows" : "") +
-                                   " version " + std::to_string(version);
     expect_error_within(label("rope k in cache" + cache_type), relative_error(k_out, k), bound);
     expect_error_within(label("v in cache" + cache_type), relative_error(v_out, v), bound);
   }
