@@ -541,18 +541,11 @@ auto* kernel_for() {
   return kernel;
 }
 
-int multiprocessors() {
-  int device = 0, count = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&device));
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 template <typename KvElem, int kPerKv>
 void launch_typed(cudaStream_t stream, const AttentionParams& params, const StepView& step, int blocks) {
   const int parts = std::max(1, kPrefillTileRows / (kConsumers * kWgRows / kPerKv));
   const int units = step.num_q_tiles * parts * params.kv_heads;
-  if (blocks <= 0) blocks = params.window > 0 ? multiprocessors() : units;
+  if (blocks <= 0) blocks = params.window > 0 ? device_multiprocessors() : units;
   const dim3 grid(static_cast<unsigned>(std::min(blocks, units)));
   auto* kernel = step.tree_masks != nullptr ? kernel_for<KvElem, kPerKv, true>() : kernel_for<KvElem, kPerKv, false>();
   MOESERVE_CUDA_CHECK(cuda_launch(kernel, grid, kThreads, shared_bytes<KvElem>(), stream, params, step, parts, units));

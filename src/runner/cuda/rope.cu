@@ -26,6 +26,20 @@ __device__ __forceinline__ void rope_rotate(const RopeParams& p, const StepView&
   out2 = x2 * cosine + x1 * sine;
 }
 
+// Where head h (a k or v head) of token t goes in the KV cache: the element offset of its row (-1: no block) and
+// the factor a value is stored times (fp8: 1 / the layer's K or V scale).
+struct KvRow {
+  int64_t offset;
+  float inv_scale;
+};
+__device__ __forceinline__ KvRow kv_row_of(const RopeParams& p, const StepView& step, int t, int h) {
+  const int seq = step.token_seq[t];
+  const int which = h < p.heads + p.kv_heads ? 0 : 1;
+  const int kv_head = h - p.heads - which * p.kv_heads;
+  return {kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, token_slot(step, t, seq)),
+          1.0f / (which == 0 ? p.k_scale : p.v_scale)};
+}
+
 // Pair i of head h of token t (x1: value i, x2: value i + half): rotated for q and k heads, then q into q_out and
 // k and v into the KV cache.
 template <typename Elem, typename KvElem>
@@ -40,15 +54,11 @@ __device__ __forceinline__ void rope_store_pair(const RopeParams& p, const StepV
     dst[i + half] = from_float<Elem>(out2);
     return;
   }
-  const int seq = step.token_seq[t];
-  const int which = h < p.heads + p.kv_heads ? 0 : 1;
-  const int kv_head = h - p.heads - which * p.kv_heads;
-  const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, token_slot(step, t, seq));
-  if (offset < 0) return;  // the host checked every written slot has a block
-  KvElem* cache = static_cast<KvElem*>(p.kv.base);
-  const float inv_scale = 1.0f / (which == 0 ? p.k_scale : p.v_scale);
-  store_kv(cache + offset + i, out1, inv_scale);
-  store_kv(cache + offset + i + half, out2, inv_scale);
+  const KvRow kv = kv_row_of(p, step, t, h);
+  if (kv.offset < 0) return;  // the host checked every written slot has a block
+  KvElem* cache = static_cast<KvElem*>(p.kv.base) + kv.offset;
+  store_kv(cache + i, out1, kv.inv_scale);
+  store_kv(cache + i + half, out2, kv.inv_scale);
 }
 
 template <typename Elem, typename KvElem>
@@ -145,15 +155,11 @@ __global__ void rope_kv_write_vec_kernel(RopeParams p, StepView step) {
     store4(dst + half, out2, 1.0f);
     return;
   }
-  const int seq = step.token_seq[t];
-  const int which = h < p.heads + p.kv_heads ? 0 : 1;
-  const int kv_head = h - p.heads - which * p.kv_heads;
-  const int64_t offset = kv_offset(p.kv, step, seq, p.group, p.slot, which, kv_head, token_slot(step, t, seq));
-  if (offset < 0) return;  // the host checked every written slot has a block
-  KvElem* cache = static_cast<KvElem*>(p.kv.base) + offset + i0;
-  const float inv_scale = 1.0f / (which == 0 ? p.k_scale : p.v_scale);
-  store4(cache, out1, inv_scale);
-  store4(cache + half, out2, inv_scale);
+  const KvRow kv = kv_row_of(p, step, t, h);
+  if (kv.offset < 0) return;  // the host checked every written slot has a block
+  KvElem* cache = static_cast<KvElem*>(p.kv.base) + kv.offset + i0;
+  store4(cache, out1, kv.inv_scale);
+  store4(cache + half, out2, kv.inv_scale);
 }
 
 int rope_version_from_env() {
