@@ -76,6 +76,8 @@ struct Figure {
   int expanded_sequences = 0;  // the step's sequences whose attention took the expanded form (MLA prefill)
   LayerTime moe, dense;
   double head_us = 0, touched = 0;
+  // --breakdown: each layer's GPU time by kernel class (kernel_timer.h), launched (ungraphed), summed over reps.
+  cuda::KernelTimes moe_classes, dense_classes;
 };
 
 // Median microseconds of `reps` calls of launch() on `stream`, each after prepare() (untimed), after 2 warm-ups.
@@ -199,7 +201,8 @@ struct PlannedStep {
 // Times one step shape: layer 3 (MoE), layer 0 (dense), the lm_head; counts the experts layer 3 touched.
 class LayerTimer {
  public:
-  LayerTimer(cuda::DeepseekCudaRunner& runner, int reps) : runner_(runner), reps_(reps) {}
+  LayerTimer(cuda::DeepseekCudaRunner& runner, int reps, bool breakdown)
+      : runner_(runner), reps_(reps), breakdown_(breakdown) {}
 
   Figure time(const std::string& what, const LayerStep& s, int64_t head_rows) {
     const deepseek_v3::Config& c = runner_.model_config();
@@ -224,6 +227,10 @@ class LayerTimer {
     f.expanded_sequences = static_cast<int>(step.plan.expanded.size());
     f.moe = time_layer(stream, reps_, restore, layer(kMoeLayer));
     f.dense = time_layer(stream, reps_, restore, layer(kDenseLayer));
+    if (breakdown_) {
+      f.moe_classes = classes_of(restore, layer(kMoeLayer));
+      f.dense_classes = classes_of(restore, layer(kDenseLayer));
+    }
     restore();
     layer(kMoeLayer)();
     f.touched = count_touched_experts(x.as<float>(), step.plan);
@@ -236,6 +243,25 @@ class LayerTimer {
   }
 
  private:
+  // launch()'s GPU time by kernel class over reps_ launched (ungraphed) calls, each after restore(), after a warm-up.
+  template <typename Restore, typename Launch>
+  cuda::KernelTimes classes_of(Restore&& restore, Launch&& launch) {
+    cuda::KernelTimer& timer = runner_.kernel_timer();
+    restore();
+    launch();
+    timer.reset();
+    timer.set_enabled(true);
+    for (int i = 0; i < reps_; ++i) {
+      restore();
+      launch();
+      timer.finish_step(runner_.stream(), 0.0);
+    }
+    timer.set_enabled(false);
+    const cuda::KernelTimes times = timer.totals();
+    timer.reset();
+    return times;
+  }
+
   // Layer 3's routing over x (its residual stream after attention): post-attention RMSNorm, router logits,
   // noaux_tc as the runner's FFN runs them; experts with at least one row. Leaves the normed rows in normed_.
   double count_touched_experts(float* x, const cuda::DeepseekCudaRunner::Plan& plan) {
@@ -267,6 +293,7 @@ class LayerTimer {
 
   cuda::DeepseekCudaRunner& runner_;
   int reps_;
+  bool breakdown_;
   DeviceBuffer normed_, router_logits_, experts_, weights_, counts_, logits_;
 };
 
@@ -319,6 +346,32 @@ nlohmann::json moeserve_environment() {
   return env;
 }
 
+// --breakdown: per step, each kernel class's us a layer call (launched) in the MoE and the dense layer, into the
+// step's JSON row too.
+void print_breakdowns(const std::vector<Figure>& figures, nlohmann::json& rows) {
+  for (size_t i = 0; i < figures.size(); ++i) {
+    const Figure& f = figures[i];
+    const double moe_calls = static_cast<double>(std::max<int64_t>(f.moe_classes.steps, 1));
+    const double dense_calls = static_cast<double>(std::max<int64_t>(f.dense_classes.steps, 1));
+    fmt::print("\n{} by kernel class, us a layer (launched; {} calls)\n", f.what, f.moe_classes.steps);
+    fmt::print("| kernel class | MoE layer us | share | dense layer us | share |\n|---|---|---|---|---|\n");
+    const double moe_total = f.moe_classes.gpu_ms(), dense_total = f.dense_classes.gpu_ms();
+    nlohmann::json classes = nlohmann::json::array();
+    for (int c = 0; c < cuda::kKernelClasses; ++c) {
+      const double moe = f.moe_classes.ms[c], dense = f.dense_classes.ms[c];
+      if (moe == 0 && dense == 0) continue;
+      const auto name = cuda::kernel_class_name(static_cast<cuda::KernelClass>(c));
+      fmt::print("| {} | {:.1f} | {:.1f}% | {:.1f} | {:.1f}% |\n", name, 1e3 * moe / moe_calls,
+                 moe_total > 0 ? 100 * moe / moe_total : 0.0, 1e3 * dense / dense_calls,
+                 dense_total > 0 ? 100 * dense / dense_total : 0.0);
+      classes.push_back({{"class", name}, {"moe_layer_us", 1e3 * moe / moe_calls},
+                         {"dense_layer_us", 1e3 * dense / dense_calls}});
+    }
+    fmt::print("| all | {:.1f} | | {:.1f} | |\n", 1e3 * moe_total / moe_calls, 1e3 * dense_total / dense_calls);
+    rows[i]["breakdown"] = classes;
+  }
+}
+
 // Issue 17's bars: the batch-1 decode MoE layer within 2x of its byte floor; prefill at >= 40% of the FP8 rate.
 void print_bars(const nlohmann::json& rows, int context) {
   for (const nlohmann::json& r : rows) {
@@ -357,6 +410,9 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "bf16", "fp8_e4m3"}))
       ->capture_default_str();
   app.add_option("--json", json_path, "write the figures here (deepseek_projection --json reads them)");
+  bool breakdown = false;
+  app.add_flag("--breakdown", breakdown,
+               "also time each layer by kernel class (launched, not graphed: the classes include launch gaps)");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::pair<std::string, LayerStep>> shapes;
   for (int b : batches) shapes.push_back({fmt::format("decode {} @ {}", b, context), {b, 1, context}});
@@ -397,7 +453,8 @@ int run(int argc, char** argv) {
       kSyntheticLayers, runner->weight_bytes() / 1e9, bench_cuda::seconds_since(made), kv_bytes, mla_prefill,
       experts);
 
-  LayerTimer timer(*runner, reps);
+  LayerTimer timer(*runner, reps, breakdown);
+  std::vector<Figure> figures;
   nlohmann::json rows = nlohmann::json::array();
   fmt::print(
       "| step | MoE layer us (launched) | byte floor us | of it | FLOP floor us | of it | TFLOP/s | of FP8 | experts "
@@ -405,7 +462,7 @@ int run(int argc, char** argv) {
   fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [what, s] : shapes) {
     const bool prefill = s.context == 0;
-    const Figure f = timer.time(what, s, prefill ? s.sequences : s.total_tokens());
+    const Figure& f = figures.emplace_back(timer.time(what, s, prefill ? s.sequences : s.total_tokens()));
     const double uniform = deepseek_bench::expected_touched_experts(c, static_cast<double>(s.total_tokens()));
     const nlohmann::json moe =
         floor_json(deepseek_bench::moe_layer_floor(c, s, f.touched, kv_bytes), f.moe.us(), ceilings, fp8_flops);
@@ -443,6 +500,7 @@ int run(int argc, char** argv) {
                     {"dense_floor", dense}});
   }
   print_bars(rows, context);
+  if (breakdown) print_breakdowns(figures, rows);
 
   const nlohmann::json json = {{"gpu", prop.name},
                                {"model", "synthetic deepseek-r1, 4 layers (3 dense, 1 MoE)"},

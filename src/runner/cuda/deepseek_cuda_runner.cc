@@ -1,6 +1,7 @@
 #include "runner/cuda/deepseek_cuda_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "model/deepseek_v3/make_tiny.h"
@@ -314,6 +315,7 @@ Fp8Activations DeepseekCudaRunner::fp8_scratch() const {
 void DeepseekCudaRunner::mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                              const Plan& plan, float* out) {
   const int T = plan.tokens;
+  timer_.mark(stream_, KernelClass::dense_mlp);
   project(normed_.get(), T, gate, mlp_gate_.as<float>());
   project(normed_.get(), T, up, mlp_up_.as<float>());
   launch_silu_mul(stream_, mlp_gate_.as<float>(), mlp_up_.as<float>(), static_cast<int64_t>(T) * gate.rows, precision_,
@@ -325,6 +327,7 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheV
                                    const Plan& plan, const StepView& step) {
   const deepseek_v3::Config& c = config_;
   const int T = plan.tokens;
+  timer_.mark(stream_, KernelClass::qkv_projection);
   if (c.q_lora_rank > 0) {
     project(normed_.get(), T, w.q_a, q_a_.as<float>());
     launch_add_rms_norm(stream_, precision_, q_a_.as<float>(), nullptr, nullptr, w.q_a_norm, T, c.q_lora_rank,
@@ -334,6 +337,7 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheV
     project(normed_.get(), T, w.q, q_.as<float>());
   }
   project(normed_.get(), T, w.kv_a, kv_a_.as<float>());
+  timer_.mark(stream_, KernelClass::rope_kv_write);
   launch_mla_cache_write(stream_,
                          {kv_a_.as<float>(), w.kv_a_norm, kLatentNormEps, inv_freq_.as<float>(),
                           c.rope_attention_factor(), cache, layer, 0, 1.0f},
@@ -341,17 +345,22 @@ void DeepseekCudaRunner::attention(const DeepseekDeviceLayer& w, const MlaCacheV
   // The expanded form's sequences read their latents, this step's included, from the cache written above; the
   // absorbed form takes the runs of tokens between them.
   const MlaKvbView kv_b = kv_b_view(w.kv_b, c);
-  if (!plan.expanded.empty())
-    launch_mla_prefill(stream_,
-                       {q_.as<float>(), inv_freq_.as<float>(), c.rope_attention_factor(), c.softmax_scale(), kv_b,
-                        cache, layer, 0, 1.0f, prefill_scratch_.get(), attn_.get(), precision_},
-                       plan.expanded_work, step);
+  if (!plan.expanded.empty()) {
+    const MlaPrefillParams prefill{q_.as<float>(), inv_freq_.as<float>(), c.rope_attention_factor(), c.softmax_scale(),
+                                   kv_b, cache, layer, 0, 1.0f, prefill_scratch_.get(), attn_.get(), precision_};
+    timer_.mark(stream_, KernelClass::latent_expansion);
+    launch_mla_prefill_expand(stream_, prefill, plan.expanded_work, step);
+    timer_.mark(stream_, KernelClass::attention_prefill);
+    launch_mla_prefill_attention(stream_, prefill, plan.expanded_work);
+  }
+  timer_.mark(stream_, KernelClass::attention_decode);
   int first = 0;
   for (const MlaPrefillSequence& s : plan.expanded) {
     absorbed_attention(kv_b, cache, layer, plan, step, first, s.q_start);
     first = s.q_start + s.q_len;
   }
   absorbed_attention(kv_b, cache, layer, plan, step, first, T);
+  timer_.mark(stream_, KernelClass::output_projection);
   project(attn_.get(), T, w.o, proj_.as<float>());
 }
 
@@ -385,11 +394,13 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
   const int T = plan.tokens, k = c.num_experts_per_tok, H = c.hidden_size;
   const MoeRouting routing = moe_.routing();
   // The router's logits in fp32 (transformers casts both sides to float32; bf16 inputs on the bf16 path).
+  timer_.mark(stream_, KernelClass::router);
   project(normed_.get(), T, w.router, router_logits_.as<float>());
   const NoauxTcRouting noaux{c.n_routed_experts, c.n_group,      c.topk_group, k,
                              c.norm_topk_prob,   static_cast<float>(c.routed_scaling_factor)};
   launch_route_noaux_tc(stream_, router_logits_.as<float>(), w.router_bias, T, noaux, experts_.as<int32_t>(),
                         expert_weights_.as<float>(), routing.expert_counts);
+  timer_.mark(stream_, KernelClass::grouping);
   launch_group_by_expert(stream_, experts_.as<int32_t>(), T, k, kDeepseekExpertTileRows, routing);
 
   DeepseekExpertParams gate_up;
@@ -404,6 +415,7 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
   gate_up.routing = routing;
   gate_up.x_fp8 = fp8_scratch();  // version 2 quantises x's T rows there (ensure_capacity sizes it)
   gate_up.x_rows = T;
+  timer_.mark(stream_, KernelClass::expert_mlp1);
   launch_deepseek_experts(stream_, gate_up, experts_version_);
   DeepseekExpertParams down = gate_up;
   down.w = w.down;
@@ -413,9 +425,11 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
   down.x_rows = T * k;  // one row per grouped row: the gate/up output
   down.out = moe_y_.get();
   down.out_type = Precision::f32;
+  timer_.mark(stream_, KernelClass::expert_mlp2);
   launch_deepseek_experts(stream_, down, experts_version_);
 
   if (w.has_shared) mlp(w.shared_gate, w.shared_up, w.shared_down, plan, shared_out_.as<float>());
+  timer_.mark(stream_, KernelClass::expert_combine);
   const ExpertCombine combine{moe_y_.as<float>(), routing.slot_row, expert_weights_.as<float>(), k};
   launch_deepseek_moe_combine(stream_, combine, w.has_shared ? shared_out_.as<float>() : nullptr, T, H,
                               ffn_out_.as<float>());
@@ -424,6 +438,7 @@ void DeepseekCudaRunner::feed_forward(const DeepseekDeviceLayer& w, const Plan& 
 void DeepseekCudaRunner::attention_and_ffn(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
                                            const Plan& plan, const StepView& step, float* x) {
   attention(w, cache, layer, plan, step);
+  timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, proj_.as<float>(), nullptr, w.post_attention_norm, plan.tokens,
                       config_.hidden_size, static_cast<float>(config_.rms_norm_eps), normed_.get());
   feed_forward(w, plan);
@@ -431,6 +446,7 @@ void DeepseekCudaRunner::attention_and_ffn(const DeepseekDeviceLayer& w, const M
 
 void DeepseekCudaRunner::decoder_layer(const DeepseekDeviceLayer& w, const MlaCacheView& cache, int layer,
                                        const Plan& plan, const StepView& step, float* x) {
+  timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, nullptr, nullptr, w.input_norm, plan.tokens, config_.hidden_size,
                       static_cast<float>(config_.rms_norm_eps), normed_.get());
   attention_and_ffn(w, cache, layer, plan, step, x);
@@ -465,21 +481,26 @@ void DeepseekCudaRunner::enqueue(const Plan& plan, const std::vector<int>& captu
                                             cudaMemcpyDeviceToDevice, stream_));
   };
 
+  timer_.mark(stream_, KernelClass::embedding);
   launch_embedding(stream_, precision_, weights_.embedding.values, H, step.token_ids, T, x);
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const DeepseekDeviceLayer& w = weights_.layers[layer];
     // The previous layer's FFN output joins the residual stream here, fused with this layer's input norm.
+    timer_.mark(stream_, KernelClass::norm);
     launch_add_rms_norm(stream_, precision_, x, layer == 0 ? nullptr : ffn_out_.as<float>(), nullptr, w.input_norm, T,
                         H, eps, normed_.get());
     if (layer > 0) capture(layer - 1);
     attention_and_ffn(w, cache_view(), layer, plan, step, x);
   }
+  timer_.mark(stream_, KernelClass::norm);
   launch_add_rms_norm(stream_, precision_, x, ffn_out_.as<float>(), nullptr, weights_.final_norm, T, H, eps,
                       normed_.get());
   capture(c.num_layers - 1);
+  timer_.mark(stream_, KernelClass::unembedding);
   launch_gather_rows(stream_, precision_, normed_.get(), H, meta_.logits_rows(meta_device_.as<int32_t>()), plan.rows,
                      logits_in_.get());
   project(logits_in_.get(), plan.rows, weights_.lm_head, logits_.as<float>());
+  timer_.mark(stream_, KernelClass::sampling);
   launch_argmax(stream_, logits_.as<float>(), plan.rows, c.vocab_size, sampled_.as<int32_t>());
 }
 
@@ -527,12 +548,14 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   const int q_len = graph_query_len(batch);
   const int bucket = q_len > 0 ? graph_bucket(static_cast<int>(batch.sequences.size())) : 0;
   const int longest = longest_context(batch);
+  const auto started = std::chrono::steady_clock::now();
   meta_.build(batch, engine_config_, groups_, layout_, bucket, q_len, padding_block_, kEverySequenceInTiles);
   Plan plan = plan_for(meta_, bucket > 0 ? graph_context(longest) : longest);
   ensure_capacity(plan, batch.capture_layers.size());
+  timer_.mark(stream_, KernelClass::metadata_upload);
   upload_metadata();
   if (bucket == 0 && expanded_prefill_) plan_expanded_prefill(batch, plan);
-  if (plan.tokens > 0 && graphs_on_ && bucket > 0)
+  if (plan.tokens > 0 && graphs_on_ && bucket > 0 && !timer_.enabled())
     graphs_.run({bucket, q_len, plan.context, batch.capture_layers}, stream_,
                 [&] { enqueue(plan, batch.capture_layers); });
   else if (plan.tokens > 0)
@@ -551,6 +574,8 @@ void DeepseekCudaRunner::forward(const ForwardBatch& batch, ForwardOutput& outpu
   // Real rows first; graph padding's rows follow and are dropped.
   logits_rows_.finish_step(stream_, meta_.rows(), config_.vocab_size, logits_.as<float>(), sampled_.as<int32_t>(),
                            batch.return_logits, output);
+  const std::chrono::duration<double, std::milli> host = std::chrono::steady_clock::now() - started;
+  timer_.finish_step(stream_, host.count());
 }
 
 }  // namespace moeserve::cuda

@@ -61,6 +61,7 @@
 #include "runner/cuda/deepseek_device_weights.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/graph_capture.h"
+#include "runner/cuda/kernel_timer.h"
 #include "runner/cuda/logits_rows.h"
 #include "runner/cuda/mla_prefill.h"
 #include "runner/cuda/moe_buffers.h"
@@ -90,6 +91,9 @@ class DeepseekCudaRunner : public ModelRunner {
   DeepseekExpertsVersion experts_version() const { return experts_version_; }  // the routed experts' kernel
   bool cuda_graphs() const { return graphs_on_; }
   size_t captured_graphs() const { return graphs_.size(); }  // for tests: graphs held now
+  // GPU time by kernel class (kernel_timer.h), for benchmarks: while enabled, forward() runs its steps ungraphed and
+  // adds each to the totals; a caller of decoder_layer() ends its own steps (finish_step).
+  KernelTimer& kernel_timer() { return timer_; }
 
   // ---- What the MTP head runs on (see the header comment) ----
   // A step's sizes: tokens, tokens padded for cuBLASLt's FP8 path, logits rows, and the attention's chunking; and
@@ -197,6 +201,7 @@ class DeepseekCudaRunner : public ModelRunner {
 
   bool graphs_on_ = false;  // options.cuda_graphs and deepseek_graphs
   StepGraphs graphs_;
+  KernelTimer timer_;
   uint64_t buffers_generation_ = 0;
 };
 

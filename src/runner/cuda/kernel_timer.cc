@@ -23,6 +23,9 @@ std::string_view kernel_class_name(KernelClass c) {
     case KernelClass::sampling: return "argmax / sampling";
     case KernelClass::metadata_upload: return "metadata upload";
     case KernelClass::collective: return "all-reduce (tensor parallel)";
+    case KernelClass::latent_expansion: return "MLA latent expansion (kv_b)";
+    case KernelClass::dense_mlp: return "dense MLP / shared expert";
+    case KernelClass::expert_combine: return "experts' combine";
     case KernelClass::count: break;
   }
   return "?";

@@ -29,6 +29,9 @@ enum class KernelClass {
   sampling,          // argmax and the sampling kernel
   metadata_upload,   // the step's metadata copied to the device
   collective,        // sums with the other ranks of a tensor-parallel group
+  latent_expansion,  // DeepSeek's expanded MLA prefill: the cached latents through kv_b into per-head K / V
+  dense_mlp,         // DeepSeek's dense MLP (the first layers) and shared expert
+  expert_combine,    // DeepSeek's weighted sum of the routed experts' rows and the shared expert's
   count
 };
 inline constexpr int kKernelClasses = static_cast<int>(KernelClass::count);

@@ -439,8 +439,8 @@ void launch_attention(cudaStream_t stream, const MlaPrefillParams& p, const MlaP
 
 }  // namespace
 
-void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,
-                        const StepView& step) {
+void launch_mla_prefill_expand(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,
+                               const StepView& step) {
   const std::string error = mla_prefill_shape_error(params.kv_b, params.cache);
   if (!error.empty()) fail_cuda("mla_prefill", error.c_str(), __FILE__, __LINE__);
   if (params.kv_b.type == MlaWeightType::fp8_block && params.kv_b.scales == nullptr)
@@ -450,10 +450,20 @@ void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, con
     launch_expand_cache<fp8>(stream, params, work, step);
   else
     launch_expand_cache<bf16>(stream, params, work, step);
+}
+
+void launch_mla_prefill_attention(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work) {
+  if (work.tiles == 0) return;
   if (params.out_type == Precision::bf16)
     launch_attention<bf16>(stream, params, work);
   else
     launch_attention<float>(stream, params, work);
+}
+
+void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,
+                        const StepView& step) {
+  launch_mla_prefill_expand(stream, params, work, step);
+  launch_mla_prefill_attention(stream, params, work);
 }
 
 }  // namespace moeserve::cuda

@@ -94,5 +94,9 @@ std::string mla_prefill_shape_error(const MlaKvbView& kv_b, const MlaCacheView& 
 // step gives the block tables (step.block_tables, table_stride, num_groups); nothing else of it is read.
 void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,
                         const StepView& step);
+// Its two halves, for callers that time them apart (the same launches, in this order).
+void launch_mla_prefill_expand(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,
+                               const StepView& step);
+void launch_mla_prefill_attention(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work);
 
 }  // namespace moeserve::cuda

@@ -123,6 +123,59 @@ TEST_P(DeepseekCudaGraphs, GraphedStepsEqualDirectSteps) {
   EXPECT_TRUE(got.captured == want.captured) << "captured rows differ";
 }
 
+// The kernel timer (deepseek_layer_bench --breakdown): while it is on, forward() runs graph-shaped steps ungraphed and
+// every class of a prefill step and of a decode step gets time; the classes tile the step (their sum is inside
+// forward()'s wall time); turned off, steps are graphed again and nothing is added.
+TEST(DeepseekCudaTimer, KernelTimerAccountsForEveryClassOfAStep) {
+  MOESERVE_REQUIRE_CUDA();
+  auto owned = runner_with_graphs({"bf16", "auto"}, true);
+  auto& runner = dynamic_cast<cuda::DeepseekCudaRunner&>(*owned);
+  const int vocab = runner.config().vocab_size;
+  const std::vector<int32_t> prompt = testing::prompt(80, 5, vocab);
+  std::vector<int32_t> table(8);
+  std::iota(table.begin(), table.end(), 0);
+  runner.allocate_kv_cache({16, 8});
+  auto step = [&](int start, int n) {
+    ForwardOutput out;
+    runner.forward(testing::one_sequence_step(prompt, start, n, table), out);
+  };
+  using cuda::KernelClass;
+  // Classes of kernels every step runs (the metadata upload may copy nothing on a step whose words did not grow).
+  const std::vector<KernelClass> every_step = {
+      KernelClass::embedding,   KernelClass::norm,        KernelClass::qkv_projection, KernelClass::rope_kv_write,
+      KernelClass::output_projection, KernelClass::router, KernelClass::grouping,     KernelClass::expert_mlp1,
+      KernelClass::expert_mlp2, KernelClass::dense_mlp,   KernelClass::expert_combine, KernelClass::unembedding,
+      KernelClass::sampling};
+  runner.kernel_timer().set_enabled(true);
+  step(0, 60);
+  const cuda::KernelTimes prefill = runner.kernel_timer().totals();
+  EXPECT_EQ(prefill.steps, 1);
+  for (KernelClass c : every_step) EXPECT_GT(prefill.ms[static_cast<int>(c)], 0.0) << cuda::kernel_class_name(c);
+  EXPECT_GT(prefill.ms[static_cast<int>(KernelClass::metadata_upload)], 0.0);
+  // The prompt's attention: the expanded form (expansion, then prefill attention) where the runner takes it, else
+  // the absorbed one (timed as decode attention).
+  const double attention = prefill.ms[static_cast<int>(KernelClass::attention_prefill)] +
+                           prefill.ms[static_cast<int>(KernelClass::attention_decode)];
+  EXPECT_GT(attention, 0.0);
+  EXPECT_EQ(prefill.ms[static_cast<int>(KernelClass::latent_expansion)] > 0,
+            prefill.ms[static_cast<int>(KernelClass::attention_prefill)] > 0);
+  EXPECT_GT(prefill.gpu_ms(), 0.0);
+  EXPECT_LE(prefill.gpu_ms(), prefill.host_ms * 1.001);
+  for (int i = 0; i < 4; ++i) step(60 + i, 1);  // graph-shaped decode steps, timed: not graphed
+  const cuda::KernelTimes& all = runner.kernel_timer().totals();
+  EXPECT_EQ(all.steps, 5);
+  EXPECT_EQ(runner.captured_graphs(), 0u);
+  for (KernelClass c : every_step)
+    EXPECT_GT(all.ms[static_cast<int>(c)], prefill.ms[static_cast<int>(c)]) << cuda::kernel_class_name(c);
+  EXPECT_GT(all.ms[static_cast<int>(KernelClass::attention_decode)],
+            prefill.ms[static_cast<int>(KernelClass::attention_decode)]);
+  EXPECT_LE(all.gpu_ms(), all.host_ms * 1.001);
+  runner.kernel_timer().set_enabled(false);
+  step(64, 1);
+  EXPECT_EQ(runner.kernel_timer().totals().steps, 5);
+  EXPECT_GT(runner.captured_graphs(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, DeepseekCudaGraphs,
                          ::testing::Values(GraphCase{"f32", "auto"}, GraphCase{"bf16", "auto"},
                                            GraphCase{"bf16", "fp8_e4m3"}),

@@ -71,6 +71,7 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::Precision;
+using testing::one_sequence_step;
 using testing::prompt;
 
 // A runner configuration: CudaRunnerOptions' precision, KV cache type, routed experts' kernel and prefill form
@@ -424,14 +425,8 @@ TEST(DeepseekCudaRunnerSynthetic, TwoLayersOfR1RunPrefillAndDecode) {
   const std::vector<int32_t> table = {3, 1, 6, 0};
   int done = 0;
   for (int count : {37, 1, 2}) {
-    ForwardBatch batch;
-    SequenceStep step;
-    step.tokens = std::span(tokens).subspan(done, count);
-    step.start_position = done;
-    step.block_tables = {table};
-    batch.sequences.push_back(step);
     ForwardOutput out;
-    runner->forward(batch, out);
+    runner->forward(one_sequence_step(tokens, done, count, table), out);
     ASSERT_EQ(out.logits.size(), static_cast<size_t>(vocab));
     EXPECT_TRUE(std::all_of(out.logits.begin(), out.logits.end(), [](float v) { return std::isfinite(v); }))
         << "step of " << count << " tokens at " << done;

@@ -79,6 +79,17 @@ std::vector<int32_t> prompt(int length, int salt, int vocab) {
   return tokens;
 }
 
+ForwardBatch one_sequence_step(const std::vector<int32_t>& tokens, int start, int count,
+                               const std::vector<int32_t>& table) {
+  ForwardBatch batch;
+  SequenceStep step;
+  step.tokens = std::span(tokens).subspan(start, count);
+  step.start_position = start;
+  step.block_tables = {table};
+  batch.sequences.push_back(step);
+  return batch;
+}
+
 AllLogits run_prompts(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts, int chunk) {
   const int groups = kv_groups_of(runner.config()).num_groups(), block_size = 8;
   int longest = 0;

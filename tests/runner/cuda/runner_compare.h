@@ -15,6 +15,11 @@ namespace moeserve::testing {
 
 std::vector<int32_t> prompt(int length, int salt, int vocab);
 
+// A step of one sequence: `count` of `tokens` from `start` on, its KV in `table` (one group), one logits row.
+// Points into `tokens` and `table`: keep them alive while the step runs.
+ForwardBatch one_sequence_step(const std::vector<int32_t>& tokens, int start, int count,
+                               const std::vector<int32_t>& table);
+
 // One step of the logits-processing tests over three prompts (20, 9, 17 tokens) whose KV goes to blocks_each
 // blocks a group each (sequence s, group g: blocks (s * groups + g) * blocks_each + b): a greedy row with a logit
 // bias forcing token `forced`, a sampled row under an allowed-token mask of 64 tokens, and the third prompt scored
