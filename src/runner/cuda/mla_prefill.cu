@@ -1,6 +1,7 @@
 // MLA prefill in the expanded form (mla_prefill.h): the expansion of the context's latents through kv_b, then
 // FlashAttention-2 over the expanded keys and values, both on mma.sync m16n8k16 with bf16 operands and fp32
-// accumulators.
+// accumulators; at V3's widths the attention also has a version on wgmma (version 2, below; off until it has run on
+// a GPU).
 //
 // Expansion: C [kv_rows, heads x (nope + v)] = A [kv_rows, L] x kv_b^T, A the latent rows gathered from the paged
 // cache. Its own tiled kernel, not Blas::linear or fp8_block_linear: (1) A is not a matrix in memory but rows
@@ -45,6 +46,8 @@
 // Error against the CPU: q, K_nope, V and p rounded to bf16 (tests/runner/cuda/mla_prefill_test.cc derives the
 // bound).
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "runner/cuda/fp8_block_layout.h"
 #include "runner/cuda/kv_dtype.cuh"
@@ -228,6 +231,140 @@ __host__ __device__ inline AttnLayout attn_layout(int qk, int v_dim) {
   return a;
 }
 
+// A block's tile of 64 query rows of one sequence, for one head (blockIdx.x the tile, y the head), and this
+// thread's place in it: its warp's first row, and the positions of its fragment rows g and g + 8.
+struct AttnTile {
+  int head, q_len, q_start, kv0;
+  int start;       // position of query row 0
+  int last;        // the tile's last position
+  int key_blocks;  // key blocks 0 .. last
+  int warp_row0;   // fragment rows g and g + 8: query rows warp_row0 + g (+ 8)
+  int position[2];
+};
+__device__ __forceinline__ AttnTile attn_tile(const MlaPrefillWork& w) {
+  AttnTile t;
+  const int tile = blockIdx.x, s = w.tile_seq[tile], row0 = w.tile_row0[tile];
+  t.head = blockIdx.y;
+  t.q_len = w.q_len[s], t.q_start = w.q_start[s], t.kv0 = w.kv_row0[s];
+  t.start = w.kv_row0[s + 1] - t.kv0 - t.q_len;
+  t.last = t.start + min(row0 + kMlaPrefillTileRows, t.q_len) - 1;
+  t.key_blocks = t.last / kKeyRows + 1;
+  t.warp_row0 = row0 + 16 * static_cast<int>(threadIdx.x / 32);
+  const int g = threadIdx.x % 32 / 4;
+  t.position[0] = t.start + t.warp_row0 + g, t.position[1] = t.start + t.warp_row0 + g + 8;
+  return t;
+}
+
+// A warp's queries as A fragments of k slabs 0 .. slabs - 1: a0 / a2 row g's values 16 ks + 2c (+ 8), a1 / a3 row
+// g + 8's ([q_nope ; rope(q_pe)] times scale * log2(e), q_pe also times the fp8 layer scale), the rope pairs
+// (adjacent, as cpu::rope_adjacent_pairs) rotated at the row's position. Zero past q_len.
+template <int kSlabs>
+__device__ __forceinline__ void mla_query_fragments(const MlaPrefillParams& p, int head, int nope, int slabs,
+                                                    int q_start, int q_len, int warp_row0, const int (&position)[2],
+                                                    uint32_t (&qf)[kSlabs][4]) {
+  const int heads = p.kv_b.heads, qk = nope + p.cache.shape.rope_dim, g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  const float q_factor = p.scale * kLog2e;
+  const float pe_factor = q_factor * (p.cache.dtype == KvDtype::fp8_e4m3 ? p.kv_scale : 1.0f);
+#pragma unroll
+  for (int ks = 0; ks < kSlabs; ++ks) {
+    if (ks >= slabs) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e % 2, value = 16 * ks + 8 * (e / 2) + 2 * c, row = warp_row0 + g + 8 * r;
+      float2 x = make_float2(0.0f, 0.0f);
+      if (row < q_len) {
+        x = *reinterpret_cast<const float2*>(p.q + (static_cast<int64_t>(q_start + row) * heads + head) * qk + value);
+        if (value < nope) {
+          x = make_float2(x.x * q_factor, x.y * q_factor);
+        } else {
+          const float angle = static_cast<float>(position[r]) * p.inv_freq[(value - nope) / 2];
+          const float cs = cosf(angle) * p.rope_factor, sn = sinf(angle) * p.rope_factor;
+          x = make_float2((x.x * cs - x.y * sn) * pe_factor, (x.y * cs + x.x * sn) * pe_factor);
+        }
+      }
+      qf[ks][e] = pack_bf16x2(x.x, x.y);
+    }
+  }
+}
+
+// One key block of the online softmax (FlashAttention-2) over a warp's scores sc (n8 tile j, element e: key k0 +
+// 8j + 2c + e % 2 of row g (e < 2) or g + 8): keys past a row's position masked, m the running maximum (log2
+// domain), l rescaled and grown by the bf16-rounded p, P written as the A fragments of key step kk (keys 16 kk + 2c
+// (+ 1) in a0 / a1, + 8 in a2 / a3); O (laid out as the scores, 16 n8 tiles of v columns) rescaled by the maximum's
+// change.
+__device__ __forceinline__ void mla_softmax_block(float (&sc)[kKeyTiles][4], int k0, const int (&position)[2],
+                                                  float (&m)[2], float (&l)[2], float (&o)[kMaxValueTiles][4],
+                                                  uint32_t (&pf)[kKeyPairs][4]) {
+  const int c = threadIdx.x % 4;
+  float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (k0 + 8 * j + 2 * c + e % 2 > position[e / 2]) sc[j][e] = -INFINITY;
+      block_max[e / 2] = fmaxf(block_max[e / 2], sc[j][e]);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m[r], quad_max(block_max[r]));
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet keeps o = l = 0
+    const float rescale = exp2f(m[r] - base);
+    m[r] = m_new;
+    l[r] *= rescale;
+#pragma unroll
+    for (int nt = 0; nt < kMaxValueTiles; ++nt) {
+      o[nt][2 * r] *= rescale;
+      o[nt][2 * r + 1] *= rescale;
+    }
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      const uint32_t word = pack_bf16x2(exp2f(sc[j][2 * r] - base), exp2f(sc[j][2 * r + 1] - base));
+      pf[j / 2][2 * (j % 2) + r] = word;
+      l[r] += bf16_low(word) + bf16_high(word);
+    }
+  }
+}
+
+// The two-stage copy pipeline of both attention kernels: key block b + 1's copies issued into the other stage (if
+// any), then this thread's copies of block b waited for.
+template <typename Load>
+__device__ __forceinline__ void copy_ahead(int b, int key_blocks, Load&& load_keys) {
+  if (b + 1 < key_blocks) {
+    load_keys(b + 1, (b + 1) % 2);
+    cp_async_commit();
+    sm90::cp_async_wait_group<1>();
+  } else {
+    sm90::cp_async_wait_group<0>();
+  }
+}
+
+// The warp's rows of O / l into p.out (rows past q_len skipped): o[nt][e] is column 8 nt + 2c + e % 2 of row g (e < 2)
+// or g + 8; l the lane's partial sums.
+template <typename Out>
+__device__ __forceinline__ void mla_write_rows(const MlaPrefillParams& p, const AttnTile& t, int v_dim,
+                                               const float (&o)[kMaxValueTiles][4], float (&l)[2]) {
+  const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = t.warp_row0 + g + 8 * r;
+    if (row >= t.q_len) continue;
+    const float inv = 1.0f / l[r];
+    Out* out = static_cast<Out*>(p.out) + (static_cast<int64_t>(t.q_start + row) * p.kv_b.heads + t.head) * v_dim +
+               2 * c;
+#pragma unroll
+    for (int nt = 0; nt < kMaxValueTiles; ++nt) {
+      if (8 * nt >= v_dim) break;
+      const float x = o[nt][2 * r] * inv, y = o[nt][2 * r + 1] * inv;
+      if constexpr (sizeof(Out) == 2)
+        *reinterpret_cast<uint32_t*>(out + 8 * nt) = pack_bf16x2(x, y);
+      else
+        *reinterpret_cast<float2*>(out + 8 * nt) = make_float2(x, y);
+    }
+  }
+}
+
 template <typename Out>
 __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(MlaPrefillParams p, MlaPrefillWork w) {
   pdl_prologue();
@@ -240,17 +377,13 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
   const bf16* kv = static_cast<const bf16*>(p.scratch);
   const bf16* k_pe = kv + static_cast<int64_t>(w.kv_rows) * N;
 
-  const int tile = blockIdx.x, head = blockIdx.y;
-  const int s = w.tile_seq[tile], row0 = w.tile_row0[tile];
-  const int q_len = w.q_len[s], q_start = w.q_start[s], kv0 = w.kv_row0[s];
-  const int start = w.kv_row0[s + 1] - kv0 - q_len;                        // position of query row 0
-  const int last = start + min(row0 + kMlaPrefillTileRows, q_len) - 1;     // the tile's last position
-  const int key_blocks = last / kKeyRows + 1;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int warp_row0 = row0 + 16 * warp;  // fragment rows g and g + 8: query rows warp_row0 + g (+ 8)
+  const AttnTile t = attn_tile(w);
+  const int head = t.head, q_len = t.q_len, q_start = t.q_start, kv0 = t.kv0, start = t.start, last = t.last;
+  const int key_blocks = t.key_blocks, warp_row0 = t.warp_row0;
+  const int lane = threadIdx.x % 32;
   const bool warp_active = warp_row0 < q_len;
   const int warp_last = start + min(warp_row0 + 16, q_len) - 1;
-  const int position[2] = {start + warp_row0 + g, start + warp_row0 + g + 8};
+  const int(&position)[2] = t.position;
 
   // V's pad columns (v_dim .. value_cols) stay zero in both stages: the copies never write them.
   const int pad_pieces = (layout.value_cols - v_dim) / 8;
@@ -282,43 +415,14 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
   load_keys(0, 0);
   cp_async_commit();
 
-  // The warp's queries as A fragments of k slab ks: a0 / a2 row g's values 16 ks + 2c (+ 8), a1 / a3 row g + 8's;
-  // the rope pairs (adjacent, as cpu::rope_adjacent_pairs) rotated at the row's position. Zero past q_len.
-  const float q_factor = p.scale * kLog2e;
-  const float pe_factor = q_factor * (p.cache.dtype == KvDtype::fp8_e4m3 ? p.kv_scale : 1.0f);
   uint32_t qf[kMaxQkSlabs][4];
-#pragma unroll
-  for (int ks = 0; ks < kMaxQkSlabs; ++ks) {
-    if (ks >= layout.qk_slabs) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e % 2, value = 16 * ks + 8 * (e / 2) + 2 * c, row = warp_row0 + g + 8 * r;
-      float2 x = make_float2(0.0f, 0.0f);
-      if (row < q_len) {
-        x = *reinterpret_cast<const float2*>(p.q + (static_cast<int64_t>(q_start + row) * heads + head) * qk + value);
-        if (value < nope) {
-          x = make_float2(x.x * q_factor, x.y * q_factor);
-        } else {
-          const float angle = static_cast<float>(position[r]) * p.inv_freq[(value - nope) / 2];
-          const float cs = cosf(angle) * p.rope_factor, sn = sinf(angle) * p.rope_factor;
-          x = make_float2((x.x * cs - x.y * sn) * pe_factor, (x.y * cs + x.x * sn) * pe_factor);
-        }
-      }
-      qf[ks][e] = pack_bf16x2(x.x, x.y);
-    }
-  }
+  mla_query_fragments(p, head, nope, layout.qk_slabs, q_start, q_len, warp_row0, position, qf);
 
   // Output accumulator (nt, e): column 8 nt + 2c + (e % 2) of row g (e < 2) or g + 8.
   float o[kMaxValueTiles][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int b = 0; b < key_blocks; ++b) {
-    if (b + 1 < key_blocks) {
-      load_keys(b + 1, (b + 1) % 2);
-      cp_async_commit();
-      sm90::cp_async_wait_group<1>();
-    } else {
-      sm90::cp_async_wait_group<0>();
-    }
+    copy_ahead(b, key_blocks, load_keys);
     __syncthreads();  // block b's rows, every thread's pieces
     const int k0 = b * kKeyRows;
     if (warp_active && k0 <= warp_last) {
@@ -340,36 +444,9 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
           mma_bf16_16816(sc[2 * jj + 1], qf[ks], kf[2], kf[3]);
         }
       }
-      // Causal mask, then the online softmax per row r: m the running maximum (log2 domain), o and l rescaled.
-      float block_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (k0 + 8 * j + 2 * c + e % 2 > position[e / 2]) sc[j][e] = -INFINITY;
-          block_max[e / 2] = fmaxf(block_max[e / 2], sc[j][e]);
-        }
-      // P as the A fragments of key step kk: keys 16 kk + 2c (+ 1) in a0 / a1, + 8 in a2 / a3.
+      // Causal mask, then the online softmax.
       uint32_t pf[kKeyPairs][4];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m[r], quad_max(block_max[r]));
-        const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet keeps o = l = 0
-        const float rescale = exp2f(m[r] - base);
-        m[r] = m_new;
-        l[r] *= rescale;
-#pragma unroll
-        for (int nt = 0; nt < kMaxValueTiles; ++nt) {
-          o[nt][2 * r] *= rescale;
-          o[nt][2 * r + 1] *= rescale;
-        }
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-          const uint32_t word = pack_bf16x2(exp2f(sc[j][2 * r] - base), exp2f(sc[j][2 * r + 1] - base));
-          pf[j / 2][2 * (j % 2) + r] = word;
-          l[r] += bf16_low(word) + bf16_high(word);
-        }
-      }
+      mla_softmax_block(sc, k0, position, m, l, o, pf);
       // O += P V: lanes 0-15 address keys 16 kk + 0..15 at a 16-byte column, lanes 16-31 the next column: b0, b1
       // of n tile 2q, then of 2q + 1 (ldmatrix.trans: V's keys are K, its columns N).
       const uint8_t* value_row = values + (lane % 16) * layout.value_bytes + lane / 16 * 16;
@@ -390,24 +467,114 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
   }
   if (!warp_active) return;
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp_row0 + g + 8 * r;
-    if (row >= q_len) continue;
-    const float inv = 1.0f / l[r];
-    Out* out = static_cast<Out*>(p.out) + (static_cast<int64_t>(q_start + row) * heads + head) * v_dim + 2 * c;
-#pragma unroll
-    for (int nt = 0; nt < kMaxValueTiles; ++nt) {
-      if (8 * nt >= v_dim) break;
-      const float x = o[nt][2 * r] * inv, y = o[nt][2 * r + 1] * inv;
-      if constexpr (sizeof(Out) == 2)
-        *reinterpret_cast<uint32_t*>(out + 8 * nt) = pack_bf16x2(x, y);
-      else
-        *reinterpret_cast<float2*>(out + 8 * nt) = make_float2(x, y);
+  mla_write_rows<Out>(p, t, v_dim, o, l);
+}
+
+// ---- attention, version 2: wgmma (V3's widths) ------------------------------------------------------------------
+// The same blocks, warps, query fragments, masks and online softmax as version 1, with the products on wgmma:
+// a block's 4 warps are one warpgroup of 64 query rows, S = Q K^T as 12 wgmma m64n64k16 (Q's register A
+// fragments, K K-major in shared memory) and O += P V as 4 x 2 wgmma m64n64k16 (P's register A fragments, each
+// 64-column half of V MN-major), so no B fragment goes through registers (version 1 loaded each by ldmatrix: 80
+// ldmatrix.x4 for 160 mma.sync a warp a stage). The stages hold the 64 keys' rows in the 128-byte swizzle wgmma
+// reads: K as three 64-dim sub-tiles (nope 0-63, nope 64-127, rope), V as two; each sub-tile 64 rows of 128 bytes,
+// 1024-byte aligned. Every warp runs every key block up to the block's last position (a warpgroup's wgmma cannot
+// skip per warp; rows past their position are masked as in version 1). Copies: cp.async by all 128 threads, two
+// stages, as version 1; each thread fences its landed copies to the async proxy before the barrier that publishes
+// the stage (sm90.cuh). Only nope 128, rope 64, v 128 (mla_prefill_v2_fits); other widths take version 1.
+constexpr int kV2SubTile = kKeyRows * 128;         // 64 rows of 64 bf16 values
+constexpr int kV2StageBytes = 5 * kV2SubTile;      // K: 3 sub-tiles, V: 2
+constexpr int kV2SharedBytes = 1024 + 2 * kV2StageBytes;
+
+template <typename Out>
+__global__ void __launch_bounds__(kAttnThreads, 2) mla_prefill_attention_v2_kernel(MlaPrefillParams p,
+                                                                                    MlaPrefillWork w) {
+  constexpr int kNope = 128, kRope = 64, kQk = kNope + kRope, kV = 128, kSlabs = kQk / 16;
+  pdl_prologue();
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int heads = p.kv_b.heads;
+  const int64_t N = static_cast<int64_t>(heads) * (kNope + kV);
+  const bf16* kv = static_cast<const bf16*>(p.scratch);
+  const bf16* k_pe = kv + static_cast<int64_t>(w.kv_rows) * N;
+
+  const AttnTile t = attn_tile(w);
+  const int head = t.head, q_len = t.q_len, q_start = t.q_start, kv0 = t.kv0, last = t.last;
+  const int key_blocks = t.key_blocks, warp_row0 = t.warp_row0;
+  const int(&position)[2] = t.position;
+
+  // Key block b's rows into stage `stage`: 40 16-byte chunks a key (K nope 16, k_pe 8, V 16), zero past `last`.
+  auto load_keys = [&](int b, int stage) {
+    uint8_t* base = smem + stage * kV2StageBytes;
+    for (int i = threadIdx.x; i < kKeyRows * 40; i += kAttnThreads) {
+      const int key = i / 40, piece = i % 40, key_position = b * kKeyRows + key;
+      const bool valid = key_position <= last;
+      const int64_t row = kv0 + (valid ? key_position : 0);
+      const bf16* head_row = kv + row * N + static_cast<int64_t>(head) * (kNope + kV);
+      const bf16* source;
+      int sub, chunk;
+      if (piece < 16) {
+        source = head_row + 8 * piece, sub = piece / 8, chunk = piece % 8;
+      } else if (piece < 24) {
+        source = k_pe + row * kRope + 8 * (piece - 16), sub = 2, chunk = piece - 16;
+      } else {
+        source = head_row + kNope + 8 * (piece - 24), sub = 3 + (piece - 24) / 8, chunk = (piece - 24) % 8;
+      }
+      cp_async_16(base + sub * kV2SubTile + key * 128 + ((chunk ^ (key & 7)) << 4), source, valid);
     }
+  };
+  load_keys(0, 0);
+  cp_async_commit();
+
+  // Q as version 1 builds it.
+  uint32_t qf[kSlabs][4];
+  mla_query_fragments(p, head, kNope, kSlabs, q_start, q_len, warp_row0, position, qf);
+
+  // O as version 1's; tiles 0-7 and 8-15 are the two 64-column halves wgmma accumulates.
+  float o[kMaxValueTiles][4] = {};
+  float(&o_half0)[32] = reinterpret_cast<float(&)[32]>(o[0]);
+  float(&o_half1)[32] = reinterpret_cast<float(&)[32]>(o[8]);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float sc[kKeyTiles][4] = {};  // S of the key block, as version 1's
+  float(&s32)[32] = reinterpret_cast<float(&)[32]>(sc);  // the same registers as wgmma's accumulator list
+  const uint32_t stages = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  for (int b = 0; b < key_blocks; ++b) {
+    copy_ahead(b, key_blocks, load_keys);
+    sm90::fence_proxy_async_shared();  // this thread's landed copies, before the barrier publishes them to wgmma
+    __syncthreads();
+    const int k0 = b * kKeyRows;
+    const uint32_t stage = stages + (b % 2) * kV2StageBytes;
+    // S = Q K^T: slab ks is 16 dims of sub-tile ks / 4, 32 bytes along its rows per slab.
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kSlabs; ++ks)
+      sm90::wgmma_m64n64k16(s32, qf[ks], sm90::sw128_descriptor(stage + (ks / 4) * kV2SubTile + 32 * (ks % 4), 1024),
+                            ks > 0 ? 1u : 0u);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s32);
+    // Causal mask and the online softmax, as version 1.
+    uint32_t pf[kKeyPairs][4];
+    mla_softmax_block(sc, k0, position, m, l, o, pf);
+    // O += P V: slab kk is keys 16 kk .. 16 kk + 15, 2048 bytes into each V half.
+    sm90::fence_registers(o_half0);
+    sm90::fence_registers(o_half1);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeyPairs; ++kk) {
+      const uint32_t v_slab = stage + 3 * kV2SubTile + 2048 * kk;
+      sm90::wgmma_m64n64k16_mn_major_b(o_half0, pf[kk], sm90::sw128_descriptor(v_slab, 1024));
+      sm90::wgmma_m64n64k16_mn_major_b(o_half1, pf[kk], sm90::sw128_descriptor(v_slab + kV2SubTile, 1024));
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(o_half0);
+    sm90::fence_registers(o_half1);
+#pragma unroll
+    for (int kk = 0; kk < kKeyPairs; ++kk) sm90::fence_registers(pf[kk]);
+    __syncthreads();  // stage b % 2 read by every wgmma before block b + 2's copies land in it
   }
+
+  mla_write_rows<Out>(p, t, kV, o, l);
 }
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
@@ -427,6 +594,13 @@ void launch_expand_cache(cudaStream_t stream, const MlaPrefillParams& p, const M
     launch_expand<CacheElem, fp8>(stream, p, w, step);
   else
     launch_expand<CacheElem, bf16>(stream, p, w, step);
+}
+
+template <typename Out>
+void launch_attention_v2(cudaStream_t stream, const MlaPrefillParams& p, const MlaPrefillWork& w) {
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mla_prefill_attention_v2_kernel<Out>), kV2SharedBytes);
+  MOESERVE_CUDA_CHECK(cuda_launch(mla_prefill_attention_v2_kernel<Out>, dim3(w.tiles, p.kv_b.heads), kAttnThreads,
+                                  kV2SharedBytes, stream, p, w));
 }
 
 template <typename Out>
@@ -452,12 +626,27 @@ void launch_mla_prefill_expand(cudaStream_t stream, const MlaPrefillParams& para
     launch_expand_cache<bf16>(stream, params, work, step);
 }
 
+bool mla_prefill_v2_fits(const MlaKvbView& kv_b, int rope_dim) {
+  return kv_b.nope_dim == 128 && rope_dim == 64 && kv_b.v_dim == 128;
+}
+
+int mla_prefill_attention_version(const MlaPrefillParams& params) {
+  if (!mla_prefill_v2_fits(params.kv_b, params.cache.shape.rope_dim)) return 1;
+  int asked = params.attention_version;
+  if (asked == 0) {
+    const char* value = std::getenv("MOESERVE_MLA_PREFILL_ATTENTION");
+    asked = value != nullptr && std::string_view(value) == "v2" ? 2 : kMlaPrefillAttentionDefault;
+  }
+  return asked == 2 ? 2 : 1;
+}
+
 void launch_mla_prefill_attention(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work) {
   if (work.tiles == 0) return;
+  const bool v2 = mla_prefill_attention_version(params) == 2;
   if (params.out_type == Precision::bf16)
-    launch_attention<bf16>(stream, params, work);
+    v2 ? launch_attention_v2<bf16>(stream, params, work) : launch_attention<bf16>(stream, params, work);
   else
-    launch_attention<float>(stream, params, work);
+    v2 ? launch_attention_v2<float>(stream, params, work) : launch_attention<float>(stream, params, work);
 }
 
 void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,

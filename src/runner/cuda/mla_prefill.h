@@ -76,7 +76,15 @@ struct MlaPrefillParams {
   void* scratch = nullptr;          // mla_prefill_scratch_bytes(kv_b, rope_dim, work.kv_rows)
   void* out = nullptr;              // [T, heads, v_dim] of out_type: o_proj's input (planned rows only)
   Precision out_type = Precision::bf16;
+  // The attention kernel: 1 (mma.sync, any widths), 2 (wgmma: nope 128, rope 64, v 128 only; other widths take 1),
+  // 0: MOESERVE_MLA_PREFILL_ATTENTION=v2 asks for 2, else kMlaPrefillAttentionDefault.
+  int attention_version = 0;
 };
+// Version 2 has not yet run on a GPU: version 1 stays the default until its tests pass there.
+inline constexpr int kMlaPrefillAttentionDefault = 1;
+// Whether version 2 takes these widths, and the version a launch with `params` runs.
+bool mla_prefill_v2_fits(const MlaKvbView& kv_b, int rope_dim);
+int mla_prefill_attention_version(const MlaPrefillParams& params);
 
 // The expansion scratch: [kv_rows, heads, nope_dim + v_dim] bf16 (K_nope then V per head, kv_b's row order), then
 // [kv_rows, rope_dim] bf16 (k_pe as stored: an fp8 cache's scale is applied to q_pe instead). DeepSeek-V3: 65,664

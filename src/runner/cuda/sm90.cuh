@@ -117,6 +117,13 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                    \
   "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
 
+#define MOESERVE_WGMMA_M64N64K16(TYPE)                                                                                \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                                        \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                    \
+  "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+
 // MOESERVE_WGMMA_D64 stays defined: moe_wgmma_instructions.cuh's m64n128 shared-memory wgmma uses it too.
 #define MOESERVE_WGMMA_D64                                                                                            \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                     \
@@ -163,7 +170,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_mn_major_b(float (&d)[32], const
                  : MOESERVE_WGMMA_D32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u));
 }
+// d (64 x 64, fp32) = a (64 x 16, registers) * b (16 x 64) [+ d], bf16: b K-major (row n holds its 16 k values)
+// behind descriptor `b`, as wgmma_m64n128k16 with 8 column blocks (the MLA prefill attention's S over 64 keys).
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                                uint32_t accumulate) {
+  asm volatile(MOESERVE_WGMMA_M64N64K16("bf16")
+               : MOESERVE_WGMMA_D32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
 #undef MOESERVE_WGMMA_M64N128K16
+#undef MOESERVE_WGMMA_M64N64K16
 #undef MOESERVE_WGMMA_M64N64K16_MN_MAJOR_B
 #undef MOESERVE_WGMMA_D32
 

@@ -169,27 +169,35 @@ void run_and_check(const std::string& what, const PrefillStep& step, cuda::MlaPr
       out(rows * 4);
   params.scratch = scratch.get();
   params.out = out.get();
-  for (Precision out_type : {Precision::f32, Precision::bf16}) {
-    params.out_type = out_type;
-    MOESERVE_CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // NaN in either type
-    cuda::launch_mla_prefill(nullptr, params, step.work, step.view);
-    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto all = testing::download_as(out_type, out.get(), rows);
-    std::vector<float> got, expected;
-    for (size_t s = 0; s < step.contexts.size(); ++s) {
-      const auto first = all.begin() + static_cast<int64_t>(step.q_starts[s]) * width;
-      const auto last = first + static_cast<int64_t>(step.q_lens[s]) * width;
-      if (s == PrefillStep::kBystander) {
-        EXPECT_TRUE(std::all_of(first, last, [](float v) { return std::isnan(v); }))
-            << what << ": the unplanned sequence's row was written";
-        continue;
+  // Each attention kernel that takes these widths: version 1 always, version 2 (wgmma) at V3's.
+  std::vector<int> versions = {1};
+  if (cuda::mla_prefill_v2_fits(params.kv_b, params.cache.shape.rope_dim)) versions.push_back(2);
+  for (int version : versions) {
+    for (Precision out_type : {Precision::f32, Precision::bf16}) {
+      params.out_type = out_type;
+      params.attention_version = version;
+      ASSERT_EQ(cuda::mla_prefill_attention_version(params), version);
+      MOESERVE_CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // NaN in either type
+      cuda::launch_mla_prefill(nullptr, params, step.work, step.view);
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto all = testing::download_as(out_type, out.get(), rows);
+      std::vector<float> got, expected;
+      for (size_t s = 0; s < step.contexts.size(); ++s) {
+        const auto first = all.begin() + static_cast<int64_t>(step.q_starts[s]) * width;
+        const auto last = first + static_cast<int64_t>(step.q_lens[s]) * width;
+        if (s == PrefillStep::kBystander) {
+          EXPECT_TRUE(std::all_of(first, last, [](float v) { return std::isnan(v); }))
+              << what << " attention v" << version << ": the unplanned sequence's row was written";
+          continue;
+        }
+        got.insert(got.end(), first, last);
+        expected.insert(expected.end(), ref.begin() + (first - all.begin()), ref.begin() + (last - all.begin()));
       }
-      got.insert(got.end(), first, last);
-      expected.insert(expected.end(), ref.begin() + (first - all.begin()), ref.begin() + (last - all.begin()));
+      testing::expect_error_within(what + " attention v" + std::to_string(version) + " out " +
+                                       testing::precision_name(out_type),
+                                   testing::relative_error(got, expected),
+                                   out_type == Precision::f32 ? kBound : kBf16OutBound);
     }
-    testing::expect_error_within(what + " out " + testing::precision_name(out_type),
-                                 testing::relative_error(got, expected),
-                                 out_type == Precision::f32 ? kBound : kBf16OutBound);
   }
 }
 
