@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -332,6 +333,31 @@ void expect_full_heads(const PrefillCase& pc, KvDtype dtype, std::mt19937& rng) 
 TEST_F(CudaMla, PrefillAtV3Heads) {
   const PrefillCase chunk{"a prompt and a chunk after 300 cached", {17, 200}, {0, 300}};
   for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_full_heads(chunk, dtype, rng_);
+}
+
+// Which attention kernel a launch runs (host only): version 2 only at V3's widths, when asked by the params or, with
+// none asked, by MOESERVE_MLA_PREFILL_ATTENTION=v2; otherwise version 1 (the default while version 2 is unverified).
+TEST(MlaPrefillPlan, AttentionVersionIsTwoOnlyAtV3WidthsAndWhenAsked) {
+  cuda::MlaPrefillParams v3;
+  v3.kv_b.heads = 16, v3.kv_b.nope_dim = 128, v3.kv_b.v_dim = 128, v3.cache.shape.rope_dim = 64;
+  cuda::MlaPrefillParams tiny = v3;
+  tiny.kv_b.nope_dim = 32, tiny.kv_b.v_dim = 40, tiny.cache.shape.rope_dim = 16;
+  EXPECT_TRUE(cuda::mla_prefill_v2_fits(v3.kv_b, 64));
+  EXPECT_FALSE(cuda::mla_prefill_v2_fits(tiny.kv_b, 16));
+  EXPECT_FALSE(cuda::mla_prefill_v2_fits(v3.kv_b, 32));
+  ::unsetenv("MOESERVE_MLA_PREFILL_ATTENTION");
+  for (int asked : {0, 1, 2}) {
+    v3.attention_version = tiny.attention_version = asked;
+    EXPECT_EQ(cuda::mla_prefill_attention_version(v3), asked == 0 ? cuda::kMlaPrefillAttentionDefault : asked);
+    EXPECT_EQ(cuda::mla_prefill_attention_version(tiny), 1);
+  }
+  ASSERT_EQ(::setenv("MOESERVE_MLA_PREFILL_ATTENTION", "v2", 1), 0);
+  v3.attention_version = tiny.attention_version = 0;
+  EXPECT_EQ(cuda::mla_prefill_attention_version(v3), 2);
+  EXPECT_EQ(cuda::mla_prefill_attention_version(tiny), 1);
+  v3.attention_version = 1;  // the params' own choice wins
+  EXPECT_EQ(cuda::mla_prefill_attention_version(v3), 1);
+  ::unsetenv("MOESERVE_MLA_PREFILL_ATTENTION");
 }
 
 // The work lists (host only: runs without a GPU).
