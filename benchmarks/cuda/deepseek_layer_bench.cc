@@ -346,28 +346,69 @@ nlohmann::json moeserve_environment() {
   return env;
 }
 
-// --breakdown: per step, each kernel class's us a layer call (launched) in the MoE and the dense layer, into the
-// step's JSON row too.
-void print_breakdowns(const std::vector<Figure>& figures, nlohmann::json& rows) {
+// The floor of kernel class k of a layer (layer_floors.h's split of it), or none.
+const deepseek_bench::ClassFloor* class_floor(const deepseek_bench::LayerClassFloors& f, cuda::KernelClass k) {
+  using cuda::KernelClass;
+  switch (k) {
+    case KernelClass::qkv_projection: return &f.qkv_projection;
+    case KernelClass::rope_kv_write: return &f.kv_write;
+    case KernelClass::latent_expansion: return &f.latent_expansion;
+    case KernelClass::attention_prefill: return &f.attention_prefill;
+    case KernelClass::attention_decode: return &f.attention_decode;
+    case KernelClass::output_projection: return &f.output_projection;
+    case KernelClass::router: return &f.router;
+    case KernelClass::expert_mlp1: return &f.experts_gate_up;
+    case KernelClass::expert_mlp2: return &f.experts_down;
+    case KernelClass::dense_mlp: return &f.mlp;
+    default: return nullptr;
+  }
+}
+
+// --breakdown: per step, each kernel class's us a layer call (launched) in the MoE and the dense layer beside its
+// floor at the run's measured rates, into the step's JSON row too.
+void print_breakdowns(const std::vector<Figure>& figures, nlohmann::json& rows, const deepseek_v3::Config& c,
+                      int kv_bytes, const bench_cuda::Ceilings& ceilings, double fp8_flops_per_s) {
   for (size_t i = 0; i < figures.size(); ++i) {
     const Figure& f = figures[i];
+    const bool expanded = f.expanded_sequences > 0;
+    const deepseek_bench::LayerClassFloors moe_floors =
+        deepseek_bench::layer_class_floors(c, f.step, true, f.touched, kv_bytes, expanded);
+    const deepseek_bench::LayerClassFloors dense_floors =
+        deepseek_bench::layer_class_floors(c, f.step, false, 0, kv_bytes, expanded);
     const double moe_calls = static_cast<double>(std::max<int64_t>(f.moe_classes.steps, 1));
     const double dense_calls = static_cast<double>(std::max<int64_t>(f.dense_classes.steps, 1));
-    fmt::print("\n{} by kernel class, us a layer (launched; {} calls)\n", f.what, f.moe_classes.steps);
-    fmt::print("| kernel class | MoE layer us | share | dense layer us | share |\n|---|---|---|---|---|\n");
+    fmt::print("\n{} by kernel class, us a layer (launched; {} calls; floors at the rates above)\n", f.what,
+               f.moe_classes.steps);
+    fmt::print(
+        "| kernel class | MoE layer us | floor us | of floor | share | dense layer us | floor us | of floor | share "
+        "|\n|---|---|---|---|---|---|---|---|---|\n");
     const double moe_total = f.moe_classes.gpu_ms(), dense_total = f.dense_classes.gpu_ms();
+    auto floor_us = [&](const deepseek_bench::LayerClassFloors& floors, int k) {
+      const deepseek_bench::ClassFloor* x = class_floor(floors, static_cast<cuda::KernelClass>(k));
+      return x == nullptr ? 0.0
+                          : 1e6 * x->seconds(ceilings.copy_bytes_per_s, fp8_flops_per_s, ceilings.bf16_flops_per_s);
+    };
+    auto cells = [](double us, double floor, double total_ms, double class_ms) {
+      return fmt::format("{:.1f} | {} | {} | {:.1f}%", us, floor > 0 ? fmt::format("{:.1f}", floor) : "-",
+                         floor > 0 && us > 0 ? fmt::format("{:.0f}%", 100 * floor / us) : "-",
+                         total_ms > 0 ? 100 * class_ms / total_ms : 0.0);
+    };
     nlohmann::json classes = nlohmann::json::array();
-    for (int c = 0; c < cuda::kKernelClasses; ++c) {
-      const double moe = f.moe_classes.ms[c], dense = f.dense_classes.ms[c];
+    for (int k = 0; k < cuda::kKernelClasses; ++k) {
+      const double moe = f.moe_classes.ms[k], dense = f.dense_classes.ms[k];
       if (moe == 0 && dense == 0) continue;
-      const auto name = cuda::kernel_class_name(static_cast<cuda::KernelClass>(c));
-      fmt::print("| {} | {:.1f} | {:.1f}% | {:.1f} | {:.1f}% |\n", name, 1e3 * moe / moe_calls,
-                 moe_total > 0 ? 100 * moe / moe_total : 0.0, 1e3 * dense / dense_calls,
-                 dense_total > 0 ? 100 * dense / dense_total : 0.0);
-      classes.push_back({{"class", name}, {"moe_layer_us", 1e3 * moe / moe_calls},
-                         {"dense_layer_us", 1e3 * dense / dense_calls}});
+      const auto name = cuda::kernel_class_name(static_cast<cuda::KernelClass>(k));
+      const double moe_us = 1e3 * moe / moe_calls, dense_us = 1e3 * dense / dense_calls;
+      const double moe_floor = floor_us(moe_floors, k), dense_floor = floor_us(dense_floors, k);
+      fmt::print("| {} | {} | {} |\n", name, cells(moe_us, moe_floor, moe_total, moe),
+                 cells(dense_us, dense_floor, dense_total, dense));
+      classes.push_back({{"class", name},
+                         {"moe_layer_us", moe_us},
+                         {"moe_floor_us", moe_floor},
+                         {"dense_layer_us", dense_us},
+                         {"dense_floor_us", dense_floor}});
     }
-    fmt::print("| all | {:.1f} | | {:.1f} | |\n", 1e3 * moe_total / moe_calls, 1e3 * dense_total / dense_calls);
+    fmt::print("| all | {:.1f} | | | | {:.1f} | | | |\n", 1e3 * moe_total / moe_calls, 1e3 * dense_total / dense_calls);
     rows[i]["breakdown"] = classes;
   }
 }
@@ -500,7 +541,7 @@ int run(int argc, char** argv) {
                     {"dense_floor", dense}});
   }
   print_bars(rows, context);
-  if (breakdown) print_breakdowns(figures, rows);
+  if (breakdown) print_breakdowns(figures, rows, c, kv_bytes, ceilings, fp8_flops);
 
   const nlohmann::json json = {{"gpu", prop.name},
                                {"model", "synthetic deepseek-r1, 4 layers (3 dense, 1 MoE)"},

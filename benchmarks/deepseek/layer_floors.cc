@@ -131,6 +131,54 @@ LayerFloor dense_layer_floor(const deepseek_v3::Config& c, const LayerStep& step
   return f;
 }
 
+double ClassFloor::seconds(double copy_bytes_per_s, double fp8_flops_per_s, double bf16_flops_per_s) const {
+  return std::max(bytes / copy_bytes_per_s, fp8_flops / fp8_flops_per_s + bf16_flops / bf16_flops_per_s);
+}
+
+LayerClassFloors layer_class_floors(const deepseek_v3::Config& c, const LayerStep& step, bool moe,
+                                    double touched_experts, int kv_element_bytes, bool expanded) {
+  const double T = static_cast<double>(step.total_tokens()), H = c.hidden_size, heads = c.num_heads;
+  const double row_bytes = static_cast<double>(c.latent_width()) * kv_element_bytes;
+  const double context_rows = static_cast<double>(step.sequences) * static_cast<double>(step.context);
+  LayerClassFloors f;
+  const double q_in = c.q_lora_rank > 0 ? c.q_lora_rank : H;
+  f.qkv_projection.bytes = static_cast<double>(mla_shared_projection_bytes(c) +
+                                               fp8_matrix_bytes(c, c.num_heads * c.qk_head_dim(), q_in));
+  f.qkv_projection.fp8_flops = attention_projection_flops(c, T) - 2 * T * H * heads * c.v_head_dim;
+  f.output_projection.bytes = static_cast<double>(fp8_matrix_bytes(c, c.hidden_size, c.num_heads * c.v_head_dim));
+  f.output_projection.fp8_flops = 2 * T * H * heads * c.v_head_dim;
+  f.kv_write.bytes = T * row_bytes;
+  const double kv_b_bytes =
+      static_cast<double>(fp8_matrix_bytes(c, c.num_heads * c.kv_b_rows_per_head(), c.kv_lora_rank));
+  ClassFloor& core = expanded ? f.latent_expansion : f.attention_decode;
+  core.bytes = kv_b_bytes + context_rows * row_bytes;
+  if (expanded) {
+    const double pairs = 2.0 * heads * (c.qk_head_dim() + c.v_head_dim) * step.query_key_pairs();
+    f.attention_prefill.bf16_flops = pairs;
+    f.latent_expansion.bf16_flops = mla_expanded_flops(c, step) - pairs;
+  } else {
+    f.attention_decode.bf16_flops = mla_absorbed_flops(c, step);
+  }
+  const double I = c.moe_intermediate_size;
+  if (moe) {
+    f.router.bytes = static_cast<double>(router_bytes(c));
+    f.router.bf16_flops = 2 * T * c.n_routed_experts * H;
+    f.experts_gate_up.bytes = touched_experts * 2 * static_cast<double>(fp8_matrix_bytes(c, c.moe_intermediate_size,
+                                                                                        c.hidden_size));
+    f.experts_gate_up.fp8_flops = 2 * T * c.num_experts_per_tok * 2 * I * H;
+    f.experts_down.bytes = touched_experts * static_cast<double>(fp8_matrix_bytes(c, c.hidden_size,
+                                                                                 c.moe_intermediate_size));
+    f.experts_down.fp8_flops = 2 * T * c.num_experts_per_tok * I * H;
+    const double shared = std::max(c.n_shared_experts, 0);
+    f.mlp.bytes = shared * static_cast<double>(expert_bytes(c));
+    f.mlp.fp8_flops = 2 * T * shared * 3 * I * H;
+  } else {
+    f.mlp.bytes = static_cast<double>(dense_mlp_bytes(c));
+    f.mlp.fp8_flops = dense_mlp_flops(c, T);
+  }
+  return f;
+}
+
 double byte_floor_seconds(const LayerFloor& f, double copy_bytes_per_s) { return f.bytes() / copy_bytes_per_s; }
 
 double flop_floor_seconds(const LayerFloor& f, double fp8_flops_per_s, double bf16_flops_per_s) {

@@ -95,6 +95,31 @@ LayerFloor moe_layer_floor(const deepseek_v3::Config& c, const LayerStep& step, 
                            int kv_element_bytes);
 LayerFloor dense_layer_floor(const deepseek_v3::Config& c, const LayerStep& step, int kv_element_bytes);
 
+// The same floors split the way the CUDA runner's kernel timer splits a layer (deepseek_layer_bench --breakdown),
+// each class with its bytes and its FLOPs at the rate its kernels run: FP8 for the block-scaled projections and the
+// experts, bf16 for the router and the attention core. The attention core takes the form the step ran: expanded
+// (the latents through kv_b, then the prefill attention) or absorbed (both in the decode attention). Weight bytes
+// go to the class that reads them, the latent KV's context rows to the attention (or the expansion), the step's own
+// rows to the cache write. Summed over the classes: the layer floor's bytes and FLOPs (the form's).
+struct ClassFloor {
+  double bytes = 0, fp8_flops = 0, bf16_flops = 0;
+  double seconds(double copy_bytes_per_s, double fp8_flops_per_s, double bf16_flops_per_s) const;
+};
+struct LayerClassFloors {
+  ClassFloor qkv_projection;     // q_a, q_b, kv_a
+  ClassFloor kv_write;           // the step's latent rows
+  ClassFloor latent_expansion;   // expanded form: kv_b over every key the step sees
+  ClassFloor attention_prefill;  // expanded form: 192-wide scores, 128-wide values per pair and head
+  ClassFloor attention_decode;   // absorbed form: absorption, the latent-space attention, un-absorption
+  ClassFloor output_projection;  // o
+  ClassFloor router;             // the gate's logits
+  ClassFloor experts_gate_up;    // the routed experts' gate and up projections
+  ClassFloor experts_down;       // and their down projection
+  ClassFloor mlp;                // the dense MLP (dense layers) or the shared experts (MoE layers)
+};
+LayerClassFloors layer_class_floors(const deepseek_v3::Config& c, const LayerStep& step, bool moe,
+                                    double touched_experts, int kv_element_bytes, bool expanded);
+
 // Seconds of a floor at measured rates: bytes over the copy bandwidth; GEMM FLOPs over the FP8 matrix rate plus
 // attention-core FLOPs over the bf16 rate.
 double byte_floor_seconds(const LayerFloor& f, double copy_bytes_per_s);

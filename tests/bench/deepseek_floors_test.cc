@@ -89,6 +89,51 @@ TEST(DeepseekFloors, LayerFloorsSumTheirTerms) {
   EXPECT_DOUBLE_EQ(flop_floor_seconds(f, 1e15, 5e14), 1e-3 + 2e-4);
 }
 
+// The classes of deepseek_layer_bench --breakdown add up to the layer floor (the step's attention form), each class
+// holding its own terms.
+TEST(DeepseekFloors, ClassFloorsSumToTheLayerFloor) {
+  const auto& c = r1();
+  auto sum = [](const LayerClassFloors& f) {
+    ClassFloor total;
+    for (const ClassFloor* x : {&f.qkv_projection, &f.kv_write, &f.latent_expansion, &f.attention_prefill,
+                                &f.attention_decode, &f.output_projection, &f.router, &f.experts_gate_up,
+                                &f.experts_down, &f.mlp}) {
+      total.bytes += x->bytes;
+      total.fp8_flops += x->fp8_flops;
+      total.bf16_flops += x->bf16_flops;
+    }
+    return total;
+  };
+  const LayerStep prefill{1, 4096, 0}, decode{8, 1, 2048};
+  for (const LayerStep& step : {prefill, decode}) {
+    const bool expanded = step.context == 0;  // the cheaper form of each (attention_core_flops)
+    const double touched = expected_touched_experts(c, static_cast<double>(step.total_tokens()));
+    const LayerFloor moe = moe_layer_floor(c, step, touched, 2), dense = dense_layer_floor(c, step, 1);
+    const ClassFloor moe_sum = sum(layer_class_floors(c, step, true, touched, 2, expanded));
+    const ClassFloor dense_sum = sum(layer_class_floors(c, step, false, 0, 1, expanded));
+    EXPECT_NEAR(moe_sum.bytes, moe.bytes(), 1e-9 * moe.bytes());
+    EXPECT_NEAR(moe_sum.fp8_flops + moe_sum.bf16_flops, moe.flops(), 1e-9 * moe.flops());
+    EXPECT_NEAR(dense_sum.bytes, dense.bytes(), 1e-9 * dense.bytes());
+    EXPECT_NEAR(dense_sum.fp8_flops + dense_sum.bf16_flops, dense.flops(), 1e-9 * dense.flops());
+  }
+  // Terms by hand at 4,096 prefill tokens: o is 7,168 x 16,384; the pairs' 128 heads x (192 + 128) x 2 FLOPs;
+  // the router 256 x 7,168 in bf16; one shared expert's gate, up and down.
+  const LayerClassFloors f = layer_class_floors(c, prefill, true, 256, 2, true);
+  EXPECT_DOUBLE_EQ(f.output_projection.fp8_flops, 2.0 * 4096 * 7168 * 16384);
+  EXPECT_DOUBLE_EQ(f.attention_prefill.bf16_flops, 8390656.0 * 81920);
+  EXPECT_DOUBLE_EQ(f.latent_expansion.bf16_flops, 2.0 * 4096 * 16777216);
+  EXPECT_DOUBLE_EQ(f.router.bf16_flops, 2.0 * 4096 * 256 * 7168);
+  EXPECT_DOUBLE_EQ(f.mlp.fp8_flops, 2.0 * 4096 * 3 * 2048 * 7168);
+  EXPECT_DOUBLE_EQ(f.experts_gate_up.bytes, 256 * 2.0 * fp8_matrix_bytes(c, 2048, 7168));
+  EXPECT_DOUBLE_EQ(f.kv_write.bytes, 4096.0 * 576 * 2);
+  EXPECT_EQ(f.attention_decode.bytes, 0.0);
+  // Seconds: the larger of the bytes' time and the FLOPs' at their rates.
+  const ClassFloor x{4e9, 1e12, 5e11};
+  EXPECT_DOUBLE_EQ(x.seconds(4e12, 1e15, 5e14), 2e-3);
+  EXPECT_DOUBLE_EQ(x.seconds(1e13, 1e15, 5e14), 2e-3);
+  EXPECT_DOUBLE_EQ(x.seconds(1e12, 1e15, 5e14), 4e-3);
+}
+
 TEST(DeepseekProjection, Pieces) {
   const auto& c = r1();
   // NCCL's bus bandwidth: 256 MB all-reduced over 2 GPUs moves 256 MB a GPU; over 8, 2 x 7/8 of it.
