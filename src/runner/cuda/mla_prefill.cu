@@ -231,8 +231,9 @@ __host__ __device__ inline AttnLayout attn_layout(int qk, int v_dim) {
   return a;
 }
 
-// A block's tile of 64 query rows of one sequence, for one head (blockIdx.x the tile, y the head), and this
-// thread's place in it: its warp's first row, and the positions of its fragment rows g and g + 8.
+// A block's tile of query rows of one sequence (64: the work list's tile blockIdx.x; 128: version 3's pair of them),
+// for one head (blockIdx.y), and this thread's place in it: its warp's first row, and the positions of its fragment
+// rows g and g + 8.
 struct AttnTile {
   int head, q_len, q_start, kv0;
   int start;       // position of query row 0
@@ -241,18 +242,30 @@ struct AttnTile {
   int warp_row0;   // fragment rows g and g + 8: query rows warp_row0 + g (+ 8)
   int position[2];
 };
-__device__ __forceinline__ AttnTile attn_tile(const MlaPrefillWork& w) {
+__device__ __forceinline__ AttnTile attn_tile(const MlaPrefillWork& w, int s, int row0, int rows) {
   AttnTile t;
-  const int tile = blockIdx.x, s = w.tile_seq[tile], row0 = w.tile_row0[tile];
   t.head = blockIdx.y;
   t.q_len = w.q_len[s], t.q_start = w.q_start[s], t.kv0 = w.kv_row0[s];
   t.start = w.kv_row0[s + 1] - t.kv0 - t.q_len;
-  t.last = t.start + min(row0 + kMlaPrefillTileRows, t.q_len) - 1;
+  t.last = t.start + min(row0 + rows, t.q_len) - 1;
   t.key_blocks = t.last / kKeyRows + 1;
   t.warp_row0 = row0 + 16 * static_cast<int>(threadIdx.x / 32);
   const int g = threadIdx.x % 32 / 4;
   t.position[0] = t.start + t.warp_row0 + g, t.position[1] = t.start + t.warp_row0 + g + 8;
   return t;
+}
+__device__ __forceinline__ AttnTile attn_tile(const MlaPrefillWork& w) {
+  return attn_tile(w, w.tile_seq[blockIdx.x], w.tile_row0[blockIdx.x], kMlaPrefillTileRows);
+}
+// Version 3's block x: the x-th 128-row tile over the sequences in order (ceil(q_len / 128) each), as (sequence,
+// first row); sequence -1 past the last (the launch has one block per 64-row tile, at least as many).
+__device__ __forceinline__ int2 attn_pair_tile(const MlaPrefillWork& w, int x) {
+  for (int s = 0; s < w.sequences; ++s) {
+    const int pairs = (w.q_len[s] + 127) / 128;
+    if (x < pairs) return make_int2(s, 128 * x);
+    x -= pairs;
+  }
+  return make_int2(-1, 0);
 }
 
 // A warp's queries as A fragments of k slabs 0 .. slabs - 1: a0 / a2 row g's values 16 ks + 2c (+ 8), a1 / a3 row
@@ -481,15 +494,27 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
 // skip per warp; rows past their position are masked as in version 1). Copies: cp.async by all 128 threads, two
 // stages, as version 1; each thread fences its landed copies to the async proxy before the barrier that publishes
 // the stage (sm90.cuh). Only nope 128, rope 64, v 128 (mla_prefill_v2_fits); other widths take version 1.
+// Version 3 is the same kernel with two warpgroups: a block takes 128 query rows (a pair of the work list's tiles of
+// one sequence), each warpgroup 64 of them, both reading every stage: half version 2's K / V bytes from L2 a FLOP
+// (40 KB a key block for 5.2 MFLOP, not 2.6), which bounds version 2 near ~350 TFLOP/s at ~5.5 TB/s of L2 (counted,
+// not measured), and one warpgroup's softmax runs while the other's wgmmas do. 256 threads at 182 registers: one
+// block an SM. A warpgroup whose rows all lie before a key block computes it fully masked (no wgmma may be skipped
+// per warpgroup without ptxas serialising them).
 constexpr int kV2SubTile = kKeyRows * 128;         // 64 rows of 64 bf16 values
 constexpr int kV2StageBytes = 5 * kV2SubTile;      // K: 3 sub-tiles, V: 2
 constexpr int kV2SharedBytes = 1024 + 2 * kV2StageBytes;
 
-template <typename Out>
-__global__ void __launch_bounds__(kAttnThreads, 2) mla_prefill_attention_v2_kernel(MlaPrefillParams p,
-                                                                                    MlaPrefillWork w) {
+template <typename Out, int kGroups>
+__global__ void __launch_bounds__(kAttnThreads* kGroups, 3 - kGroups)
+    mla_prefill_attention_v2_kernel(MlaPrefillParams p, MlaPrefillWork w) {
   constexpr int kNope = 128, kRope = 64, kQk = kNope + kRope, kV = 128, kSlabs = kQk / 16;
+  constexpr int kThreads = kAttnThreads * kGroups;
   pdl_prologue();
+  int2 pair = make_int2(0, 0);
+  if constexpr (kGroups == 2) {
+    pair = attn_pair_tile(w, static_cast<int>(blockIdx.x));
+    if (pair.x < 0) return;  // past the last 128-row tile: the whole block
+  }
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int heads = p.kv_b.heads;
@@ -497,7 +522,7 @@ __global__ void __launch_bounds__(kAttnThreads, 2) mla_prefill_attention_v2_kern
   const bf16* kv = static_cast<const bf16*>(p.scratch);
   const bf16* k_pe = kv + static_cast<int64_t>(w.kv_rows) * N;
 
-  const AttnTile t = attn_tile(w);
+  const AttnTile t = kGroups == 1 ? attn_tile(w) : attn_tile(w, pair.x, pair.y, 128);
   const int head = t.head, q_len = t.q_len, q_start = t.q_start, kv0 = t.kv0, last = t.last;
   const int key_blocks = t.key_blocks, warp_row0 = t.warp_row0;
   const int(&position)[2] = t.position;
@@ -505,7 +530,7 @@ __global__ void __launch_bounds__(kAttnThreads, 2) mla_prefill_attention_v2_kern
   // Key block b's rows into stage `stage`: 40 16-byte chunks a key (K nope 16, k_pe 8, V 16), zero past `last`.
   auto load_keys = [&](int b, int stage) {
     uint8_t* base = smem + stage * kV2StageBytes;
-    for (int i = threadIdx.x; i < kKeyRows * 40; i += kAttnThreads) {
+    for (int i = threadIdx.x; i < kKeyRows * 40; i += kThreads) {
       const int key = i / 40, piece = i % 40, key_position = b * kKeyRows + key;
       const bool valid = key_position <= last;
       const int64_t row = kv0 + (valid ? key_position : 0);
@@ -596,11 +621,12 @@ void launch_expand_cache(cudaStream_t stream, const MlaPrefillParams& p, const M
     launch_expand<CacheElem, bf16>(stream, p, w, step);
 }
 
-template <typename Out>
+template <typename Out, int kGroups>
 void launch_attention_v2(cudaStream_t stream, const MlaPrefillParams& p, const MlaPrefillWork& w) {
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mla_prefill_attention_v2_kernel<Out>), kV2SharedBytes);
-  MOESERVE_CUDA_CHECK(cuda_launch(mla_prefill_attention_v2_kernel<Out>, dim3(w.tiles, p.kv_b.heads), kAttnThreads,
-                                  kV2SharedBytes, stream, p, w));
+  const auto kernel = mla_prefill_attention_v2_kernel<Out, kGroups>;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kV2SharedBytes);
+  MOESERVE_CUDA_CHECK(
+      cuda_launch(kernel, dim3(w.tiles, p.kv_b.heads), kAttnThreads * kGroups, kV2SharedBytes, stream, p, w));
 }
 
 template <typename Out>
@@ -635,18 +661,22 @@ int mla_prefill_attention_version(const MlaPrefillParams& params) {
   int asked = params.attention_version;
   if (asked == 0) {
     const char* value = std::getenv("MOESERVE_MLA_PREFILL_ATTENTION");
-    asked = value != nullptr && std::string_view(value) == "v2" ? 2 : kMlaPrefillAttentionDefault;
+    const std::string_view v = value != nullptr ? value : "";
+    asked = v == "v2" ? 2 : v == "v3" ? 3 : kMlaPrefillAttentionDefault;
   }
-  return asked == 2 ? 2 : 1;
+  return asked == 2 || asked == 3 ? asked : 1;
 }
 
 void launch_mla_prefill_attention(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work) {
   if (work.tiles == 0) return;
-  const bool v2 = mla_prefill_attention_version(params) == 2;
-  if (params.out_type == Precision::bf16)
-    v2 ? launch_attention_v2<bf16>(stream, params, work) : launch_attention<bf16>(stream, params, work);
+  const int version = mla_prefill_attention_version(params);
+  const bool bf16_out = params.out_type == Precision::bf16;
+  if (version == 3)
+    bf16_out ? launch_attention_v2<bf16, 2>(stream, params, work) : launch_attention_v2<float, 2>(stream, params, work);
+  else if (version == 2)
+    bf16_out ? launch_attention_v2<bf16, 1>(stream, params, work) : launch_attention_v2<float, 1>(stream, params, work);
   else
-    v2 ? launch_attention_v2<float>(stream, params, work) : launch_attention<float>(stream, params, work);
+    bf16_out ? launch_attention<bf16>(stream, params, work) : launch_attention<float>(stream, params, work);
 }
 
 void launch_mla_prefill(cudaStream_t stream, const MlaPrefillParams& params, const MlaPrefillWork& work,

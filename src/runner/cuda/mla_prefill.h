@@ -76,13 +76,14 @@ struct MlaPrefillParams {
   void* scratch = nullptr;          // mla_prefill_scratch_bytes(kv_b, rope_dim, work.kv_rows)
   void* out = nullptr;              // [T, heads, v_dim] of out_type: o_proj's input (planned rows only)
   Precision out_type = Precision::bf16;
-  // The attention kernel: 1 (mma.sync, any widths), 2 (wgmma: nope 128, rope 64, v 128 only; other widths take 1),
-  // 0: MOESERVE_MLA_PREFILL_ATTENTION=v2 asks for 2, else kMlaPrefillAttentionDefault.
+  // The attention kernel: 1 (mma.sync, any widths), 2 (wgmma, 64 query rows a block) or 3 (wgmma, 128 rows a block
+  // in two warpgroups): 2 and 3 at nope 128, rope 64, v 128 only (other widths take 1). 0:
+  // MOESERVE_MLA_PREFILL_ATTENTION=v2 or v3 asks for them, else kMlaPrefillAttentionDefault.
   int attention_version = 0;
 };
-// Version 2 has not yet run on a GPU: version 1 stays the default until its tests pass there.
+// Versions 2 and 3 have not yet run on a GPU: version 1 stays the default until their tests pass there.
 inline constexpr int kMlaPrefillAttentionDefault = 1;
-// Whether version 2 takes these widths, and the version a launch with `params` runs.
+// Whether versions 2 and 3 take these widths, and the version a launch with `params` runs.
 bool mla_prefill_v2_fits(const MlaKvbView& kv_b, int rope_dim);
 int mla_prefill_attention_version(const MlaPrefillParams& params);
 

@@ -170,9 +170,9 @@ void run_and_check(const std::string& what, const PrefillStep& step, cuda::MlaPr
       out(rows * 4);
   params.scratch = scratch.get();
   params.out = out.get();
-  // Each attention kernel that takes these widths: version 1 always, version 2 (wgmma) at V3's.
+  // Each attention kernel that takes these widths: version 1 always, versions 2 and 3 (wgmma) at V3's.
   std::vector<int> versions = {1};
-  if (cuda::mla_prefill_v2_fits(params.kv_b, params.cache.shape.rope_dim)) versions.push_back(2);
+  if (cuda::mla_prefill_v2_fits(params.kv_b, params.cache.shape.rope_dim)) versions.insert(versions.end(), {2, 3});
   for (int version : versions) {
     for (Precision out_type : {Precision::f32, Precision::bf16}) {
       params.out_type = out_type;
@@ -335,9 +335,10 @@ TEST_F(CudaMla, PrefillAtV3Heads) {
   for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3}) expect_full_heads(chunk, dtype, rng_);
 }
 
-// Which attention kernel a launch runs (host only): version 2 only at V3's widths, when asked by the params or, with
-// none asked, by MOESERVE_MLA_PREFILL_ATTENTION=v2; otherwise version 1 (the default while version 2 is unverified).
-TEST(MlaPrefillPlan, AttentionVersionIsTwoOnlyAtV3WidthsAndWhenAsked) {
+// Which attention kernel a launch runs (host only): versions 2 and 3 only at V3's widths, when asked by the params
+// or, with none asked, by MOESERVE_MLA_PREFILL_ATTENTION=v2 / v3; otherwise version 1 (the default while the wgmma
+// versions are unverified).
+TEST(MlaPrefillPlan, AttentionVersionIsTwoOrThreeOnlyAtV3WidthsAndWhenAsked) {
   cuda::MlaPrefillParams v3;
   v3.kv_b.heads = 16, v3.kv_b.nope_dim = 128, v3.kv_b.v_dim = 128, v3.cache.shape.rope_dim = 64;
   cuda::MlaPrefillParams tiny = v3;
@@ -346,7 +347,7 @@ TEST(MlaPrefillPlan, AttentionVersionIsTwoOnlyAtV3WidthsAndWhenAsked) {
   EXPECT_FALSE(cuda::mla_prefill_v2_fits(tiny.kv_b, 16));
   EXPECT_FALSE(cuda::mla_prefill_v2_fits(v3.kv_b, 32));
   ::unsetenv("MOESERVE_MLA_PREFILL_ATTENTION");
-  for (int asked : {0, 1, 2}) {
+  for (int asked : {0, 1, 2, 3}) {
     v3.attention_version = tiny.attention_version = asked;
     EXPECT_EQ(cuda::mla_prefill_attention_version(v3), asked == 0 ? cuda::kMlaPrefillAttentionDefault : asked);
     EXPECT_EQ(cuda::mla_prefill_attention_version(tiny), 1);
@@ -357,6 +358,11 @@ TEST(MlaPrefillPlan, AttentionVersionIsTwoOnlyAtV3WidthsAndWhenAsked) {
   EXPECT_EQ(cuda::mla_prefill_attention_version(tiny), 1);
   v3.attention_version = 1;  // the params' own choice wins
   EXPECT_EQ(cuda::mla_prefill_attention_version(v3), 1);
+  ASSERT_EQ(::setenv("MOESERVE_MLA_PREFILL_ATTENTION", "v3", 1), 0);
+  v3.attention_version = 0;
+  EXPECT_EQ(cuda::mla_prefill_attention_version(v3), 3);
+  ASSERT_EQ(::setenv("MOESERVE_MLA_PREFILL_ATTENTION", "v9", 1), 0);
+  EXPECT_EQ(cuda::mla_prefill_attention_version(v3), cuda::kMlaPrefillAttentionDefault);
   ::unsetenv("MOESERVE_MLA_PREFILL_ATTENTION");
 }
 
