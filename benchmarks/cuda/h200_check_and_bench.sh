@@ -20,6 +20,9 @@
 #   deepseek-prefill  deepseek_layer_bench's prefill rows (1 x 4k, 16 x 1k) with the routed experts' version 2 (the
 #             runner's default, named here all the same), once with each MLA prefill form in MLA_PREFILL_FORMS
 #             (default "absorbed expanded"; the runner's default is expanded), for the per-layer A/B
+#   mla-attention  the same prefill rows in the expanded form with --breakdown (each layer's kernel classes beside
+#             their floors), once with each MLA prefill attention kernel in MLA_ATTENTION_VERSIONS (default "v1 v2
+#             v3": mma.sync; wgmma, 64 rows a block; wgmma, 128 rows in two warpgroups)
 # Each stage runs under a time limit (T_TESTS, T_BENCH, T_SANITIZE seconds) so a hang cannot eat the lease.
 # Binaries come from BUILD_CUDA=1 scripts/build_static.sh (built here when missing: the GPU host has no
 # development packages, so build elsewhere and carry build-cuda-static). Logs and JSON go to $OUT; a summary
@@ -74,6 +77,13 @@ for stage in ${STAGES:-tests bench20 bench120 sanitize}; do
           > "$OUT/deepseek-prefill-$form.log" 2>&1
         echo "deepseek_layer_bench prefill $form: exit $?" >> "$OUT/deepseek.log"
       done ;;
+    mla-attention)
+      for version in ${MLA_ATTENTION_VERSIONS:-v1 v2 v3}; do
+        MOESERVE_MLA_PREFILL_ATTENTION=$version timeout ${T_BENCH:-600} $BIN/deepseek_layer_bench --decode-batches 1 \
+          --verify-tokens 0 --prefill 1x4096,16x1024 --reps 5 --breakdown \
+          --json "$OUT/deepseek-mla-attention-$version.json" > "$OUT/deepseek-mla-attention-$version.log" 2>&1
+        echo "deepseek_layer_bench MLA prefill attention $version: exit $?" >> "$OUT/deepseek.log"
+      done ;;
     sanitize)
       for tool in ${SANITIZERS:-memcheck racecheck}; do
         timeout ${T_SANITIZE:-600} compute-sanitizer --tool $tool --error-exitcode 9 $TEST \
@@ -93,6 +103,6 @@ for f in attention moe; do [ -f "$OUT/$f.log" ] && echo "==== $f" && tail -${TAB
 [ -f "$OUT/breakdown.log" ] && grep -E "^\||^[a-z]|wall" "$OUT/breakdown.log"
 [ -f "$OUT/throughput.log" ] && sed -n '/==== Offline/,$p' "$OUT/throughput.log"
 [ -f "$OUT/server.log" ] && sed -n '/==== Server/,$p' "$OUT/server.log"
-[ -f "$OUT/deepseek.log" ] && cat "$OUT/deepseek.log" && tail -${TABLE_LINES:-40} "$OUT"/deepseek-layers-*.log "$OUT"/deepseek-prefill-*.log 2>/dev/null
+[ -f "$OUT/deepseek.log" ] && cat "$OUT/deepseek.log" && tail -${TABLE_LINES:-40} "$OUT"/deepseek-layers-*.log "$OUT"/deepseek-prefill-*.log "$OUT"/deepseek-mla-attention-*.log 2>/dev/null
 tar -czf "$FINAL_OUT/run.tar.gz" -C "$FINAL_OUT" run && rm -rf "$OUT"
 exit 0
