@@ -268,12 +268,11 @@ __device__ __forceinline__ int2 attn_pair_tile(const MlaPrefillWork& w, int x) {
   return make_int2(-1, 0);
 }
 
-// A warp's queries as A fragments of k slabs 0 .. slabs - 1: a0 / a2 row g's values 16 ks + 2c (+ 8), a1 / a3 row
-// g + 8's ([q_nope ; rope(q_pe)] times scale * log2(e), q_pe also times the fp8 layer scale), the rope pairs
+// A warp's queries (tile t's) as A fragments of k slabs 0 .. slabs - 1: a0 / a2 row g's values 16 ks + 2c (+ 8), a1 /
+// a3 row g + 8's ([q_nope ; rope(q_pe)] times scale * log2(e), q_pe also times the fp8 layer scale), the rope pairs
 // (adjacent, as cpu::rope_adjacent_pairs) rotated at the row's position. Zero past q_len.
 template <int kSlabs>
-__device__ __forceinline__ void mla_query_fragments(const MlaPrefillParams& p, int head, int nope, int slabs,
-                                                    int q_start, int q_len, int warp_row0, const int (&position)[2],
+__device__ __forceinline__ void mla_query_fragments(const MlaPrefillParams& p, const AttnTile& t, int nope, int slabs,
                                                     uint32_t (&qf)[kSlabs][4]) {
   const int heads = p.kv_b.heads, qk = nope + p.cache.shape.rope_dim, g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
   const float q_factor = p.scale * kLog2e;
@@ -283,14 +282,15 @@ __device__ __forceinline__ void mla_query_fragments(const MlaPrefillParams& p, i
     if (ks >= slabs) break;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = e % 2, value = 16 * ks + 8 * (e / 2) + 2 * c, row = warp_row0 + g + 8 * r;
+      const int r = e % 2, value = 16 * ks + 8 * (e / 2) + 2 * c, row = t.warp_row0 + g + 8 * r;
       float2 x = make_float2(0.0f, 0.0f);
-      if (row < q_len) {
-        x = *reinterpret_cast<const float2*>(p.q + (static_cast<int64_t>(q_start + row) * heads + head) * qk + value);
+      if (row < t.q_len) {
+        x = *reinterpret_cast<const float2*>(p.q + (static_cast<int64_t>(t.q_start + row) * heads + t.head) * qk +
+                                             value);
         if (value < nope) {
           x = make_float2(x.x * q_factor, x.y * q_factor);
         } else {
-          const float angle = static_cast<float>(position[r]) * p.inv_freq[(value - nope) / 2];
+          const float angle = static_cast<float>(t.position[r]) * p.inv_freq[(value - nope) / 2];
           const float cs = cosf(angle) * p.rope_factor, sn = sinf(angle) * p.rope_factor;
           x = make_float2((x.x * cs - x.y * sn) * pe_factor, (x.y * cs + x.x * sn) * pe_factor);
         }
@@ -391,12 +391,10 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
   const bf16* k_pe = kv + static_cast<int64_t>(w.kv_rows) * N;
 
   const AttnTile t = attn_tile(w);
-  const int head = t.head, q_len = t.q_len, q_start = t.q_start, kv0 = t.kv0, start = t.start, last = t.last;
-  const int key_blocks = t.key_blocks, warp_row0 = t.warp_row0;
+  const int head = t.head, q_len = t.q_len, kv0 = t.kv0, last = t.last, key_blocks = t.key_blocks;
   const int lane = threadIdx.x % 32;
-  const bool warp_active = warp_row0 < q_len;
-  const int warp_last = start + min(warp_row0 + 16, q_len) - 1;
-  const int(&position)[2] = t.position;
+  const bool warp_active = t.warp_row0 < q_len;
+  const int warp_last = t.start + min(t.warp_row0 + 16, q_len) - 1;
 
   // V's pad columns (v_dim .. value_cols) stay zero in both stages: the copies never write them.
   const int pad_pieces = (layout.value_cols - v_dim) / 8;
@@ -429,7 +427,7 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
   cp_async_commit();
 
   uint32_t qf[kMaxQkSlabs][4];
-  mla_query_fragments(p, head, nope, layout.qk_slabs, q_start, q_len, warp_row0, position, qf);
+  mla_query_fragments(p, t, nope, layout.qk_slabs, qf);
 
   // Output accumulator (nt, e): column 8 nt + 2c + (e % 2) of row g (e < 2) or g + 8.
   float o[kMaxValueTiles][4] = {};
@@ -459,7 +457,7 @@ __global__ void __launch_bounds__(kAttnThreads) mla_prefill_attention_kernel(Mla
       }
       // Causal mask, then the online softmax.
       uint32_t pf[kKeyPairs][4];
-      mla_softmax_block(sc, k0, position, m, l, o, pf);
+      mla_softmax_block(sc, k0, t.position, m, l, o, pf);
       // O += P V: lanes 0-15 address keys 16 kk + 0..15 at a 16-byte column, lanes 16-31 the next column: b0, b1
       // of n tile 2q, then of 2q + 1 (ldmatrix.trans: V's keys are K, its columns N).
       const uint8_t* value_row = values + (lane % 16) * layout.value_bytes + lane / 16 * 16;
@@ -523,9 +521,7 @@ __global__ void __launch_bounds__(kAttnThreads* kGroups, 3 - kGroups)
   const bf16* k_pe = kv + static_cast<int64_t>(w.kv_rows) * N;
 
   const AttnTile t = kGroups == 1 ? attn_tile(w) : attn_tile(w, pair.x, pair.y, 128);
-  const int head = t.head, q_len = t.q_len, q_start = t.q_start, kv0 = t.kv0, last = t.last;
-  const int key_blocks = t.key_blocks, warp_row0 = t.warp_row0;
-  const int(&position)[2] = t.position;
+  const int head = t.head, kv0 = t.kv0, last = t.last, key_blocks = t.key_blocks;
 
   // Key block b's rows into stage `stage`: 40 16-byte chunks a key (K nope 16, k_pe 8, V 16), zero past `last`.
   auto load_keys = [&](int b, int stage) {
@@ -552,7 +548,7 @@ __global__ void __launch_bounds__(kAttnThreads* kGroups, 3 - kGroups)
 
   // Q as version 1 builds it.
   uint32_t qf[kSlabs][4];
-  mla_query_fragments(p, head, kNope, kSlabs, q_start, q_len, warp_row0, position, qf);
+  mla_query_fragments(p, t, kNope, kSlabs, qf);
 
   // O as version 1's; tiles 0-7 and 8-15 are the two 64-column halves wgmma accumulates.
   float o[kMaxValueTiles][4] = {};
@@ -579,7 +575,7 @@ __global__ void __launch_bounds__(kAttnThreads* kGroups, 3 - kGroups)
     sm90::fence_registers(s32);
     // Causal mask and the online softmax, as version 1.
     uint32_t pf[kKeyPairs][4];
-    mla_softmax_block(sc, k0, position, m, l, o, pf);
+    mla_softmax_block(sc, k0, t.position, m, l, o, pf);
     // O += P V: slab kk is keys 16 kk .. 16 kk + 15, 2048 bytes into each V half.
     sm90::fence_registers(o_half0);
     sm90::fence_registers(o_half1);
